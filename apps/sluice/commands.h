@@ -1,0 +1,14 @@
+// Each subcommand lives in its own cmd_<name>.cpp and registers itself on the top-level CLI11 app; the
+// registered callback runs after parsing. Errors are thrown as sluice::Error and printed once by main().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace sluice::cli {
+
+void register_logits(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_inspect(CLI::App& app);
+void register_synth(CLI::App& app);
+
+}  // namespace sluice::cli

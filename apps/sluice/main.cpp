@@ -1,0 +1,28 @@
+// sluice: run mixture-of-experts models far larger than memory by streaming experts from SSD.
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"sluice: exact MoE inference with experts streamed from SSD"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "sluice 0.1.0");
+    sluice::cli::register_logits(app);
+    sluice::cli::register_generate(app);
+    sluice::cli::register_inspect(app);
+    sluice::cli::register_synth(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    } catch (const sluice::Error& e) {
+        std::fprintf(stderr, "sluice: error: %s\n", e.what());
+        return 1;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "sluice: error: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}

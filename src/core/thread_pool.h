@@ -1,0 +1,47 @@
+// A fixed pool of worker threads with one primitive: parallel_for over [0, n) split into contiguous ranges.
+// The split depends only on n and the thread count, so results are deterministic for a given thread count.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace sluice {
+
+class ThreadPool {
+public:
+    explicit ThreadPool(int n_threads);  // n_threads <= 0: hardware concurrency
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int n_threads() const { return n_threads_; }
+
+    // Calls fn(begin, end) on disjoint ranges covering [0, n); blocks until all are done. Ranges are at least
+    // min_chunk long (except the last). Exceptions thrown by fn are rethrown here (the first one).
+    void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
+
+private:
+    void worker(int index);
+
+    int n_threads_;
+    std::vector<std::thread> workers_;
+    std::mutex mu_;
+    std::condition_variable cv_start_, cv_done_;
+    const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+    int64_t job_n_ = 0, job_chunk_ = 0;
+    int job_parts_ = 0;
+    uint64_t generation_ = 0;
+    int pending_ = 0;
+    bool stop_ = false;
+    std::exception_ptr error_;
+};
+
+// The process-wide pool (created on first use with the count given to set_default_threads, or all cores).
+ThreadPool& default_pool();
+void set_default_threads(int n_threads);
+
+}  // namespace sluice

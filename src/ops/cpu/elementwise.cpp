@@ -1,0 +1,28 @@
+#include <cmath>
+
+#include "ops/cpu/simd.h"
+#include "ops/ops.h"
+
+namespace sluice::ops {
+
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float* xi = x + i * dim;
+        const float ss = cpu::dot_f32(xi, xi, dim);
+        const float inv = 1.0f / std::sqrt(ss / float(dim) + eps);
+        float* yi = y + i * dim;
+        if (weight)
+            for (int64_t j = 0; j < dim; ++j) yi[j] = (xi[j] * inv) * weight[j];
+        else
+            for (int64_t j = 0; j < dim; ++j) yi[j] = xi[j] * inv;
+    }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+}  // namespace sluice::ops

@@ -1,0 +1,56 @@
+// The op set the model files call. Each op has a plain reference twin in ops::ref (ops/reference/) that is the
+// test oracle; the dispatching entry points below choose the fastest available CPU path (ops/cpu/), and a CUDA
+// backend will plug in behind the same signatures. Activations are f32, row-major, rows = token rows.
+#pragma once
+
+#include <cstdint>
+
+#include "core/thread_pool.h"
+#include "ops/weight.h"
+
+namespace sluice {
+
+struct AttentionParams {
+    int64_t n_heads = 0;
+    int64_t n_kv_heads = 0;      // heads share kv head h / (n_heads / n_kv_heads); 1 = multi-query
+    int64_t head_dim_k = 0;      // q and k width per head
+    int64_t head_dim_v = 0;      // v width per head
+    float scale = 1.0f;          // multiplies q.k
+    const float* sinks = nullptr;  // [n_heads] learned sink logits (gpt-oss), or null
+    int64_t window = 0;          // >0: a row at position p sees keys (p - window, p]; 0 = full causal
+};
+
+namespace ops {
+
+// y[n, w.rows] = x[n, w.cols] . W^T. Deterministic for a given thread count.
+void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+
+// Dequantise row r of w into out[w.cols].
+void dequantize_row(const Weight& w, int64_t r, float* out);
+
+// y[n, dim] = x / sqrt(mean(x^2) + eps) * weight (weight may be null = 1). In-place allowed.
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y);
+
+// out[i] = silu(gate[i]) * up[i] for i < n.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+
+// Causal attention of query rows over one sequence's keys/values.
+//   q:   [n_rows, n_heads, head_dim_k]
+//   k:   key t, kv head g at k + t*k_stride + g*head_dim_k ; v likewise with v_stride and head_dim_v
+//   pos: [n_rows] position of each query row; row r sees keys t <= pos[r] (and t > pos[r]-window)
+//   out: [n_rows, n_heads, head_dim_v]
+void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, const float* k,
+               int64_t k_stride, const float* v, int64_t v_stride, float* out, ThreadPool& pool);
+
+}  // namespace ops
+
+namespace ops::ref {
+void matmul(const Weight& w, const float* x, int64_t n, float* y);
+void dequantize_row(const Weight& w, int64_t r, float* out);
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y);
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
+void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, const float* k,
+               int64_t k_stride, const float* v, int64_t v_stride, float* out);
+}  // namespace ops::ref
+
+}  // namespace sluice

@@ -1,0 +1,24 @@
+#include <cmath>
+
+#include "ops/ops.h"
+
+namespace sluice::ops::ref {
+
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* y) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float* xi = x + i * dim;
+        double ss = 0;
+        for (int64_t j = 0; j < dim; ++j) ss += double(xi[j]) * xi[j];
+        const float inv = float(1.0 / std::sqrt(ss / double(dim) + eps));
+        for (int64_t j = 0; j < dim; ++j) y[i * dim + j] = (xi[j] * inv) * (weight ? weight[j] : 1.0f);
+    }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+}  // namespace sluice::ops::ref

@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+using namespace sluice;
+
+TEST(DType, NamesRoundTrip) {
+    for (auto t : {DType::F32, DType::BF16, DType::F16, DType::F8_E4M3, DType::U8, DType::I32}) {
+        auto back = dtype_from_name(dtype_name(t));
+        ASSERT_TRUE(back.has_value());
+        EXPECT_EQ(*back, t);
+    }
+    EXPECT_FALSE(dtype_from_name("F12").has_value());
+    EXPECT_EQ(dtype_size_bytes(DType::BF16), 2u);
+}
+
+TEST(DType, HalfConversions) {
+    for (float f : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.333251953125f}) {
+        EXPECT_EQ(f16_to_f32(f32_to_f16(f)), f) << f;
+        EXPECT_EQ(bf16_to_f32(f32_to_bf16(f)), bf16_to_f32(f32_to_bf16(f)));
+    }
+    EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+    EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+    EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+    EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
+    EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+}
+
+TEST(DType, Fp8AndE8m0) {
+    EXPECT_EQ(fp8_e4m3_to_f32(0x38), 1.0f);   // 0 0111 000
+    EXPECT_EQ(fp8_e4m3_to_f32(0x7e), 448.0f); // max finite
+    EXPECT_TRUE(std::isnan(fp8_e4m3_to_f32(0x7f)));
+    EXPECT_EQ(fp8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+    EXPECT_EQ(e8m0_to_f32(127), 1.0f);
+    EXPECT_EQ(e8m0_to_f32(130), 8.0f);
+    EXPECT_TRUE(std::isnan(e8m0_to_f32(0xff)));
+}
+
+TEST(ThreadPool, CoversRangeOnce) {
+    ThreadPool pool(3);
+    for (int64_t n : {1, 2, 7, 100, 1001}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+        });
+        for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+    }
+}
+
+TEST(ThreadPool, PropagatesErrors) {
+    ThreadPool pool(2);
+    EXPECT_THROW(pool.parallel_for(10, [](int64_t b, int64_t) {
+        if (b > 0) fail("boom");
+    }), Error);
+    int calls = 0;
+    pool.parallel_for(1, [&](int64_t, int64_t) { ++calls; });
+    EXPECT_EQ(calls, 1);
+}
