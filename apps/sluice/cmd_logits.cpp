@@ -1,11 +1,35 @@
+// sluice logits -m DIR --ids 5,17,3 -o out.npy : float32 [n_ids, vocab], row i = next-token logits after ids[0..i].
+#include <memory>
+
 #include "commands.h"
-#include "core/error.h"
+#include "common.h"
+#include "core/log.h"
+#include "core/npy.h"
+#include "models/model.h"
+#include "runtime/generate.h"
 
 namespace sluice::cli {
 
 void register_logits(CLI::App& app) {
-    auto* sub = app.add_subcommand("logits", "(in progress)");
-    sub->callback([] { fail("logits: not implemented yet"); });
+    struct Args {
+        std::string model, ids, out;
+        int threads = 0;
+        int64_t chunk = 512;
+    };
+    auto a = std::make_shared<Args>();
+    auto* sub = app.add_subcommand("logits", "Write next-token logits for every prefix of --ids as a .npy file");
+    sub->add_option("-m,--model", a->model, "model folder (Hugging Face layout)")->required();
+    sub->add_option("--ids", a->ids, "comma-separated token ids, e.g. 5,17,3")->required();
+    sub->add_option("-o,--output", a->out, "output .npy path (float32 [n_ids, vocab])")->required();
+    sub->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)");
+    sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(CLI::PositiveNumber);
+    sub->callback([a] {
+        const auto ids = parse_ids(a->ids);
+        auto model = load_model(a->model, {.n_threads = a->threads});
+        const auto logits = prompt_logits(*model, ids, a->chunk);
+        npy_write_f32(a->out, logits.data(), {int64_t(ids.size()), model->info().vocab_size});
+        log_info("wrote ", a->out, ": [", ids.size(), ", ", model->info().vocab_size, "] float32");
+    });
 }
 
 }  // namespace sluice::cli

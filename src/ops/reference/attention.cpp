@@ -15,7 +15,7 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
         for (int64_t h = 0; h < p.n_heads; ++h) {
             const int64_t g = h / group;
             const float* qh = q + (r * p.n_heads + h) * p.head_dim_k;
-            std::vector<double> s(size_t(hi - lo));
+            std::vector<double> s(static_cast<size_t>(hi - lo));
             double mx = p.sinks ? double(p.sinks[h]) : -INFINITY;
             for (int64_t t = lo; t < hi; ++t) {
                 const float* kt = k + t * k_stride + g * p.head_dim_k;

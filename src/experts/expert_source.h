@@ -1,0 +1,43 @@
+// Experts are handles (layer, expert), not pointers: their bytes may be on SSD. An ExpertSource turns a set of
+// handles into resident weights, calling back as each one becomes available so compute can start on the first
+// expert while later ones are still being read. The resident source serves views of memory-mapped tensors.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "ops/weight.h"
+
+namespace sluice {
+
+// One routed expert's matrices: gate [I, H], up [I, H], down [H, I] (SwiGLU: down(silu(gate x) * up x)).
+struct ExpertWeights {
+    Weight gate, up, down;
+    uint64_t size_bytes() const;
+};
+
+class ExpertSource {
+public:
+    virtual ~ExpertSource() = default;
+    // Calls on_ready(i, weights) once for each experts[i] (distinct ids) of `layer`, in whatever order their bytes
+    // arrive, on the calling thread. `weights` is valid only during the call.
+    virtual void fetch(int64_t layer, std::span<const int32_t> experts,
+                       const std::function<void(size_t i, const ExpertWeights&)>& on_ready) = 0;
+};
+
+// Every expert's weights are already addressable (memory-mapped checkpoint).
+class ResidentExpertSource : public ExpertSource {
+public:
+    // experts[layer][e]; layers without routed experts have empty vectors.
+    explicit ResidentExpertSource(std::vector<std::vector<ExpertWeights>> experts) : experts_(std::move(experts)) {}
+    void fetch(int64_t layer, std::span<const int32_t> experts,
+               const std::function<void(size_t i, const ExpertWeights&)>& on_ready) override;
+    const std::vector<std::vector<ExpertWeights>>& all() const { return experts_; }
+
+private:
+    std::vector<std::vector<ExpertWeights>> experts_;
+};
+
+}  // namespace sluice

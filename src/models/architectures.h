@@ -1,0 +1,14 @@
+// One factory per architecture file; models/registry.cpp maps config.json names onto them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "formats/hf_config.h"
+#include "models/model.h"
+
+namespace sluice {
+
+std::unique_ptr<Model> make_deepseek_v3(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt);
+
+}  // namespace sluice

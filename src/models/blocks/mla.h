@@ -1,0 +1,59 @@
+// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2) in the absorbed form: the cache holds, per token, the
+// normalised latent c_kv [kv_lora_rank] followed by the rotated shared key k_pe [qk_rope_head_dim]; queries are
+// projected into the latent space (W_UK^T q_nope) so attention runs as multi-query attention over the cache, and
+// W_UV maps the attended latent back to each head's value. Same math as transformers' expanded form.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "models/blocks/rope.h"
+#include "ops/weight.h"
+
+namespace sluice {
+
+struct MlaConfig {
+    int64_t hidden_size = 0;
+    int64_t n_heads = 0;
+    int64_t q_lora_rank = 0;  // 0: plain q_proj
+    int64_t kv_lora_rank = 0;
+    int64_t qk_nope_head_dim = 0;
+    int64_t qk_rope_head_dim = 0;
+    int64_t v_head_dim = 0;
+    float softmax_scale = 1.0f;
+    float q_a_eps = 1e-6f, kv_a_eps = 1e-6f;
+    bool rope_interleave = true;
+
+    int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+    int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
+struct MlaWeights {
+    Weight q_proj;                  // [H*qk_head_dim, hidden] when q_lora_rank == 0
+    Weight q_a_proj;                // [q_lora_rank, hidden]
+    std::vector<float> q_a_layernorm;  // [q_lora_rank]
+    Weight q_b_proj;                // [H*qk_head_dim, q_lora_rank]
+    Weight kv_a_proj_with_mqa;      // [kv_lora_rank + rope, hidden]
+    std::vector<float> kv_a_layernorm; // [kv_lora_rank]
+    Weight kv_b_proj;               // [H*(nope + v), kv_lora_rank]
+    Weight o_proj;                  // [hidden, H*v]
+};
+
+// One sequence's latent cache for one layer: [n_tokens, cache_width] f32.
+struct MlaCache {
+    std::vector<float> data;
+};
+
+// The rows of one sequence inside a batch: batch row indices (increasing positions) and that sequence's cache.
+struct MlaSeqRows {
+    std::vector<int64_t> rows;
+    MlaCache* cache = nullptr;
+};
+
+// out[n, hidden] = MLA(x[n, hidden]). positions[n]. Writes each row's cache entry at its position first.
+void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, const float* x, int64_t n,
+                 const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ThreadPool& pool);
+
+}  // namespace sluice

@@ -1,0 +1,53 @@
+// Routed mixture-of-experts with an optional always-on shared expert, over a flat batch of rows:
+// route every row, take the union of the experts the rows chose, fetch them all at once through the
+// ExpertSource, compute each expert for all of its rows as it arrives, then combine in a fixed order
+// (ascending expert id per row) so that arrival order, caching and batching never change a bit of the output.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "experts/expert_source.h"
+#include "ops/weight.h"
+
+namespace sluice {
+
+struct SwigluWeights {
+    Weight gate, up, down;  // gate/up [I, H], down [H, I]
+};
+
+// y[n, H] = down(silu(gate x) * up x)
+void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+
+struct RouterParams {
+    int64_t n_experts = 0;
+    int64_t top_k = 0;
+    int64_t n_group = 1;          // group-limited routing (DeepSeek-V3)
+    int64_t topk_group = 1;
+    bool norm_topk_prob = true;
+    float routed_scaling_factor = 1.0f;
+};
+
+struct Routing {
+    int64_t top_k = 0;
+    std::vector<int32_t> experts;  // [n, top_k] ascending expert id within each row
+    std::vector<float> weights;    // [n, top_k]
+};
+
+// Sigmoid router with correction bias used for selection only (noaux_tc): logits = gate x in f32.
+Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
+                      int64_t n, ThreadPool& pool);
+
+struct MoeStats {
+    uint64_t rows = 0;
+    uint64_t expert_rows = 0;       // sum over experts of rows routed to it
+    uint64_t distinct_experts = 0;  // per call, summed
+};
+
+// out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given).
+void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
+                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats = nullptr);
+
+}  // namespace sluice

@@ -1,0 +1,260 @@
+// DeepseekV3ForCausalLM (DeepSeek-V3/R1, Kimi K2): pre-norm decoder layers of MLA attention and either a dense
+// SwiGLU MLP (layers < first_k_dense_replace) or a sigmoid-routed MoE with shared experts.
+// Reference: transformers models/deepseek_v3/modeling_deepseek_v3.py; DeepSeek-V3 inference/model.py.
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "experts/expert_source.h"
+#include "formats/checkpoint.h"
+#include "models/blocks/mla.h"
+#include "models/blocks/moe.h"
+#include "models/deepseek_v3_config.h"
+#include "models/model_info.h"
+#include "models/architectures.h"
+#include "models/weights.h"
+#include "ops/ops.h"
+
+namespace sluice {
+
+namespace {
+
+struct Layer {
+    std::vector<float> input_layernorm, post_attention_layernorm;  // [hidden]
+    MlaWeights attn;
+    bool moe = false;
+    SwigluWeights mlp;             // dense layers
+    Weight router;                 // [E, hidden]
+    std::vector<float> router_bias;  // [E] e_score_correction_bias
+    bool has_shared = false;
+    SwigluWeights shared;          // [n_shared * moe_intermediate]
+};
+
+class DeepseekV3State : public SequenceState {
+public:
+    explicit DeepseekV3State(int64_t n_layers, int64_t cache_width) : caches(static_cast<size_t>(n_layers)), cw(cache_width) {}
+    int64_t n_past() const override { return n; }
+    void truncate(int64_t n_tokens) override {
+        n = std::min(n, n_tokens);
+        for (auto& c : caches) c.data.resize(size_t(n) * size_t(cw));
+    }
+    uint64_t size_bytes() const override {
+        uint64_t b = 0;
+        for (const auto& c : caches) b += c.data.capacity() * sizeof(float);
+        return b;
+    }
+    std::vector<MlaCache> caches;
+    int64_t cw;
+    int64_t n = 0;
+};
+
+// Experts under the hub's per-expert names, or the fused tensors transformers 5 writes.
+std::vector<ExpertWeights> bind_experts(const Checkpoint& ck, const std::string& prefix, int64_t E, int64_t inter,
+                                        int64_t hidden) {
+    std::vector<ExpertWeights> out(static_cast<size_t>(E));
+    if (ck.has(prefix + "gate_up_proj")) {
+        Weight gu = bind_matrix(ck, prefix + "gate_up_proj", E * 2 * inter, hidden);
+        SLUICE_CHECK(ck.get(prefix + "gate_up_proj").shape() == (std::vector<int64_t>{E, 2 * inter, hidden}),
+                     ck.dir(), ": tensor '", prefix, "gate_up_proj' must be [", E, ", ", 2 * inter, ", ", hidden, "]");
+        ck.get(prefix + "down_proj", {E, hidden, inter});
+        Weight dn = bind_matrix(ck, prefix + "down_proj", E * hidden, inter);
+        for (int64_t e = 0; e < E; ++e) {
+            out[size_t(e)].gate = weight_rows(gu, e * 2 * inter, inter);
+            out[size_t(e)].up = weight_rows(gu, e * 2 * inter + inter, inter);
+            out[size_t(e)].down = weight_rows(dn, e * hidden, hidden);
+        }
+        return out;
+    }
+    for (int64_t e = 0; e < E; ++e) {
+        const std::string p = prefix + std::to_string(e) + ".";
+        out[size_t(e)].gate = bind_linear(ck, p + "gate_proj", inter, hidden);
+        out[size_t(e)].up = bind_linear(ck, p + "up_proj", inter, hidden);
+        out[size_t(e)].down = bind_linear(ck, p + "down_proj", hidden, inter);
+    }
+    return out;
+}
+
+SwigluWeights bind_swiglu(const Checkpoint& ck, const std::string& prefix, int64_t inter, int64_t hidden) {
+    return {bind_linear(ck, prefix + "gate_proj", inter, hidden), bind_linear(ck, prefix + "up_proj", inter, hidden),
+            bind_linear(ck, prefix + "down_proj", hidden, inter)};
+}
+
+class DeepseekV3Model : public Model {
+public:
+    DeepseekV3Model(const std::string& dir, const JsonObject& json, const LoadOptions& opt)
+        : ck_(dir), cfg_(DeepseekV3Config::from_json(json)), pool_(opt.n_threads) {
+        const auto& c = cfg_;
+        const int64_t d = c.hidden_size;
+        mla_.hidden_size = d;
+        mla_.n_heads = c.num_attention_heads;
+        mla_.q_lora_rank = c.q_lora_rank;
+        mla_.kv_lora_rank = c.kv_lora_rank;
+        mla_.qk_nope_head_dim = c.qk_nope_head_dim;
+        mla_.qk_rope_head_dim = c.qk_rope_head_dim;
+        mla_.v_head_dim = c.v_head_dim;
+        mla_.softmax_scale = c.softmax_scale();
+        mla_.rope_interleave = c.rope_interleave;
+        rope_ = Rope(c.rope, c.qk_rope_head_dim);
+
+        embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
+        norm_ = load_f32(ck_, "model.norm.weight", {d});
+        if (ck_.has("lm_head.weight"))
+            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
+        else if (c.tie_word_embeddings)
+            lm_head_ = embed_;
+        else
+            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+
+        const int64_t H = c.num_attention_heads, E = c.n_routed_experts;
+        std::vector<std::vector<ExpertWeights>> experts(static_cast<size_t>(c.num_hidden_layers));
+        for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+            const std::string p = "model.layers." + std::to_string(il) + ".";
+            Layer L;
+            L.input_layernorm = load_f32(ck_, p + "input_layernorm.weight", {d});
+            L.post_attention_layernorm = load_f32(ck_, p + "post_attention_layernorm.weight", {d});
+            const std::string a = p + "self_attn.";
+            if (c.q_lora_rank > 0) {
+                L.attn.q_a_proj = bind_linear(ck_, a + "q_a_proj", c.q_lora_rank, d);
+                L.attn.q_a_layernorm = load_f32(ck_, a + "q_a_layernorm.weight", {c.q_lora_rank});
+                L.attn.q_b_proj = bind_linear(ck_, a + "q_b_proj", H * c.qk_head_dim(), c.q_lora_rank);
+            } else {
+                L.attn.q_proj = bind_linear(ck_, a + "q_proj", H * c.qk_head_dim(), d);
+            }
+            L.attn.kv_a_proj_with_mqa = bind_linear(ck_, a + "kv_a_proj_with_mqa", mla_.cache_width(), d);
+            L.attn.kv_a_layernorm = load_f32(ck_, a + "kv_a_layernorm.weight", {c.kv_lora_rank});
+            L.attn.kv_b_proj = bind_linear(ck_, a + "kv_b_proj", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
+            L.attn.o_proj = bind_linear(ck_, a + "o_proj", d, H * c.v_head_dim);
+            if (c.is_moe_layer(il)) {
+                L.moe = true;
+                L.router = bind_matrix(ck_, p + "mlp.gate.weight", E, d);
+                if (ck_.has(p + "mlp.gate.e_score_correction_bias"))
+                    L.router_bias = load_f32(ck_, p + "mlp.gate.e_score_correction_bias", {E});
+                if (c.n_shared_experts > 0) {
+                    L.has_shared = true;
+                    L.shared = bind_swiglu(ck_, p + "mlp.shared_experts.", c.n_shared_experts * c.moe_intermediate_size, d);
+                }
+                experts[size_t(il)] = bind_experts(ck_, p + "mlp.experts.", E, c.moe_intermediate_size, d);
+            } else {
+                L.mlp = bind_swiglu(ck_, p + "mlp.", c.intermediate_size, d);
+            }
+            layers_.push_back(std::move(L));
+        }
+        router_.n_experts = E;
+        router_.top_k = c.num_experts_per_tok;
+        router_.n_group = c.n_group;
+        router_.topk_group = c.topk_group;
+        router_.norm_topk_prob = c.norm_topk_prob;
+        router_.routed_scaling_factor = float(c.routed_scaling_factor);
+        experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
+        fill_info();
+    }
+
+    const ModelInfo& info() const override { return info_; }
+
+    std::unique_ptr<SequenceState> new_sequence() const override {
+        return std::make_unique<DeepseekV3State>(cfg_.num_hidden_layers, mla_.cache_width());
+    }
+
+    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+        const auto& c = cfg_;
+        const int64_t n = batch.size(), d = c.hidden_size;
+        SLUICE_CHECK(n > 0, "forward: empty batch");
+        // validate rows and group them by sequence
+        std::map<int32_t, std::vector<int64_t>> rows_of;
+        for (int64_t i = 0; i < n; ++i) {
+            const int32_t t = batch.tokens[size_t(i)];
+            SLUICE_CHECK(t >= 0 && t < c.vocab_size, "token id ", t, " at batch row ", i, " is outside the vocabulary [0, ",
+                         c.vocab_size, ")");
+            const int32_t s = batch.seq[size_t(i)];
+            SLUICE_CHECK(s >= 0 && size_t(s) < seqs.size(), "batch row ", i, ": sequence index ", s, " out of range");
+            rows_of[s].push_back(i);
+        }
+        std::vector<DeepseekV3State*> states;
+        for (auto& [s, rows] : rows_of) {
+            auto* st = dynamic_cast<DeepseekV3State*>(seqs[size_t(s)]);
+            SLUICE_CHECK(st, "sequence ", s, " was not created by this model");
+            for (size_t j = 0; j < rows.size(); ++j)
+                SLUICE_CHECK(batch.positions[size_t(rows[j])] == st->n + int64_t(j), "sequence ", s,
+                             ": batch rows must continue the cache in order (expected position ", st->n + int64_t(j),
+                             ", got ", batch.positions[size_t(rows[j])], ")");
+        }
+
+        std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
+        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
+
+        for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+            const Layer& L = layers_[size_t(il)];
+            ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
+            std::vector<MlaSeqRows> seq_rows;
+            for (auto& [s, rows] : rows_of)
+                seq_rows.push_back({rows, &static_cast<DeepseekV3State*>(seqs[size_t(s)])->caches[size_t(il)]});
+            mla_forward(mla_, L.attn, rope_, h.data(), n, batch.positions.data(), seq_rows, y.data(), pool_);
+            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+
+            ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
+            if (L.moe) {
+                Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
+                moe_forward(il, r, *experts_, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_);
+            } else {
+                swiglu_forward(L.mlp, h.data(), n, y.data(), pool_);
+            }
+            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+        }
+        for (auto& [s, rows] : rows_of) static_cast<DeepseekV3State*>(seqs[size_t(s)])->n += int64_t(rows.size());
+
+        const int64_t nl = batch.n_logits();
+        std::vector<float> hl(static_cast<size_t>(nl * d));
+        for (int64_t i = 0, j = 0; i < n; ++i)
+            if (batch.want_logits[size_t(i)]) {
+                ops::rms_norm(x.data() + i * d, norm_.data(), 1, d, float(c.rms_norm_eps), hl.data() + j * d);
+                ++j;
+            }
+        logits.resize(size_t(nl * c.vocab_size));
+        if (nl > 0) ops::matmul(lm_head_, hl.data(), nl, logits.data(), pool_);
+    }
+
+private:
+    void fill_info() {
+        const auto& c = cfg_;
+        info_.architecture = "DeepseekV3ForCausalLM";
+        info_.model_type = c.model_type;
+        info_.vocab_size = c.vocab_size;
+        info_.hidden_size = c.hidden_size;
+        info_.num_hidden_layers = c.num_hidden_layers;
+        info_.n_routed_experts = c.n_routed_experts;
+        info_.num_experts_per_tok = c.num_experts_per_tok;
+        info_.n_shared_experts = c.n_shared_experts;
+        info_.bos_token_id = c.bos_token_id;
+        info_.eos_token_ids = c.eos_token_ids;
+        info_.max_position_embeddings = c.max_position_embeddings;
+        for (const auto& L : layers_) info_.n_moe_layers += L.moe ? 1 : 0;
+        fill_param_counts(ck_, info_, c.n_routed_experts, c.num_experts_per_tok, c.tie_word_embeddings, c.vocab_size,
+                          c.hidden_size);
+        for (const auto& bank : experts_->all())
+            if (!bank.empty()) {
+                info_.expert_bytes = bank[0].size_bytes();
+                break;
+            }
+    }
+
+    Checkpoint ck_;
+    DeepseekV3Config cfg_;
+    ThreadPool pool_;
+    MlaConfig mla_;
+    Rope rope_;
+    RouterParams router_;
+    Weight embed_, lm_head_;
+    std::vector<float> norm_;
+    std::vector<Layer> layers_;
+    std::unique_ptr<ResidentExpertSource> experts_;
+    ModelInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_deepseek_v3(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt) {
+    return std::make_unique<DeepseekV3Model>(dir, cfg, opt);
+}
+
+}  // namespace sluice

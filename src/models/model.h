@@ -1,0 +1,64 @@
+// The model interface every architecture implements, and the loader that picks one from config.json.
+// forward() takes a flat batch of rows from any number of sequences; each sequence carries its own state
+// (KV/latent caches) in a SequenceState that the model creates.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/batch.h"
+
+namespace sluice {
+
+class SequenceState {
+public:
+    virtual ~SequenceState() = default;
+    virtual int64_t n_past() const = 0;        // tokens already in the cache
+    virtual void truncate(int64_t n_tokens) = 0;  // forget positions >= n_tokens (rollback)
+    virtual uint64_t size_bytes() const = 0;   // memory held by this sequence's state
+};
+
+// What `sluice inspect` prints and what the planners need; filled by each architecture from its config.
+struct ModelInfo {
+    std::string architecture;   // e.g. DeepseekV3ForCausalLM
+    std::string model_type;     // e.g. kimi_k2
+    int64_t vocab_size = 0;
+    int64_t hidden_size = 0;
+    int64_t num_hidden_layers = 0;
+    int64_t n_moe_layers = 0;
+    int64_t n_routed_experts = 0;
+    int64_t num_experts_per_tok = 0;
+    int64_t n_shared_experts = 0;
+    uint64_t params_total = 0;           // all parameters (from tensor shapes; packed formats counted by elements)
+    uint64_t params_active = 0;          // parameters used per token
+    uint64_t expert_bytes = 0;           // bytes of one routed expert (all its matrices and scales)
+    uint64_t routed_expert_bytes_total = 0;
+    uint64_t spine_bytes = 0;            // everything that is not a routed expert
+    std::map<std::string, uint64_t> bytes_by_dtype;
+    std::vector<int32_t> eos_token_ids;
+    int32_t bos_token_id = -1;
+    int64_t max_position_embeddings = 0;
+};
+
+struct LoadOptions {
+    int n_threads = 0;  // 0 = all cores
+};
+
+class Model {
+public:
+    virtual ~Model() = default;
+    virtual const ModelInfo& info() const = 0;
+    virtual std::unique_ptr<SequenceState> new_sequence() const = 0;
+    // Runs every row of `batch`; appends each row to its sequence's state. logits receives
+    // [batch.n_logits(), vocab_size] f32, rows in batch order of the rows that want logits.
+    virtual void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) = 0;
+};
+
+// Reads DIR/config.json, picks the architecture, binds the weights. Throws Error naming the file and field.
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options = {});
+
+}  // namespace sluice

@@ -1,0 +1,50 @@
+// config.json -> architecture. Multimodal wrappers keep the text model in text_config; the architecture is
+// chosen by `architectures[0]` when known, else by `model_type`.
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+#include "models/architectures.h"
+
+namespace sluice {
+
+namespace {
+using Factory = std::unique_ptr<Model> (*)(const std::string&, const JsonObject&, const LoadOptions&);
+struct Entry {
+    std::vector<std::string> architectures;
+    std::vector<std::string> model_types;
+    Factory make;
+};
+const std::vector<Entry>& registry() {
+    static const std::vector<Entry> entries = {
+        {{"DeepseekV3ForCausalLM"}, {"deepseek_v3", "kimi_k2"}, make_deepseek_v3},
+    };
+    return entries;
+}
+}  // namespace
+
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
+    namespace fs = std::filesystem;
+    if (!fs::is_directory(dir)) fail(dir, ": not a directory (expected a Hugging Face model folder)");
+    const std::string path = (fs::path(dir) / "config.json").string();
+    if (!fs::exists(path)) fail(path, ": not found (a model folder needs config.json)");
+    JsonObject cfg = JsonObject::load_file(path);
+    std::string arch;
+    if (cfg.has("architectures")) {
+        auto list = cfg.get_string_list("architectures");
+        if (!list.empty()) arch = list[0];
+    }
+    const std::string model_type = cfg.get_string("model_type", "");
+    for (const auto& e : registry())
+        for (const auto& a : e.architectures)
+            if (a == arch) return e.make(dir, cfg, options);
+    for (const auto& e : registry())
+        for (const auto& t : e.model_types)
+            if (t == model_type) return e.make(dir, cfg, options);
+    std::string known;
+    for (const auto& e : registry())
+        for (const auto& a : e.architectures) known += (known.empty() ? "" : ", ") + a;
+    fail(path, ": unknown architecture '", arch, "' (model_type '", model_type, "'); supported: ", known);
+}
+
+}  // namespace sluice

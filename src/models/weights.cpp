@@ -1,0 +1,119 @@
+#include "models/weights.h"
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace sluice {
+
+namespace {
+WeightFormat float_format(const TensorView& v) {
+    switch (v.dtype()) {
+        case DType::F32: return WeightFormat::F32;
+        case DType::BF16: return WeightFormat::BF16;
+        case DType::F16: return WeightFormat::F16;
+        default:
+            fail(*v.path, ": tensor '", v.name(), "' has dtype ", dtype_name(v.dtype()),
+                 ", expected F32, BF16 or F16");
+    }
+}
+}  // namespace
+
+Weight bind_matrix(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols) {
+    TensorView v = ck.get(name, {rows, cols});
+    Weight w;
+    w.format = float_format(v);
+    w.rows = rows;
+    w.cols = cols;
+    w.data = v.data;
+    return w;
+}
+
+Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows, int64_t cols) {
+    const std::string plain = prefix + ".weight";
+    Weight w;
+    w.rows = rows;
+    w.cols = cols;
+    if (ck.has(plain)) {
+        TensorView v = ck.get(plain, {rows, cols});
+        if (v.dtype() == DType::F8_E4M3) {
+            const std::string sname = prefix + ".weight_scale_inv";
+            SLUICE_CHECK(ck.has(sname), ck.dir(), ": FP8 tensor '", plain, "' has no '", sname, "'");
+            TensorView s = ck.get(sname, {(rows + 127) / 128, (cols + 127) / 128});
+            SLUICE_CHECK(s.dtype() == DType::F32, *s.path, ": tensor '", sname, "' has dtype ",
+                         dtype_name(s.dtype()), ", expected F32");
+            w.format = WeightFormat::FP8_E4M3_B128;
+            w.data = v.data;
+            w.scales = s.data;
+            return w;
+        }
+        w.format = float_format(v);
+        w.data = v.data;
+        return w;
+    }
+    const std::string packed = prefix + ".weight_packed";
+    const std::string sname = prefix + ".weight_scale";
+    if (ck.has(packed)) {
+        TensorView p = ck.get(packed);
+        SLUICE_CHECK(cols % 32 == 0, ck.dir(), ": tensor '", packed, "': input width ", cols,
+                     " is not a multiple of the 32-element group");
+        SLUICE_CHECK(ck.has(sname), ck.dir(), ": packed tensor '", packed, "' has no '", sname, "'");
+        if (p.dtype() == DType::U8) {
+            ck.get(packed, {rows, cols / 2});
+            TensorView s = ck.get(sname, {rows, cols / 32});
+            SLUICE_CHECK(s.dtype() == DType::U8 || s.dtype() == DType::F8_E8M0, *s.path, ": tensor '", sname,
+                         "' has dtype ", dtype_name(s.dtype()), ", expected U8 (E8M0 scales)");
+            w.format = WeightFormat::MXFP4;
+            w.data = p.data;
+            w.scales = s.data;
+            return w;
+        }
+        if (p.dtype() == DType::I32) {
+            ck.get(packed, {rows, cols / 8});
+            TensorView s = ck.get(sname, {rows, cols / 32});
+            SLUICE_CHECK(s.dtype() == DType::BF16, *s.path, ": tensor '", sname, "' has dtype ",
+                         dtype_name(s.dtype()), ", expected BF16 group scales");
+            w.format = WeightFormat::INT4_G32;
+            w.data = p.data;
+            w.scales = s.data;
+            return w;
+        }
+        fail(*p.path, ": tensor '", packed, "' has dtype ", dtype_name(p.dtype()),
+             ", expected U8 (MXFP4) or I32 (INT4 pack-quantized)");
+    }
+    fail(ck.dir(), ": tensor '", plain, "' not found in the checkpoint");
+}
+
+Weight weight_rows(const Weight& w, int64_t row0, int64_t n) {
+    SLUICE_ASSERT(row0 >= 0 && n >= 0 && row0 + n <= w.rows, "rows ", row0, "+", n, " of ", w.rows);
+    Weight out = w;
+    out.rows = n;
+    Weight one = w;
+    one.rows = 1;
+    switch (w.format) {
+        case WeightFormat::FP8_E4M3_B128:
+            SLUICE_ASSERT(row0 % 128 == 0, "FP8 row slice must start on a 128-row block");
+            out.data = w.data + uint64_t(row0) * uint64_t(w.cols);
+            out.scales = w.scales + uint64_t(row0 / 128) * uint64_t((w.cols + 127) / 128) * 4;
+            return out;
+        default:
+            out.data = w.data + uint64_t(row0) * one.data_bytes();
+            if (w.scales) out.scales = w.scales + uint64_t(row0) * one.scale_bytes();
+            return out;
+    }
+}
+
+std::vector<float> load_f32(const Checkpoint& ck, const std::string& name, const std::vector<int64_t>& shape) {
+    TensorView v = ck.get(name, shape);
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    Weight w;
+    w.format = float_format(v);
+    w.rows = 1;
+    w.cols = n;
+    w.data = v.data;
+    std::vector<float> out(static_cast<size_t>(n));
+    if (n > 0) ops::ref::dequantize_row(w, 0, out.data());
+    return out;
+}
+
+}  // namespace sluice

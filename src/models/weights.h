@@ -1,0 +1,30 @@
+// Binding checkpoint tensors to Weights with shape and dtype checks: one place that knows how each format is
+// spelled in safetensors (plain F32/BF16/F16 `.weight`; FP8 `.weight` + `.weight_scale_inv`; compressed-tensors
+// `.weight_packed` + `.weight_scale` for MXFP4 (U8) and INT4 (I32)). Errors name the tensor, expected and actual.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "ops/weight.h"
+
+namespace sluice {
+
+// A linear layer's weight: `prefix` is e.g. "model.layers.3.self_attn.q_a_proj" (without ".weight").
+Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows, int64_t cols);
+
+// A plain float tensor (F32/BF16/F16) as a Weight of [rows, cols], e.g. embeddings.
+Weight bind_matrix(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols);
+
+// Rows [row0, row0 + n) of a bound weight, e.g. one expert's slice of a fused tensor. Only formats whose rows are
+// independent (not FP8 128-row blocks unless row0 and n are multiples of 128).
+Weight weight_rows(const Weight& w, int64_t row0, int64_t n);
+
+// A small tensor (norm weight, bias) dequantised to f32 with its exact shape checked.
+std::vector<float> load_f32(const Checkpoint& ck, const std::string& name, const std::vector<int64_t>& shape);
+
+// Bytes that a Weight occupies (payload + scales).
+inline uint64_t weight_bytes(const Weight& w) { return w.data_bytes() + w.scale_bytes(); }
+
+}  // namespace sluice

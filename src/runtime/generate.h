@@ -1,0 +1,36 @@
+// The single-sequence generation loop shared by the CLI (and later the server): prefill the prompt in chunks,
+// then decode one token per step, streaming each token to a callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "models/model.h"
+#include "runtime/sampler.h"
+
+namespace sluice {
+
+struct GenerateOptions {
+    int64_t max_new_tokens = 16;
+    int64_t prefill_chunk = 512;  // prompt rows per forward pass
+    bool stop_at_eos = true;
+    SamplingParams sampling;
+};
+
+struct GenerateResult {
+    std::vector<int32_t> ids;       // generated ids (without the prompt)
+    int64_t n_prompt = 0;
+    double prefill_ms = 0, decode_ms = 0;
+    std::string stop_reason;        // "length" or "eos" or "callback"
+};
+
+// on_token(id) is called for every generated id; returning false stops generation.
+GenerateResult generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
+                        const std::function<bool(int32_t)>& on_token = nullptr);
+
+// Logits for every prompt position ([n, vocab]: row i = next-token logits after prompt[0..i]), prefilled in chunks.
+std::vector<float> prompt_logits(Model& model, std::span<const int32_t> prompt, int64_t chunk);
+
+}  // namespace sluice
