@@ -54,11 +54,8 @@ std::vector<ExpertWeights> bind_experts(const Checkpoint& ck, const std::string&
                                         int64_t hidden) {
     std::vector<ExpertWeights> out(static_cast<size_t>(E));
     if (ck.has(prefix + "gate_up_proj")) {
-        Weight gu = bind_matrix(ck, prefix + "gate_up_proj", E * 2 * inter, hidden);
-        SLUICE_CHECK(ck.get(prefix + "gate_up_proj").shape() == (std::vector<int64_t>{E, 2 * inter, hidden}),
-                     ck.dir(), ": tensor '", prefix, "gate_up_proj' must be [", E, ", ", 2 * inter, ", ", hidden, "]");
-        ck.get(prefix + "down_proj", {E, hidden, inter});
-        Weight dn = bind_matrix(ck, prefix + "down_proj", E * hidden, inter);
+        const Weight gu = bind_stacked(ck, prefix + "gate_up_proj", E, 2 * inter, hidden);
+        const Weight dn = bind_stacked(ck, prefix + "down_proj", E, hidden, inter);
         for (int64_t e = 0; e < E; ++e) {
             out[size_t(e)].gate = weight_rows(gu, e * 2 * inter, inter);
             out[size_t(e)].up = weight_rows(gu, e * 2 * inter + inter, inter);

@@ -28,6 +28,16 @@ Weight bind_matrix(const Checkpoint& ck, const std::string& name, int64_t rows, 
     return w;
 }
 
+Weight bind_stacked(const Checkpoint& ck, const std::string& name, int64_t n, int64_t rows, int64_t cols) {
+    TensorView v = ck.get(name, {n, rows, cols});
+    Weight w;
+    w.format = float_format(v);
+    w.rows = n * rows;
+    w.cols = cols;
+    w.data = v.data;
+    return w;
+}
+
 Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows, int64_t cols) {
     const std::string plain = prefix + ".weight";
     Weight w;

@@ -17,6 +17,9 @@ Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows
 // A plain float tensor (F32/BF16/F16) as a Weight of [rows, cols], e.g. embeddings.
 Weight bind_matrix(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols);
 
+// A stacked [n, rows, cols] float tensor (fused experts) viewed as one [n*rows, cols] Weight.
+Weight bind_stacked(const Checkpoint& ck, const std::string& name, int64_t n, int64_t rows, int64_t cols);
+
 // Rows [row0, row0 + n) of a bound weight, e.g. one expert's slice of a fused tensor. Only formats whose rows are
 // independent (not FP8 128-row blocks unless row0 and n are multiples of 128).
 Weight weight_rows(const Weight& w, int64_t row0, int64_t n);
