@@ -1,0 +1,98 @@
+// The CLI forms other tools depend on: `logits` writes a standard .npy, `generate --json` ends stdout with one
+// JSON object, `inspect --json` reports the model's figures.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../support/st_builder.h"
+#include "core/npy.h"
+
+using namespace sluice;
+
+namespace {
+const std::string kFixture = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/dsv3_qlora_group_yarn";
+
+std::string run(const std::string& args, int* status = nullptr) {
+    std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
+    int s = p ? pclose(p) : -1;
+    if (status) *status = WEXITSTATUS(s);
+    return out;
+}
+
+nlohmann::json ref() {
+    std::ifstream f(kFixture + "/ref.json");
+    return nlohmann::json::parse(f);
+}
+
+std::string join(const std::vector<int>& ids) {
+    std::string s;
+    for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+    return s;
+}
+}  // namespace
+
+TEST(Cli, LogitsWritesNpy) {
+    auto r = ref();
+    auto ids = r["ids"].get<std::vector<int>>();
+    const std::string out = test::temp_dir("cli_logits") + "/out.npy";
+    int status = -1;
+    run("logits -m " + kFixture + " --ids " + join(ids) + " -o " + out + " -t 1", &status);
+    ASSERT_EQ(status, 0);
+    auto got = npy_read(out);
+    auto want = npy_read(kFixture + "/ref_logits.npy");
+    EXPECT_EQ(got.descr, "<f4");
+    EXPECT_EQ(got.shape, want.shape);
+    auto g = got.as_f32(), w = want.as_f32();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+        num = std::max(num, std::fabs(double(g[i]) - w[i]));
+        den = std::max(den, std::fabs(double(w[i])));
+    }
+    EXPECT_LE(num / den, 1e-4);
+}
+
+TEST(Cli, GenerateJsonLastLine) {
+    auto r = ref();
+    auto ids = r["ids"].get<std::vector<int>>();
+    auto greedy = r["greedy"].get<std::vector<int>>();
+    int status = -1;
+    std::string out = run("generate -m " + kFixture + " --ids " + join(ids) + " -n " + std::to_string(greedy.size()) +
+                              " --ignore-eos --json",
+                          &status);
+    ASSERT_EQ(status, 0);
+    auto last = out.substr(out.rfind('\n', out.size() - 2) == std::string::npos ? 0 : out.rfind('\n', out.size() - 2) + 1);
+    auto j = nlohmann::json::parse(last);
+    EXPECT_EQ(j["ids"].get<std::vector<int>>(), greedy);
+    EXPECT_TRUE(j.contains("decode_tok_per_s"));
+    EXPECT_TRUE(j.contains("prefill_ms"));
+}
+
+TEST(Cli, SeededSamplingIsReproducible) {
+    const std::string args = "generate -m " + kFixture + " --ids 1,2,3 -n 8 --temp 0.9 --top-k 20 --seed 7 --ignore-eos --json";
+    auto ids = [](const std::string& out) { return nlohmann::json::parse(out)["ids"].get<std::vector<int>>(); };
+    EXPECT_EQ(ids(run(args)), ids(run(args)));
+    EXPECT_NE(ids(run(args)),
+              ids(run("generate -m " + kFixture + " --ids 1,2,3 -n 8 --temp 0.9 --top-k 20 --seed 8 --ignore-eos --json")));
+}
+
+TEST(Cli, InspectJson) {
+    int status = -1;
+    auto j = nlohmann::json::parse(run("inspect -m " + kFixture + " --json", &status));
+    ASSERT_EQ(status, 0);
+    EXPECT_EQ(j["architecture"], "DeepseekV3ForCausalLM");
+    EXPECT_EQ(j["n_routed_experts"], 16);
+    EXPECT_EQ(j["num_experts_per_tok"], 4);
+    EXPECT_EQ(j["n_moe_layers"], 2);
+    // one expert: gate + up [32, 64] and down [64, 32] in f32
+    EXPECT_EQ(j["expert_bytes"], 3 * 32 * 64 * 4);
+    EXPECT_EQ(j["expert_bytes_read_per_token"], 3 * 32 * 64 * 4 * 4 * 2);
+    EXPECT_LT(j["params_active"].get<uint64_t>(), j["params_total"].get<uint64_t>());
+}

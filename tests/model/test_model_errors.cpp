@@ -1,0 +1,180 @@
+// Bad model folders and bad requests: one clear error naming the file and the field, never a crash.
+// Broken folders are made from a real fixture by rewriting its config.json or its safetensors header.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../support/st_builder.h"
+#include "core/error.h"
+#include "formats/safetensors.h"
+#include "models/model.h"
+#include "runtime/generate.h"
+
+using namespace sluice;
+using namespace sluice::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFixture = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/k2_noqlora";
+
+std::string read_all(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// A copy of the fixture whose config.json and safetensors header pass through the given edits.
+std::string broken_copy(const std::string& name, const std::function<void(nlohmann::json&)>& edit_config,
+                        const std::function<void(nlohmann::json&)>& edit_header = nullptr, size_t truncate_bytes = 0) {
+    std::string dir = temp_dir(name);
+    auto cfg = nlohmann::json::parse(read_all(kFixture + "/config.json"));
+    if (edit_config) edit_config(cfg);
+    write_file(dir + "/config.json", cfg.dump());
+    std::string st = read_all(kFixture + "/model.safetensors");
+    if (edit_header) {
+        uint64_t n;
+        std::memcpy(&n, st.data(), 8);
+        auto h = nlohmann::json::parse(st.substr(8, n));
+        edit_header(h);
+        std::string hs = h.dump();
+        while (hs.size() % 8) hs += ' ';
+        st = safetensors_bytes(hs, st.substr(8 + n));
+    }
+    if (truncate_bytes) st.resize(st.size() - truncate_bytes);
+    write_file(dir + "/model.safetensors", st);
+    return dir;
+}
+
+std::string load_error(const std::string& dir) {
+    try {
+        load_model(dir);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+#define EXPECT_CONTAINS(haystack, needle) \
+    EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "expected '" << (needle) << "' in: " << (haystack)
+
+}  // namespace
+
+TEST(ModelErrors, MissingFolderOrConfig) {
+    EXPECT_CONTAINS(load_error("/nonexistent/model"), "not a directory");
+    auto dir = temp_dir("noconfig");
+    EXPECT_CONTAINS(load_error(dir), "config.json: not found");
+    write_file(dir + "/config.json", "{\"architectures\": [");
+    EXPECT_CONTAINS(load_error(dir), "config.json: not valid JSON");
+}
+
+TEST(ModelErrors, UnknownArchitecture) {
+    auto dir = broken_copy("unknown_arch", [](auto& c) {
+        c["architectures"] = {"LlamaForCausalLM"};
+        c["model_type"] = "llama";
+    });
+    auto err = load_error(dir);
+    EXPECT_CONTAINS(err, "config.json: unknown architecture 'LlamaForCausalLM'");
+    EXPECT_CONTAINS(err, "supported: DeepseekV3ForCausalLM");
+}
+
+TEST(ModelErrors, MalformedConfigField) {
+    EXPECT_CONTAINS(load_error(broken_copy("bad_field", [](auto& c) { c["kv_lora_rank"] = "512"; })),
+                    "config.json: field 'kv_lora_rank' must be an integer");
+    EXPECT_CONTAINS(load_error(broken_copy("missing_field", [](auto& c) { c.erase("hidden_size"); })),
+                    "config.json: field 'hidden_size' is missing");
+}
+
+TEST(ModelErrors, ConfigDisagreesWithTensors) {
+    auto err = load_error(broken_copy("wrong_hidden", [](auto& c) { c["hidden_size"] = 96; }));
+    EXPECT_CONTAINS(err, "model.safetensors: tensor 'model.embed_tokens.weight' has shape [256, 64], expected [256, 96]");
+}
+
+TEST(ModelErrors, MissingTensor) {
+    auto err = load_error(broken_copy("missing_tensor", nullptr, [](auto& h) {
+        h["model.layers.0.self_attn.q_proj.weight_renamed"] = h["model.layers.0.self_attn.q_proj.weight"];
+        h.erase("model.layers.0.self_attn.q_proj.weight");
+    }));
+    EXPECT_CONTAINS(err, "tensor 'model.layers.0.self_attn.q_proj.weight' not found");
+}
+
+TEST(ModelErrors, WrongDtype) {
+    auto err = load_error(broken_copy("wrong_dtype", nullptr, [](auto& h) {
+        h["model.norm.weight"]["dtype"] = "I16";  // same byte size as BF16
+    }));
+    EXPECT_CONTAINS(err, "tensor 'model.norm.weight' has dtype I16, expected F32, BF16 or F16");
+}
+
+TEST(ModelErrors, WrongShape) {
+    auto err = load_error(broken_copy("wrong_shape", nullptr, [](auto& h) {
+        auto s = h["model.layers.0.self_attn.kv_b_proj.weight"]["shape"];
+        h["model.layers.0.self_attn.kv_b_proj.weight"]["shape"] = {s[1], s[0]};
+    }));
+    EXPECT_CONTAINS(err, "tensor 'model.layers.0.self_attn.kv_b_proj.weight' has shape");
+}
+
+TEST(ModelErrors, TruncatedWeights) {
+    auto err = load_error(broken_copy("truncated", nullptr, nullptr, 1000));
+    EXPECT_CONTAINS(err, "model.safetensors: tensor");
+    EXPECT_CONTAINS(err, "file truncated?");
+}
+
+TEST(ModelErrors, TokenOutsideVocabulary) {
+    auto model = load_model(kFixture);
+    std::vector<int32_t> ids = {1, 2, 256};
+    try {
+        prompt_logits(*model, ids, 16);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_CONTAINS(e.what(), "token id 256 at batch row 2 is outside the vocabulary [0, 256)");
+    }
+}
+
+TEST(ModelErrors, RowsMustContinueTheCache) {
+    auto model = load_model(kFixture);
+    auto seq = model->new_sequence();
+    SequenceState* seqs[] = {seq.get()};
+    Batch b;
+    b.add(1, 5, 0, true);
+    std::vector<float> logits;
+    try {
+        model->forward(b, seqs, logits);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_CONTAINS(e.what(), "expected position 0, got 5");
+    }
+}
+
+// The CLI turns each of these into one line on stderr and exit status 1.
+TEST(ModelErrors, CliExitsWithOneClearLine) {
+    const std::string bin = SLUICE_BINARY;
+    const std::string out = temp_dir("cli") + "/out.npy";
+    struct Case {
+        std::string args, needle;
+    } cases[] = {
+        {"logits -m " + kFixture + " --ids 1,x,3 -o " + out, "--ids: item 1 ('x') is not an integer"},
+        {"logits -m " + kFixture + " --ids 1,999 -o " + out, "token id 999 at batch row 1 is outside the vocabulary"},
+        {"generate -m /nonexistent --ids 1 -n 2", "/nonexistent: not a directory"},
+        {"generate -m " + kFixture + " --ids 1 -n 2 --top-p 3", "top-p must be in (0, 1]"},
+        {"inspect -m " + std::string(SLUICE_TEST_DATA_DIR), "config.json: not found"},
+    };
+    for (const auto& c : cases) {
+        std::string cmd = bin + " " + c.args + " 2>&1 >/dev/null";
+        FILE* p = popen(cmd.c_str(), "r");
+        ASSERT_TRUE(p);
+        std::string err;
+        std::array<char, 512> buf;
+        while (fgets(buf.data(), int(buf.size()), p)) err += buf.data();
+        const int status = pclose(p);
+        EXPECT_EQ(WEXITSTATUS(status), 1) << c.args;
+        EXPECT_CONTAINS(err, c.needle);
+        EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+        EXPECT_EQ(err.rfind("sluice: error: ", 0), 0u) << err;
+    }
+}
