@@ -90,6 +90,10 @@ DeepseekV3Config DeepseekV3Config::from_json(const JsonObject& j) {
     if (c.first_k_dense_replace > 0 || c.n_routed_experts == 0) positive("intermediate_size", c.intermediate_size);
     SLUICE_CHECK(c.rms_norm_eps > 0, w, ": field 'rms_norm_eps' must be > 0");
     SLUICE_CHECK(c.rope.rope_theta > 0, w, ": rope_theta must be > 0");
+    positive("max_position_embeddings", c.max_position_embeddings);
+    if (c.rope.rope_type == "yarn")
+        SLUICE_CHECK(c.rope.original_max_position_embeddings > 0, w,
+                     ": rope scaling field 'original_max_position_embeddings' must be > 0");
     return c;
 }
 

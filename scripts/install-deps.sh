@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything sluice needs to build and test, from Debian packages only (no downloads at build time).
+# Safe to run repeatedly. Needs root (or sudo) for apt-get.
+set -euo pipefail
+packages=(
+    build-essential cmake ninja-build pkg-config git
+    nlohmann-json3-dev libcli11-dev liburing-dev libxxhash-dev libpcre2-dev zlib1g-dev
+    libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+    clang-14 libclang-rt-14-dev
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#packages[@]} packages present"
+    exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
