@@ -1,0 +1,158 @@
+#include "experts/expert_cache.h"
+
+#include <cstdlib>
+#include <limits>
+
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+
+class LruPolicy : public CachePolicy {
+public:
+    explicit LruPolicy(size_t n) : last_(n, 0) {}
+    std::string name() const override { return "lru"; }
+    void on_insert(size_t s, ExpertKey) override { last_[s] = ++clock_; }
+    void on_hit(size_t s, ExpertKey) override { last_[s] = ++clock_; }
+    void on_evict(size_t s) override { last_[s] = 0; }
+    size_t victim(const std::vector<uint8_t>& ok) override {
+        size_t best = SIZE_MAX;
+        for (size_t s = 0; s < last_.size(); ++s)
+            if (ok[s] && (best == SIZE_MAX || last_[s] < last_[best])) best = s;
+        return best;
+    }
+
+private:
+    std::vector<uint64_t> last_;
+    uint64_t clock_ = 0;
+};
+
+class LfuPolicy : public CachePolicy {
+public:
+    explicit LfuPolicy(size_t n) : key_(n), last_(n, 0) {}
+    std::string name() const override { return "lfu"; }
+    void on_insert(size_t s, ExpertKey k) override {
+        key_[s] = k.packed();
+        touch(s);
+    }
+    void on_hit(size_t s, ExpertKey) override { touch(s); }
+    void on_evict(size_t s) override { last_[s] = 0; }
+    size_t victim(const std::vector<uint8_t>& ok) override {
+        size_t best = SIZE_MAX;
+        for (size_t s = 0; s < key_.size(); ++s) {
+            if (!ok[s]) continue;
+            if (best == SIZE_MAX) {
+                best = s;
+                continue;
+            }
+            const uint32_t fs = freq_[key_[s]], fb = freq_[key_[best]];
+            if (fs < fb || (fs == fb && last_[s] < last_[best])) best = s;
+        }
+        return best;
+    }
+
+private:
+    void touch(size_t s) {
+        last_[s] = ++clock_;
+        ++freq_[key_[s]];
+        if (clock_ % (16 * key_.size() + 1024) == 0)  // aging: old popularity fades
+            for (auto& [k, f] : freq_) f /= 2;
+    }
+    std::vector<uint64_t> key_, last_;
+    std::unordered_map<uint64_t, uint32_t> freq_;
+    uint64_t clock_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<CachePolicy> make_lru_policy(size_t n) { return std::make_unique<LruPolicy>(n); }
+std::unique_ptr<CachePolicy> make_lfu_policy(size_t n) { return std::make_unique<LfuPolicy>(n); }
+std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n) {
+    if (name == "lru") return make_lru_policy(n);
+    if (name == "lfu") return make_lfu_policy(n);
+    fail("unknown expert cache policy '", name, "' (lru, lfu)");
+}
+
+ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_layers,
+                         std::unique_ptr<CachePolicy> policy)
+    : slot_bytes_((slot_bytes + 4095) / 4096 * 4096), stats_(static_cast<size_t>(n_layers)) {
+    SLUICE_CHECK(slot_bytes > 0, "expert cache: slot size must be > 0");
+    n_slots_ = size_t(budget_bytes / slot_bytes_);
+    policy_ = policy ? std::move(policy) : make_lru_policy(n_slots_);
+    if (n_slots_ > 0) {
+        memory_ = static_cast<uint8_t*>(std::aligned_alloc(4096, n_slots_ * slot_bytes_));
+        SLUICE_CHECK(memory_, "expert cache: cannot allocate ", n_slots_ * slot_bytes_, " bytes");
+    }
+    key_of_.resize(n_slots_);
+    used_.assign(n_slots_, 0);
+    pins_.assign(n_slots_, 0);
+}
+
+ExpertCache::~ExpertCache() { std::free(memory_); }
+
+uint8_t* ExpertCache::acquire(ExpertKey key) {
+    auto& st = stats_.at(size_t(key.layer));
+    auto it = where_.find(key.packed());
+    if (it == where_.end()) {
+        ++st.misses;
+        return nullptr;
+    }
+    ++st.hits;
+    ++pins_[it->second];
+    policy_->on_hit(it->second, key);
+    return memory_ + it->second * slot_bytes_;
+}
+
+uint8_t* ExpertCache::insert(ExpertKey key) {
+    SLUICE_ASSERT(!contains(key), "expert ", key.layer, "/", key.expert, " already cached");
+    if (n_slots_ == 0) return nullptr;
+    size_t slot = SIZE_MAX;
+    for (size_t s = 0; s < n_slots_ && slot == SIZE_MAX; ++s)
+        if (!used_[s]) slot = s;
+    if (slot == SIZE_MAX) {
+        std::vector<uint8_t> evictable(n_slots_);
+        bool any = false;
+        for (size_t s = 0; s < n_slots_; ++s) any |= bool(evictable[s] = pins_[s] == 0);
+        if (!any) return nullptr;
+        slot = policy_->victim(evictable);
+        SLUICE_ASSERT(slot < n_slots_ && evictable[slot], "policy chose a pinned slot");
+        ++stats_.at(size_t(key_of_[slot].layer)).evictions;
+        where_.erase(key_of_[slot].packed());
+        policy_->on_evict(slot);
+    }
+    used_[slot] = 1;
+    pins_[slot] = 1;
+    key_of_[slot] = key;
+    where_[key.packed()] = slot;
+    policy_->on_insert(slot, key);
+    return memory_ + slot * slot_bytes_;
+}
+
+void ExpertCache::unpin(ExpertKey key) {
+    auto it = where_.find(key.packed());
+    SLUICE_ASSERT(it != where_.end() && pins_[it->second] > 0, "unpin of an expert that is not pinned");
+    --pins_[it->second];
+}
+
+void ExpertCache::drop(ExpertKey key) {
+    auto it = where_.find(key.packed());
+    if (it == where_.end()) return;
+    const size_t slot = it->second;
+    where_.erase(it);
+    used_[slot] = 0;
+    pins_[slot] = 0;
+    policy_->on_evict(slot);
+}
+
+LayerCacheStats ExpertCache::total_stats() const {
+    LayerCacheStats t;
+    for (const auto& s : stats_) {
+        t.hits += s.hits;
+        t.misses += s.misses;
+        t.evictions += s.evictions;
+    }
+    return t;
+}
+
+}  // namespace sluice

@@ -1,0 +1,79 @@
+// A byte-budgeted cache of expert weights in fixed-size slots carved from one aligned allocation, so the memory it
+// holds is exactly what the budget allows, by construction. A replacement policy (LRU, frequency-aware) picks
+// victims among unpinned slots; experts in use by the current step are pinned. Per-layer hit/miss statistics.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace sluice {
+
+struct ExpertKey {
+    int32_t layer = 0, expert = 0;
+    bool operator==(const ExpertKey&) const = default;
+    uint64_t packed() const { return uint64_t(uint32_t(layer)) << 32 | uint32_t(expert); }
+};
+
+// Chooses which slot to evict. Slots are identified by index; the policy sees every access.
+class CachePolicy {
+public:
+    virtual ~CachePolicy() = default;
+    virtual std::string name() const = 0;
+    virtual void on_insert(size_t slot, ExpertKey key) = 0;
+    virtual void on_hit(size_t slot, ExpertKey key) = 0;
+    virtual void on_evict(size_t slot) = 0;
+    // The slot to evict among those with evictable[slot] == true (at least one is).
+    virtual size_t victim(const std::vector<uint8_t>& evictable) = 0;
+};
+
+std::unique_ptr<CachePolicy> make_lru_policy(size_t n_slots);
+// Least-frequently-used with periodic halving of counts (aging), ties broken by recency. Counts survive eviction
+// (keyed by expert), so an expert that keeps coming back wins its slot back.
+std::unique_ptr<CachePolicy> make_lfu_policy(size_t n_slots);
+std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n_slots);  // "lru" | "lfu"
+
+struct LayerCacheStats {
+    uint64_t hits = 0, misses = 0, evictions = 0;
+};
+
+class ExpertCache {
+public:
+    // slot_bytes is rounded up to 4 KiB; n_slots = budget_bytes / slot_bytes (may be 0: everything streams).
+    ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_layers, std::unique_ptr<CachePolicy> policy);
+    ~ExpertCache();
+    ExpertCache(const ExpertCache&) = delete;
+    ExpertCache& operator=(const ExpertCache&) = delete;
+
+    size_t n_slots() const { return n_slots_; }
+    uint64_t slot_bytes() const { return slot_bytes_; }
+    uint64_t allocated_bytes() const { return uint64_t(n_slots_) * slot_bytes_; }
+
+    // The slot holding key (counted as a hit and pinned), or nullptr (counted as a miss).
+    uint8_t* acquire(ExpertKey key);
+    // A slot for key's bytes, evicting an unpinned victim; pinned. nullptr if every slot is pinned (or none exist).
+    // The caller fills it and must call unpin() when done; if the fill fails, call drop(key).
+    uint8_t* insert(ExpertKey key);
+    void unpin(ExpertKey key);
+    void drop(ExpertKey key);  // forget key (e.g. its read failed); unpins its slot
+    bool contains(ExpertKey key) const { return where_.count(key.packed()) != 0; }
+
+    const std::vector<LayerCacheStats>& layer_stats() const { return stats_; }
+    LayerCacheStats total_stats() const;
+    std::string policy_name() const { return policy_->name(); }
+
+private:
+    uint64_t slot_bytes_;
+    size_t n_slots_;
+    uint8_t* memory_ = nullptr;
+    std::unique_ptr<CachePolicy> policy_;
+    std::vector<ExpertKey> key_of_;       // [n_slots]
+    std::vector<uint8_t> used_;           // [n_slots]
+    std::vector<int32_t> pins_;           // [n_slots]
+    std::unordered_map<uint64_t, size_t> where_;
+    std::vector<LayerCacheStats> stats_;
+};
+
+}  // namespace sluice
