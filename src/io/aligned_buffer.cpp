@@ -10,8 +10,8 @@
 namespace sluice::io {
 
 AlignedBuffer::AlignedBuffer(size_t size_bytes, size_t alignment_bytes) {
-    SLUICE_CHECK(alignment_bytes >= 64 && (alignment_bytes & (alignment_bytes - 1)) == 0,
-                 "AlignedBuffer: alignment ", alignment_bytes, " is not a power of two >= 64");
+    SLUICE_CHECK(alignment_bytes >= 64 && (alignment_bytes & (alignment_bytes - 1)) == 0, "AlignedBuffer: alignment ",
+                 alignment_bytes, " is not a power of two >= 64");
     if (size_bytes == 0) return;
     size_t rounded = align_up(size_bytes, alignment_bytes);
     void* p = std::aligned_alloc(alignment_bytes, rounded);

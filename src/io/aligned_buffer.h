@@ -14,7 +14,7 @@ inline constexpr uint64_t align_down(uint64_t v, uint64_t a) { return v / a * a;
 inline constexpr uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 class AlignedBuffer {
-public:
+  public:
     AlignedBuffer() = default;
     // size_bytes is rounded up to a multiple of alignment_bytes (a power of two >= 64). Throws Error if the
     // allocation fails.
@@ -31,7 +31,7 @@ public:
     size_t alignment_bytes() const { return alignment_bytes_; }
     bool empty() const { return size_bytes_ == 0; }
 
-private:
+  private:
     void release();
 
     uint8_t* data_ = nullptr;

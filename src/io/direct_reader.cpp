@@ -50,10 +50,14 @@ int open_direct(const std::string& path, bool* direct_refused, std::string* erro
 
 const char* backend_name(Backend b) {
     switch (b) {
-        case Backend::Auto: return "auto";
-        case Backend::Uring: return "uring";
-        case Backend::Pread: return "pread";
-        case Backend::Buffered: return "buffered";
+        case Backend::Auto:
+            return "auto";
+        case Backend::Uring:
+            return "uring";
+        case Backend::Pread:
+            return "pread";
+        case Backend::Buffered:
+            return "buffered";
     }
     return "?";
 }
@@ -89,8 +93,8 @@ DirectReader::DirectReader(std::vector<std::string> paths, ReaderOptions options
             }
         }
         if (!direct_) {
-            SLUICE_CHECK(wanted == Backend::Auto, "I/O backend ", backend_name(wanted), " unavailable: ",
-                         fallback_reason_);
+            SLUICE_CHECK(wanted == Backend::Auto, "I/O backend ", backend_name(wanted),
+                         " unavailable: ", fallback_reason_);
             for (int& fd : fds_)
                 if (fd >= 0) ::close(fd);
             fds_.assign(paths_.size(), -1);
@@ -147,8 +151,8 @@ ReadBatch DirectReader::submit(std::span<const ReadExtent> extents, CompletionFn
                      " has zero length");
         SLUICE_CHECK(reinterpret_cast<uintptr_t>(e.dest) % k_direct_alignment_bytes == 0 && e.dest != nullptr,
                      "read extent ", i, " of '", paths_[e.file], "': destination is not 4096-byte aligned");
-        SLUICE_CHECK(e.dest_capacity >= padded_bytes(e.offset, e.length), "read extent ", i, " of '",
-                     paths_[e.file], "' at offset ", e.offset, ": destination holds ", e.dest_capacity,
+        SLUICE_CHECK(e.dest_capacity >= padded_bytes(e.offset, e.length), "read extent ", i, " of '", paths_[e.file],
+                     "' at offset ", e.offset, ": destination holds ", e.dest_capacity,
                      " bytes, the aligned read needs ", padded_bytes(e.offset, e.length));
     }
     auto batch = std::make_shared<BatchState>(extents.size(), std::move(on_complete));
@@ -181,8 +185,9 @@ ReadBatch DirectReader::submit(std::span<const ReadExtent> extents, CompletionFn
     }
     if (!ops.empty()) engine_->enqueue(std::move(ops));
     for (uint32_t i : unopened)
-        engine_->fail_extent(batch, i, cat(open_errors_[extents[i].file], " (extent at offset ", extents[i].offset,
-                                           ", ", extents[i].length, " bytes)"));
+        engine_->fail_extent(batch, i,
+                             cat(open_errors_[extents[i].file], " (extent at offset ", extents[i].offset, ", ",
+                                 extents[i].length, " bytes)"));
     return ReadBatch(batch);
 }
 

@@ -23,9 +23,9 @@ Backend parse_backend(const std::string& name);  // "auto", "uring", "pread", "b
 
 struct ReaderOptions {
     Backend backend = Backend::Auto;
-    unsigned queue_depth = 32;             // read ops in flight (io_uring SQ depth, or pread threads)
-    uint64_t chunk_bytes = 1u << 20;       // large extents are split into reads of at most this (multiple of 4 KiB)
-    bool register_files = true;            // io_uring: use fixed files
+    unsigned queue_depth = 32;        // read ops in flight (io_uring SQ depth, or pread threads)
+    uint64_t chunk_bytes = 1u << 20;  // large extents are split into reads of at most this (multiple of 4 KiB)
+    bool register_files = true;       // io_uring: use fixed files
 };
 
 // One extent to read. The bytes [offset, offset + length) are read as the 4 KiB-aligned superset
@@ -38,7 +38,7 @@ struct ReadExtent {
     uint64_t length = 0;      // bytes wanted (> 0)
     uint8_t* dest = nullptr;  // 4 KiB-aligned destination
     uint64_t dest_capacity = 0;
-    uint64_t tag = 0;         // caller's cookie, echoed in the completion
+    uint64_t tag = 0;  // caller's cookie, echoed in the completion
 };
 
 inline uint64_t head_bytes(uint64_t offset) { return offset % k_direct_alignment_bytes; }
@@ -47,11 +47,11 @@ inline uint64_t padded_bytes(uint64_t offset, uint64_t length) {
 }
 
 struct ReadCompletion {
-    size_t index = 0;               // position of the extent in its batch
+    size_t index = 0;  // position of the extent in its batch
     uint64_t tag = 0;
     const uint8_t* data = nullptr;  // the requested bytes (dest + head_bytes(offset)); null on error
     uint64_t length = 0;
-    std::string error;              // empty on success; else names file, offset and cause
+    std::string error;  // empty on success; else names file, offset and cause
     bool ok() const { return error.empty(); }
 };
 
@@ -70,7 +70,7 @@ struct FaultPlan {
 
 struct BatchState;
 class ReadBatch {
-public:
+  public:
     ReadBatch() = default;
     explicit ReadBatch(std::shared_ptr<BatchState> state) : state_(std::move(state)) {}
     // Blocks until every extent of the batch has completed; throws Error for the first failed extent.
@@ -79,14 +79,14 @@ public:
     // After ready(): per-extent error text (empty for success), in batch order.
     std::vector<std::string> errors() const;
 
-private:
+  private:
     std::shared_ptr<BatchState> state_;
 };
 
 class ReadEngine;
 
 class DirectReader {
-public:
+  public:
     // Opens every file once. A file that cannot be opened does not throw here: requests on it fail (from wait)
     // with the open error, and the other files stay usable. Throws Error only if an explicitly requested backend
     // is unavailable (e.g. Uring when io_uring_setup is refused), naming the reason.
@@ -96,7 +96,7 @@ public:
     DirectReader& operator=(const DirectReader&) = delete;
 
     Backend backend() const { return backend_; }
-    bool direct() const { return direct_; }  // files opened with O_DIRECT
+    bool direct() const { return direct_; }                                  // files opened with O_DIRECT
     const std::string& fallback_reason() const { return fallback_reason_; }  // why Auto did not get Uring
     unsigned queue_depth() const { return options_.queue_depth; }
     size_t n_files() const { return paths_.size(); }
@@ -119,14 +119,14 @@ public:
     // Whether a backend works for a file at path on this machine (opens it, probes O_DIRECT and io_uring).
     static bool backend_available(Backend backend, const std::string& path, std::string* why_not = nullptr);
 
-private:
+  private:
     friend class ReadEngine;
     std::vector<std::string> paths_;
     ReaderOptions options_;
     Backend backend_ = Backend::Buffered;
     bool direct_ = false;
     std::string fallback_reason_;
-    std::vector<int> fds_;                // -1 where the open failed
+    std::vector<int> fds_;  // -1 where the open failed
     std::vector<std::string> open_errors_;
     std::unique_ptr<ReadEngine> engine_;
 };

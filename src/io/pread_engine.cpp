@@ -1,8 +1,6 @@
 // pread thread-pool backend: n worker threads take chunks from a shared queue and pread them (files opened with
 // O_DIRECT, or buffered). Buffered reads drop the bytes they pulled in from the page cache afterwards
 // (POSIX_FADV_DONTNEED), so streaming a model does not grow the cache and push out everything else.
-#include "io/read_engine.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,12 +8,14 @@
 #include <deque>
 #include <thread>
 
+#include "io/read_engine.h"
+
 namespace sluice::io {
 
 namespace {
 
 class PreadEngine final : public ReadEngine {
-public:
+  public:
     PreadEngine(const std::vector<std::string>& paths, const std::vector<int>& fds, unsigned n_threads, bool direct)
         : ReadEngine(paths, fds, direct) {
         for (unsigned i = 0; i < n_threads; ++i) workers_.emplace_back([this] { work(); });
@@ -43,7 +43,7 @@ public:
             cv_.notify_all();
     }
 
-private:
+  private:
     void work() {
         for (;;) {
             ReadOp* op = nullptr;

@@ -45,8 +45,9 @@ ReadEngine::Step ReadEngine::on_result(ReadOp& op, int64_t result) {
     };
     if (result == -EINTR || result == -EAGAIN) return Step::Again;
     if (result < 0) {
-        record_error(*op.batch, op.extent,
-                     cat("read failed: ", where(), ", read at offset ", op.file_offset, ": ", std::strerror(int(-result))));
+        record_error(
+            *op.batch, op.extent,
+            cat("read failed: ", where(), ", read at offset ", op.file_offset, ": ", std::strerror(int(-result))));
         return Step::Failed;
     }
     uint64_t n = std::min<uint64_t>(uint64_t(result), op.length);
@@ -100,8 +101,9 @@ void ReadEngine::complete_extent(BatchState& batch, uint32_t extent) {
         try {
             batch.callback(c);
         } catch (const std::exception& e) {
-            record_error(batch, extent, cat("completion callback for file '", paths_[ext.file], "' offset ",
-                                            ext.offset, " threw: ", e.what()));
+            record_error(
+                batch, extent,
+                cat("completion callback for file '", paths_[ext.file], "' offset ", ext.offset, " threw: ", e.what()));
         }
     }
     if (batch.extents_left.fetch_sub(1) == 1) {

@@ -22,7 +22,8 @@ struct ExtentState {
 };
 
 struct BatchState {
-    BatchState(size_t n, CompletionFn fn) : extents(n), errors(n), callback(std::move(fn)), extents_left(n), done(n == 0) {}
+    BatchState(size_t n, CompletionFn fn)
+        : extents(n), errors(n), callback(std::move(fn)), extents_left(n), done(n == 0) {}
     std::vector<ExtentState> extents;
     std::vector<std::string> errors;  // guarded by mu
     CompletionFn callback;
@@ -43,7 +44,7 @@ struct ReadOp {
 };
 
 class ReadEngine {
-public:
+  public:
     ReadEngine(const std::vector<std::string>& paths, const std::vector<int>& fds, bool direct);
     virtual ~ReadEngine() = default;
 
@@ -56,7 +57,7 @@ public:
     // Completes one extent with an error without reading (e.g. its file failed to open).
     void fail_extent(const std::shared_ptr<BatchState>& batch, uint32_t extent, const std::string& error);
 
-protected:
+  protected:
     enum class Step { Done, Again, Failed };
     // Applies a finished read's result (bytes, or -errno) to op; on Failed the error is recorded on its extent.
     Step on_result(ReadOp& op, int64_t result);
@@ -69,7 +70,7 @@ protected:
     const std::vector<int>& fds_;
     const bool direct_;
 
-private:
+  private:
     void record_error(BatchState& batch, uint32_t extent, const std::string& error);
     void complete_extent(BatchState& batch, uint32_t extent);
 

@@ -1,8 +1,6 @@
 // io_uring backend: one ring of queue_depth entries, fed from a pending queue under a mutex by submitters and by
 // the reaper thread, which waits for completions, continues partial reads and retires finished ones. Reads into
 // registered buffers use READ_FIXED; files are registered (IOSQE_FIXED_FILE) when the kernel allows.
-#include "io/read_engine.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -11,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/read_engine.h"
 
 #ifdef SLUICE_HAVE_URING
 #include <liburing.h>
@@ -25,7 +24,7 @@ namespace {
 constexpr uint64_t k_stop_tag = 0;
 
 class UringEngine final : public ReadEngine {
-public:
+  public:
     UringEngine(const std::vector<std::string>& paths, const std::vector<int>& fds, unsigned queue_depth,
                 bool register_files)
         : ReadEngine(paths, fds, true), queue_depth_(queue_depth) {
@@ -87,7 +86,7 @@ public:
         return true;
     }
 
-private:
+  private:
     struct Region {
         uint8_t* begin;
         uint8_t* end;

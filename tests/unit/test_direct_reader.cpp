@@ -58,7 +58,7 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 }
 
 class DirectReaderTest : public testing::TestWithParam<Case> {
-protected:
+  protected:
     void SetUp() override {
         dir_ = make_test_dir(case_name({GetParam(), 0}));
         // Sizes deliberately not multiples of 4 KiB so the last extent of each file ends mid-page.
@@ -75,8 +75,8 @@ protected:
     void TearDown() override { fs::remove_all(dir_); }
 
     ReaderOptions options(uint64_t chunk_bytes = 64 * 1024) const {
-        return ReaderOptions{.backend = GetParam().backend, .queue_depth = GetParam().queue_depth,
-                             .chunk_bytes = chunk_bytes};
+        return ReaderOptions{
+            .backend = GetParam().backend, .queue_depth = GetParam().queue_depth, .chunk_bytes = chunk_bytes};
     }
 
     // Extents with their own buffers; data checked against contents_.
@@ -92,15 +92,23 @@ protected:
             uint64_t size = contents_[file].size();
             uint64_t length;
             switch (rng() % 4) {
-                case 0: length = 1 + rng() % 100; break;               // tiny
-                case 1: length = 4096 * (1 + rng() % 8); break;        // page multiples
-                case 2: length = 1 + rng() % (300 * 1024); break;      // a few chunks
-                default: length = 1 + rng() % (2 * 1024 * 1024); break;  // many chunks
+                case 0:
+                    length = 1 + rng() % 100;
+                    break;  // tiny
+                case 1:
+                    length = 4096 * (1 + rng() % 8);
+                    break;  // page multiples
+                case 2:
+                    length = 1 + rng() % (300 * 1024);
+                    break;  // a few chunks
+                default:
+                    length = 1 + rng() % (2 * 1024 * 1024);
+                    break;  // many chunks
             }
             length = std::min(length, size);
             uint64_t offset = rng() % (size - length + 1);
             if (rng() % 3 == 0) offset = align_down(offset, 4096);  // aligned start
-            if (rng() % 10 == 0) offset = size - length;             // ends exactly at EOF
+            if (rng() % 10 == 0) offset = size - length;            // ends exactly at EOF
             Planned p{ReadExtent{file, offset, length, nullptr, 0, i}, AlignedBuffer(padded_bytes(offset, length))};
             p.extent.dest = p.buffer.data();
             p.extent.dest_capacity = p.buffer.size_bytes();
@@ -133,8 +141,10 @@ TEST_P(DirectReaderTest, RandomExtentsMatchPlainRead) {
         std::lock_guard lock(mu);
         ++seen[c.index];
         const ReadExtent& e = extents[c.index];
-        if (!c.ok()) problems.push_back(c.error);
-        else if (c.tag != e.tag || c.length != e.length || c.data != e.dest + head_bytes(e.offset) || !matches(e, c.data))
+        if (!c.ok())
+            problems.push_back(c.error);
+        else if (c.tag != e.tag || c.length != e.length || c.data != e.dest + head_bytes(e.offset) ||
+                 !matches(e, c.data))
             problems.push_back("extent " + std::to_string(c.index) + " wrong");
     });
     batch.wait();
@@ -150,9 +160,8 @@ TEST_P(DirectReaderTest, ManyBatchesInFlightAndCallbackSubmits) {
     std::vector<ReadBatch> batches;
     std::atomic<int> ok{0}, bad{0};
     for (auto& p : planned)
-        batches.push_back(reader.submit({&p.extent, 1}, [&](const ReadCompletion& c) {
-            (c.ok() && matches(p.extent, c.data) ? ok : bad)++;
-        }));
+        batches.push_back(reader.submit(
+            {&p.extent, 1}, [&](const ReadCompletion& c) { (c.ok() && matches(p.extent, c.data) ? ok : bad)++; }));
     // A callback that submits follow-up reads (how a consumer chains work) must not deadlock.
     std::vector<ReadExtent> follow;
     for (auto& p : second) follow.push_back(p.extent);
@@ -173,7 +182,8 @@ TEST_P(DirectReaderTest, ManyBatchesInFlightAndCallbackSubmits) {
     }
     EXPECT_EQ(ok.load(), 40);
     EXPECT_EQ(bad.load(), 0);
-    for (size_t i = 0; i < second.size(); ++i) EXPECT_TRUE(matches(follow[i], follow[i].dest + head_bytes(follow[i].offset)));
+    for (size_t i = 0; i < second.size(); ++i)
+        EXPECT_TRUE(matches(follow[i], follow[i].dest + head_bytes(follow[i].offset)));
 }
 
 TEST_P(DirectReaderTest, RegisteredBuffersReadCorrectly) {
