@@ -80,6 +80,18 @@ std::vector<std::string> Checkpoint::names() const {
     return out;
 }
 
+void Checkpoint::locate(const uint8_t* p, uint32_t* file, uint64_t* offset) const {
+    for (size_t i = 0; i < files_.size(); ++i) {
+        const uint8_t* b = files_[i]->base();
+        if (b && p >= b && p < b + files_[i]->size_bytes()) {
+            *file = uint32_t(i);
+            *offset = uint64_t(p - b);
+            return;
+        }
+    }
+    fail(dir_, ": internal: pointer is not inside any checkpoint file");
+}
+
 uint64_t Checkpoint::total_bytes() const {
     uint64_t n = 0;
     for (const auto& [k, v] : index_) n += v.second->nbytes();

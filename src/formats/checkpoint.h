@@ -24,6 +24,9 @@ public:
     std::vector<std::string> names() const;
     uint64_t total_bytes() const;
     const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+    // Where a byte of a mapped tensor lives on disk: index into files() and the file offset. Throws if p is not
+    // inside any mapped file.
+    void locate(const uint8_t* p, uint32_t* file, uint64_t* offset) const;
 
 private:
     std::string dir_;

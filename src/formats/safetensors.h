@@ -55,6 +55,7 @@ public:
     const TensorInfo* find(const std::string& name) const;
     TensorView view(const TensorInfo& info) const;
     uint64_t size_bytes() const { return file_.size_bytes(); }
+    const uint8_t* base() const { return file_.data(); }
 
 private:
     MappedFile file_;

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "experts/expert_source.h"
+#include "experts/streaming_expert_source.h"
 #include "formats/checkpoint.h"
 #include "models/blocks/mla.h"
 #include "models/blocks/moe.h"
@@ -143,11 +144,23 @@ public:
         router_.topk_group = c.topk_group;
         router_.norm_topk_prob = c.norm_topk_prob;
         router_.routed_scaling_factor = float(c.routed_scaling_factor);
-        experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
+        for (const auto& bank : experts)
+            if (!bank.empty()) {
+                info_.expert_bytes = bank[0].size_bytes();
+                break;
+            }
+        if (opt.stream_experts) {
+            auto s = std::make_unique<StreamingExpertSource>(ck_, experts, opt.streaming);
+            streaming_ = s.get();
+            experts_ = std::move(s);
+        } else {
+            experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
+        }
         fill_info();
     }
 
     const ModelInfo& info() const override { return info_; }
+    const StreamingExpertSource* streaming() const override { return streaming_; }
 
     std::unique_ptr<SequenceState> new_sequence() const override {
         return std::make_unique<DeepseekV3State>(cfg_.num_hidden_layers, mla_.cache_width());
@@ -228,11 +241,6 @@ private:
         for (const auto& L : layers_) info_.n_moe_layers += L.moe ? 1 : 0;
         fill_param_counts(ck_, info_, c.n_routed_experts, c.num_experts_per_tok, c.tie_word_embeddings, c.vocab_size,
                           c.hidden_size);
-        for (const auto& bank : experts_->all())
-            if (!bank.empty()) {
-                info_.expert_bytes = bank[0].size_bytes();
-                break;
-            }
     }
 
     Checkpoint ck_;
@@ -244,7 +252,8 @@ private:
     Weight embed_, lm_head_;
     std::vector<float> norm_;
     std::vector<Layer> layers_;
-    std::unique_ptr<ResidentExpertSource> experts_;
+    std::unique_ptr<ExpertSource> experts_;
+    StreamingExpertSource* streaming_ = nullptr;
     ModelInfo info_;
 };
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/streaming_expert_source.h"
 #include "runtime/batch.h"
 
 namespace sluice {
@@ -45,7 +46,9 @@ struct ModelInfo {
 };
 
 struct LoadOptions {
-    int n_threads = 0;  // 0 = all cores
+    int n_threads = 0;            // 0 = all cores
+    bool stream_experts = false;  // read routed experts from SSD on demand instead of the memory map
+    StreamingOptions streaming;
 };
 
 class Model {
@@ -56,6 +59,8 @@ public:
     // Runs every row of `batch`; appends each row to its sequence's state. logits receives
     // [batch.n_logits(), vocab_size] f32, rows in batch order of the rows that want logits.
     virtual void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) = 0;
+    // The streaming expert source when experts are streamed (for statistics), else null.
+    virtual const StreamingExpertSource* streaming() const { return nullptr; }
 };
 
 // Reads DIR/config.json, picks the architecture, binds the weights. Throws Error naming the file and field.

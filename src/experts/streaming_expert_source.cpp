@@ -1,0 +1,226 @@
+#include "experts/streaming_expert_source.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace sluice {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+// Bytes of each of the 6 parts (gate, up, down x payload, scales).
+const Weight& weight_of(const ExpertWeights& w, int k) { return k == 0 ? w.gate : k == 1 ? w.up : w.down; }
+}  // namespace
+
+StreamingExpertSource::StreamingExpertSource(const Checkpoint& ck, const std::vector<std::vector<ExpertWeights>>& views,
+                                             const StreamingOptions& options) {
+    std::vector<std::string> paths;
+    for (const auto& f : ck.files()) paths.push_back(f->path());
+    where_.resize(views.size());
+    for (size_t l = 0; l < views.size(); ++l) {
+        for (const auto& w : views[l]) {
+            Location loc;
+            loc.shape = w;
+            uint64_t off = 0;
+            for (int k = 0; k < 3; ++k) {
+                const Weight& m = weight_of(w, k);
+                const uint8_t* ptrs[2] = {m.data, m.scales};
+                const uint64_t lens[2] = {m.data_bytes(), m.scale_bytes()};
+                for (int s = 0; s < 2; ++s) {
+                    if (!ptrs[s] || lens[s] == 0) continue;
+                    Part& p = loc.parts[size_t(loc.n_parts++)];
+                    ck.locate(ptrs[s], &p.file, &p.offset);
+                    p.length = lens[s];
+                    p.slot_offset = off;
+                    off += io::padded_bytes(p.offset, p.length);
+                }
+            }
+            slot_bytes_ = std::max(slot_bytes_, off);
+            where_[l].push_back(loc);
+        }
+    }
+    SLUICE_CHECK(slot_bytes_ > 0, ck.dir(), ": no routed experts to stream");
+    cache_ = std::make_unique<ExpertCache>(options.cache_bytes, slot_bytes_, int64_t(views.size()),
+                                           make_cache_policy(options.policy, size_t(options.cache_bytes / slot_bytes_)));
+    slot_bytes_ = cache_->slot_bytes();
+    for (int64_t i = 0; i < std::max<int64_t>(1, options.staging_experts); ++i) staging_.emplace_back(slot_bytes_);
+    reader_ = std::make_unique<io::DirectReader>(paths, options.reader);
+    if (!reader_->fallback_reason().empty()) log_info("expert reads: ", reader_->fallback_reason());
+    log_debug("expert streaming: backend ", io::backend_name(reader_->backend()), ", slot ", slot_bytes_, " bytes, ",
+              cache_->n_slots(), " cache slots, ", staging_.size(), " staging slots");
+}
+
+StreamingExpertSource::~StreamingExpertSource() = default;
+
+uint64_t StreamingExpertSource::memory_bytes() const {
+    return cache_->allocated_bytes() + uint64_t(staging_.size()) * slot_bytes_;
+}
+
+ExpertWeights StreamingExpertSource::weights_in(const Location& loc, const uint8_t* slot) const {
+    ExpertWeights w = loc.shape;
+    int part = 0;
+    for (int k = 0; k < 3; ++k) {
+        Weight& m = k == 0 ? w.gate : k == 1 ? w.up : w.down;
+        const Weight& src = weight_of(loc.shape, k);
+        if (src.data && src.data_bytes() > 0) {
+            const Part& p = loc.parts[size_t(part++)];
+            m.data = slot + p.slot_offset + io::head_bytes(p.offset);
+        }
+        if (src.scales && src.scale_bytes() > 0) {
+            const Part& p = loc.parts[size_t(part++)];
+            m.scales = slot + p.slot_offset + io::head_bytes(p.offset);
+        }
+    }
+    return w;
+}
+
+void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> experts,
+                                  const std::function<void(size_t i, const ExpertWeights&)>& on_ready) {
+    const auto t_start = Clock::now();
+    SLUICE_ASSERT(layer >= 0 && size_t(layer) < where_.size(), "layer ", layer);
+    const auto& bank = where_[size_t(layer)];
+    ++stats_.fetch_calls;
+    stats_.experts_requested += experts.size();
+
+    struct Pending {
+        size_t i;
+        uint8_t* slot;
+        bool cached;  // slot belongs to the cache (else staging)
+    };
+    std::vector<Pending> hits;
+    std::vector<size_t> misses;
+    for (size_t i = 0; i < experts.size(); ++i) {
+        SLUICE_ASSERT(experts[i] >= 0 && size_t(experts[i]) < bank.size(), "expert ", experts[i]);
+        if (uint8_t* p = cache_->acquire({int32_t(layer), experts[i]}))
+            hits.push_back({i, p, true});
+        else
+            misses.push_back(i);
+    }
+
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<size_t> arrived;               // indices into `wave`
+    std::vector<Pending> wave;
+    std::vector<std::atomic<int>> parts_left;  // per wave entry
+    std::vector<std::string> wave_errors;
+    std::vector<io::ReadBatch> batches;
+    std::vector<uint8_t> pinned_by_us(experts.size(), 0);
+    for (const auto& h : hits) pinned_by_us[h.i] = 1;
+
+    bool wave_submitted = false;
+    auto release = [&] {
+        for (auto& b : batches) {
+            try {
+                b.wait();
+            } catch (const Error&) {
+            }
+        }
+        // A cached slot whose read failed, or was never issued, must not be served later.
+        for (size_t w = 0; w < wave.size(); ++w)
+            if (wave[w].cached && (!wave_submitted || !wave_errors[w].empty()) && pinned_by_us[wave[w].i]) {
+                cache_->drop({int32_t(layer), experts[wave[w].i]});
+                pinned_by_us[wave[w].i] = 0;
+            }
+        for (size_t i = 0; i < experts.size(); ++i)
+            if (pinned_by_us[i]) cache_->unpin({int32_t(layer), experts[i]});
+    };
+
+    try {
+        size_t next_miss = 0;
+        // Issue every miss that has a place to land: cache slots first, then the staging pool.
+        auto issue_wave = [&] {
+            wave.clear();
+            wave_submitted = false;
+            size_t staging_used = 0;
+            while (next_miss < misses.size()) {
+                const size_t i = misses[next_miss];
+                uint8_t* slot = cache_->insert({int32_t(layer), experts[i]});
+                bool cached = slot != nullptr;
+                if (!slot) {
+                    if (staging_used == staging_.size()) break;
+                    slot = staging_[staging_used++].data();
+                }
+                if (cached) pinned_by_us[i] = 1;
+                wave.push_back({i, slot, cached});
+                ++next_miss;
+            }
+            parts_left = std::vector<std::atomic<int>>(wave.size());
+            wave_errors.assign(wave.size(), "");
+            arrived.clear();
+            std::vector<io::ReadExtent> extents;
+            for (size_t w = 0; w < wave.size(); ++w) {
+                const Location& loc = bank[size_t(experts[wave[w].i])];
+                parts_left[w].store(loc.n_parts);
+                for (int k = 0; k < loc.n_parts; ++k) {
+                    const Part& p = loc.parts[size_t(k)];
+                    extents.push_back({p.file, p.offset, p.length, wave[w].slot + p.slot_offset,
+                                       slot_bytes_ - p.slot_offset, w});
+                    stats_.bytes_read += p.length;
+                    stats_.device_bytes_read += io::padded_bytes(p.offset, p.length);
+                }
+            }
+            stats_.experts_read += wave.size();
+            if (extents.empty()) {
+                wave_submitted = true;
+                return;
+            }
+            batches.push_back(reader_->submit(extents, [&](const io::ReadCompletion& c) {
+                const size_t w = size_t(c.tag);
+                if (!c.ok()) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    if (wave_errors[w].empty()) wave_errors[w] = c.error;
+                }
+                if (parts_left[w].fetch_sub(1) == 1) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    arrived.push_back(w);
+                    cv.notify_one();
+                }
+            }));
+            wave_submitted = true;
+        };
+
+        issue_wave();
+        // Compute cached experts while the reads are in flight.
+        for (const auto& h : hits) on_ready(h.i, weights_in(bank[size_t(experts[h.i])], h.slot));
+        while (true) {
+            for (size_t done = 0; done < wave.size(); ++done) {
+                size_t w;
+                {
+                    std::unique_lock<std::mutex> lock(mu);
+                    const auto t0 = Clock::now();
+                    cv.wait(lock, [&] { return !arrived.empty(); });
+                    stats_.io_wait_ms += ms(t0, Clock::now());
+                    w = arrived.front();
+                    arrived.pop_front();
+                }
+                const Pending& p = wave[w];
+                if (!wave_errors[w].empty()) {
+                    if (p.cached) {
+                        cache_->drop({int32_t(layer), experts[p.i]});
+                        pinned_by_us[p.i] = 0;
+                    }
+                    fail("layer ", layer, " expert ", experts[p.i], ": ", wave_errors[w]);
+                }
+                on_ready(p.i, weights_in(bank[size_t(experts[p.i])], p.slot));
+            }
+            if (!wave.empty()) batches.back().wait();
+            if (next_miss == misses.size()) break;
+            issue_wave();  // staging slots are free again
+        }
+    } catch (...) {
+        release();
+        stats_.fetch_ms += ms(t_start, Clock::now());
+        throw;
+    }
+    release();
+    stats_.fetch_ms += ms(t_start, Clock::now());
+}
+
+}  // namespace sluice

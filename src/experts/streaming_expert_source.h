@@ -1,0 +1,76 @@
+// Experts streamed from SSD: each (layer, expert) is located as byte extents in the checkpoint files (no
+// conversion needed), read with the DirectReader (O_DIRECT + io_uring when the system allows) into slots of the
+// byte-budgeted ExpertCache, or into a small staging pool when the cache is full of pinned experts. One fetch
+// issues every miss at once and hands experts to the caller as their bytes land; cache hits are handed out first
+// so compute overlaps the reads.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "experts/expert_cache.h"
+#include "experts/expert_source.h"
+#include "formats/checkpoint.h"
+#include "io/direct_reader.h"
+
+namespace sluice {
+
+struct StreamingOptions {
+    uint64_t cache_bytes = 0;      // expert cache budget (0: every expert is read on every use)
+    std::string policy = "lru";
+    int64_t staging_experts = 4;   // experts readable at once when no cache slot is free
+    io::ReaderOptions reader;
+};
+
+struct ExpertIoStats {
+    uint64_t fetch_calls = 0;
+    uint64_t experts_requested = 0;
+    uint64_t experts_read = 0;
+    uint64_t bytes_read = 0;        // bytes the experts occupy (what a token must bring in)
+    uint64_t device_bytes_read = 0; // including 4 KiB alignment padding
+    double io_wait_ms = 0;          // time the caller waited with nothing to compute
+    double fetch_ms = 0;            // total time inside fetch (compute of on_ready included)
+};
+
+class StreamingExpertSource : public ExpertSource {
+public:
+    // views[layer][expert] are weights bound to the memory-mapped checkpoint; only their shapes and their
+    // locations are used, their bytes are never touched through the map.
+    StreamingExpertSource(const Checkpoint& ck, const std::vector<std::vector<ExpertWeights>>& views,
+                          const StreamingOptions& options);
+    ~StreamingExpertSource() override;
+
+    void fetch(int64_t layer, std::span<const int32_t> experts,
+               const std::function<void(size_t i, const ExpertWeights&)>& on_ready) override;
+
+    const ExpertIoStats& stats() const { return stats_; }
+    const ExpertCache& cache() const { return *cache_; }
+    const io::DirectReader& reader() const { return *reader_; }
+    uint64_t slot_bytes() const { return slot_bytes_; }
+    uint64_t memory_bytes() const;  // cache + staging
+
+    // Where one expert lives: up to 6 parts (gate, up, down; payload and scales), each placed at a 4 KiB-aligned
+    // offset of its slot.
+    struct Part {
+        uint32_t file = 0;
+        uint64_t offset = 0, length = 0, slot_offset = 0;
+    };
+    struct Location {
+        std::array<Part, 6> parts;
+        int n_parts = 0;
+        ExpertWeights shape;  // formats and dims; pointers replaced per slot
+    };
+
+private:
+    ExpertWeights weights_in(const Location& loc, const uint8_t* slot) const;
+
+    std::vector<std::vector<Location>> where_;
+    uint64_t slot_bytes_ = 0;
+    std::unique_ptr<ExpertCache> cache_;
+    std::unique_ptr<io::DirectReader> reader_;
+    std::vector<io::AlignedBuffer> staging_;
+    ExpertIoStats stats_;
+};
+
+}  // namespace sluice
