@@ -131,18 +131,16 @@ uint64_t write_safetensors(const std::string& path, const std::vector<TensorToWr
     write_all(file.fd(), len_bytes, 8, file.tmp_path());
     write_all(file.fd(), reinterpret_cast<const uint8_t*>(header.data()), header.size(), file.tmp_path());
 
+    // Two buffers: one is generated while the other is written. At most one write is in flight, so the file
+    // is written strictly in order; a buffer is refilled only after its write has finished.
     std::vector<uint8_t> bufs[2] = {std::vector<uint8_t>(chunk), std::vector<uint8_t>(chunk)};
-    std::future<void> in_flight[2];
-    uint64_t done_bytes = 0;
+    std::future<void> in_flight;
+    uint64_t done_bytes = 0, written_bytes = 0;
     size_t ti = 0;
     uint64_t toff = 0;
     int which = 0;
     try {
         while (ti < order.size()) {
-            if (in_flight[which].valid()) {
-                in_flight[which].get();
-                if (opts.progress) opts.progress(done_bytes);
-            }
             uint8_t* buf = bufs[which].data();
             std::vector<Piece> pieces;
             uint64_t used = 0;
@@ -169,17 +167,20 @@ uint64_t write_safetensors(const std::string& path, const std::vector<TensorToWr
                     order[p.tensor]->fill(p.offset, p.dst, p.n);
                 }
             });
+            if (in_flight.valid()) {
+                in_flight.get();
+                written_bytes = done_bytes;
+                if (opts.progress) opts.progress(written_bytes);
+            }
             done_bytes += used;
-            in_flight[which] = std::async(std::launch::async, [fd = file.fd(), buf, used, &file] {
+            in_flight = std::async(std::launch::async, [fd = file.fd(), buf, used, &file] {
                 write_all(fd, buf, used, file.tmp_path());
             });
             which ^= 1;
         }
-        for (auto& f : in_flight)
-            if (f.valid()) f.get();
+        if (in_flight.valid()) in_flight.get();
     } catch (...) {
-        for (auto& f : in_flight)
-            if (f.valid()) f.wait();
+        if (in_flight.valid()) in_flight.wait();
         throw;
     }
     if (opts.progress) opts.progress(done_bytes);
