@@ -65,7 +65,8 @@ void register_synth(CLI::App& app) {
     sub->footer(
         "Weights are deterministic in the seed. Routed experts use --expert-dtype: bf16 or f32 (rest BF16), fp8\n"
         "(the DeepSeek/Kimi-K2 hub layout: every Linear but router/embeddings/lm_head in F8_E4M3 + F32 128x128\n"
-        "weight_scale_inv) or int4 (Kimi-K2-Thinking compressed-tensors pack-quantized experts, group 32).\n"
+        "weight_scale_inv), int4 (Kimi-K2-Thinking compressed-tensors pack-quantized experts, group 32) or\n"
+        "mxfp4 (kimi-k3 only: the K3 release's E2M1 + E8M0 experts; the vision tower is not synthesized).\n"
         "--scale-down K divides widths, heads, LoRA ranks and vocab by K (kept valid). A small byte-level\n"
         "tokenizer is written too. Example: sluice synth --like kimi-k2 --layers 2 --experts 8 --scale-down 16 -o m");
     sub->add_option("--like", args->opts.like, "Model layout to copy: " + synth_model_names())->required();

@@ -9,7 +9,7 @@
 #include <regex>
 
 #include "core/error.h"
-#include "models/synth_random.h"
+#include "models/synth_roster.h"
 #include "models/synth_tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -42,12 +42,15 @@ const std::vector<ModelInfo>& models() {
          {{"beta_fast", 32}, {"beta_slow", 1}, {"factor", 40}, {"mscale", 1.0}, {"mscale_all_dim", 1.0},
           {"original_max_position_embeddings", 4096}, {"type", "yarn"}},
          163840, 1, "4.33.1"},
+        // K3's own dimensions live in synth_k3.cpp; this entry only names it.
+        {SynthModel::KimiK3, "kimi-k3", "kimi_k3", {}, 1.0, 0.0, nullptr, 1048576, 0, ""},
     };
     return m;
 }
 
 const std::vector<std::pair<const char*, SynthDType>> kDTypes = {
-    {"bf16", SynthDType::Bf16}, {"f32", SynthDType::F32}, {"fp8", SynthDType::Fp8}, {"int4", SynthDType::Int4}};
+    {"bf16", SynthDType::Bf16}, {"f32", SynthDType::F32}, {"fp8", SynthDType::Fp8}, {"int4", SynthDType::Int4},
+    {"mxfp4", SynthDType::Mxfp4}};
 
 const ModelInfo& info_of(SynthModel m) {
     for (const auto& i : models())
@@ -165,50 +168,8 @@ std::string config_json(const ModelInfo& info, const SynthDims& d, SynthDType t)
     return c.dump(2) + "\n";
 }
 
-// Builds the tensor list. Linear weights are uniform with std 1/sqrt(fan_in) (half-width sqrt(3/fan_in)), norms
-// 1 +- 0.1, the router 2/sqrt(hidden) so sigmoid scores spread out, embeddings std 1.
-class Roster {
-public:
-    Roster(uint64_t seed, SynthDType dtype) : seed_(seed), dtype_(dtype) {}
-    std::vector<TensorToWrite> tensors;
-
-    void plain(const std::string& name, DType dt, std::vector<int64_t> shape, float center, float half_width) {
-        tensors.push_back({name, dt, std::move(shape), synth::uniform_fill(dt, key(name), center, half_width)});
-    }
-    void norm(const std::string& name, int64_t n) { plain(name, DType::BF16, {n}, 1.0f, 0.1f); }
-
-    // prefix names the module (without ".weight"); `expert` selects the routed-expert format.
-    void linear(const std::string& prefix, int64_t out, int64_t in, bool expert) {
-        const float std_dev = 1.0f / std::sqrt(float(in));
-        const float half = std::sqrt(3.0f) * std_dev;
-        const std::string w = prefix + ".weight";
-        if (dtype_ == SynthDType::Fp8) {
-            // Codes span [-448, 448]; the block scale maps that range onto [-half, half] (+-25%).
-            tensors.push_back({w, DType::F8_E4M3, {out, in}, synth::fp8_e4m3_fill(key(w))});
-            const std::string s = prefix + ".weight_scale_inv";
-            plain(s, DType::F32, {(out + 127) / 128, (in + 127) / 128}, half / 448.0f, 0.25f * half / 448.0f);
-        } else if (expert && dtype_ == SynthDType::Int4) {
-            SLUICE_ASSERT(in % 32 == 0, "int4 input width ", in);
-            const std::string p = prefix + ".weight_packed";
-            tensors.push_back({p, DType::I32, {out, in / 8}, synth::random_bits_fill(key(p))});
-            // Uniform nibbles q - 8 in [-8, 7] have std ~4.61.
-            const float scale = std_dev / 4.61f;
-            plain(prefix + ".weight_scale", DType::BF16, {out, in / 32}, scale, 0.25f * scale);
-            tensors.push_back({prefix + ".weight_shape", DType::I32, {2},
-                               synth::int32_values_fill({int32_t(out), int32_t(in)})});
-        } else {
-            plain(w, expert && dtype_ == SynthDType::F32 ? DType::F32 : DType::BF16, {out, in}, 0.0f, half);
-        }
-    }
-
-private:
-    uint64_t key(const std::string& name) const { return synth::tensor_key(seed_, name); }
-    uint64_t seed_;
-    SynthDType dtype_;
-};
-
 std::vector<TensorToWrite> deepseek_roster(const SynthDims& d, uint64_t seed, SynthDType t) {
-    Roster r(seed, t);
+    synth::Roster r(seed, t);
     const int64_t h = d.hidden_size, H = d.num_attention_heads, qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
     r.plain("model.embed_tokens.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f));
     for (int64_t l = 0; l < d.num_hidden_layers; ++l) {
@@ -312,6 +273,17 @@ SynthPlan plan_synth(const SynthOptions& o) {
     SLUICE_CHECK(o.scale_down >= 1 && o.scale_down <= 4096, "synth: --scale-down must be in [1, 4096], got ",
                  o.scale_down);
     const ModelInfo& info = info_of(*model);
+    if (*model == SynthModel::KimiK3) {
+        SLUICE_CHECK(*dtype != SynthDType::Fp8 && *dtype != SynthDType::Int4, "synth: kimi-k3 experts are bf16, f32 or ",
+                     "mxfp4 (its release format), not ", o.expert_dtype);
+        SynthPlan p{*model, *dtype, synth::k3_dims(o), "", {}, 0};
+        p.config_json = synth::k3_config_json(p.dims, p.dtype);
+        p.tensors = synth::k3_roster(p.dims, o.seed, p.dtype);
+        for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
+        return p;
+    }
+    SLUICE_CHECK(*dtype != SynthDType::Mxfp4, "synth: mxfp4 experts exist only for kimi-k3 (", o.like,
+                 " uses bf16, f32, fp8 or int4)");
     SynthPlan p{*model, *dtype, resolve_dims(info, o), "", {}, 0};
     p.config_json = config_json(info, p.dims, p.dtype);
     p.tensors = deepseek_roster(p.dims, o.seed, p.dtype);
@@ -332,8 +304,8 @@ SynthResult synth_checkpoint(const SynthOptions& o) {
     r.files = s.files;
     r.bytes_written = s.file_bytes;
     r.n_tensors = plan.tensors.size();
-    const json gen = {{"bos_token_id", synth::kSynthBosId}, {"eos_token_id", synth::kSynthEosId},
-                      {"do_sample", false}, {"transformers_version", info_of(plan.model).transformers_version}};
+    json gen = {{"bos_token_id", synth::kSynthBosId}, {"eos_token_id", synth::kSynthEosId}, {"do_sample", false}};
+    if (*info_of(plan.model).transformers_version) gen["transformers_version"] = info_of(plan.model).transformers_version;
     const std::pair<std::string, std::string> texts[] = {
         {"tokenizer.json", synth::synth_tokenizer_json()},
         {"tokenizer_config.json", synth::synth_tokenizer_config_json()},

@@ -142,8 +142,11 @@ TEST(SafetensorsWriter, RejectsBadInputAndLeavesNoPartialFile) {
 TEST(SafetensorsWriter, ShardsWithIndexLoadThroughCheckpoint) {
     const fs::path dir = temp_dir("shard");
     std::vector<TensorToWrite> ts;
-    for (int i = 0; i < 7; ++i)
-        ts.push_back(from_bytes("t" + std::to_string(i), DType::BF16, {100, 10}, pattern(2000, uint8_t(i))));
+    for (int i = 0; i < 7; ++i) {
+        std::string name = "t";
+        name += char('0' + i);
+        ts.push_back(from_bytes(name, DType::BF16, {100, 10}, pattern(2000, uint8_t(i))));
+    }
     const ShardedResult r = write_sharded_safetensors(dir.string(), ts, 4500);  // two tensors per shard
     ASSERT_EQ(r.files.size(), 5u);
     EXPECT_EQ(r.files[0], "model-00001-of-00004.safetensors");
@@ -402,5 +405,37 @@ TEST(Synth, CliReportsErrorsAndWrites) {
     EXPECT_NO_THROW(Checkpoint((dir / "a").string()));
     EXPECT_NE(run("--like kimi-k2 --layers 1 --experts 2 --scale-down 64 -o " + (dir / "a").string()), 0);
     EXPECT_EQ(run("--like kimi-k2 --layers 1 --experts 2 --scale-down 64 --force -o " + (dir / "a").string()), 0);
+    fs::remove_all(dir);
+}
+
+TEST(Synth, KimiK3Mxfp4RosterAndSchedule) {
+    const fs::path dir = temp_dir("k3");
+    SynthOptions o = small("kimi-k3", "mxfp4", dir);
+    o.layers = 5;
+    synth_checkpoint(o);
+    const auto cfg = nlohmann::json::parse(read_file(dir / "config.json"));
+    EXPECT_EQ(cfg["model_type"], "kimi_k3");
+    EXPECT_EQ(cfg["quantization_config"]["format"], "mxfp4-pack-quantized");
+    const auto& lin = cfg["text_config"]["linear_attn_config"];
+    EXPECT_EQ(lin["kda_layers"], nlohmann::json({1, 2, 3}));
+    EXPECT_EQ(lin["full_attn_layers"], nlohmann::json({4, 5}));  // every 4th plus the last
+    Checkpoint ck(dir.string());
+    const std::string g = "language_model.model.layers.";
+    const int64_t h = 224, lat = 128, w = 96;
+    EXPECT_TRUE(ck.has(g + "0.mlp.gate_proj.weight"));
+    EXPECT_TRUE(ck.has(g + "2.self_attn.A_log"));
+    EXPECT_FALSE(ck.has(g + "3.self_attn.A_log"));
+    EXPECT_TRUE(ck.has(g + "3.self_attn.kv_b_proj.weight"));
+    EXPECT_EQ(ck.get(g + "1.self_attn.q_conv1d").dtype(), DType::F32);
+    EXPECT_EQ(ck.get(g + "4.block_sparse_moe.experts.3.w1.weight_packed", {w, lat / 2}).dtype(), DType::U8);
+    EXPECT_EQ(ck.get(g + "4.block_sparse_moe.experts.3.w2.weight_scale", {lat, w / 32}).dtype(), DType::U8);
+    ck.get(g + "4.block_sparse_moe.routed_expert_down_proj.weight", {lat, h});
+    ck.get("language_model.model.output_attn_res_proj.weight", {1, h});
+    ck.get("language_model.lm_head.weight", {5120, h});
+    // E8M0 scales stay near 2^-7..2^-5 for fan-in 96-128 (never 0xFF = NaN).
+    auto s = ck.get(g + "4.block_sparse_moe.experts.0.w1.weight_scale");
+    for (uint64_t i = 0; i < s.nbytes(); ++i) EXPECT_TRUE(s.data[i] > 115 && s.data[i] < 127) << int(s.data[i]);
+    o.expert_dtype = "int4";
+    EXPECT_THROW(plan_synth(o), Error);
     fs::remove_all(dir);
 }
