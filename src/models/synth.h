@@ -1,0 +1,78 @@
+// `sluice synth`: random-weight checkpoints in the Hugging Face hub layout (config.json, sharded safetensors
+// with the hub's tensor names, dtypes and quantization layouts, a small tokenizer) with the real per-layer
+// dimensions of a named model, optionally scaled down. Weights are a pure function of the seed and tensor name.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/safetensors_writer.h"
+
+namespace sluice {
+
+class ThreadPool;
+
+enum class SynthModel { KimiK2, DeepseekV3, KimiK3 };
+// Bf16 / F32: routed experts in that dtype, everything else BF16. Fp8: the DeepSeek/Kimi-K2 hub layout (every
+// Linear except router, embeddings and lm_head in F8_E4M3 with F32 128x128 weight_scale_inv). Int4: the
+// Kimi-K2-Thinking compressed-tensors pack-quantized layout for routed experts only. Mxfp4: the Kimi K3 release
+// layout (routed experts as U8 weight_packed E2M1 nibbles + U8 E8M0 weight_scale per 32 inputs; K3 only).
+enum class SynthDType { Bf16, F32, Fp8, Int4, Mxfp4 };
+
+std::optional<SynthModel> synth_model_from_name(std::string_view name);  // "kimi-k2", "deepseek-v3", "kimi-k3"
+std::optional<SynthDType> synth_dtype_from_name(std::string_view name);  // "bf16", "f32", "fp8", "int4", "mxfp4"
+std::string synth_model_names();  // "kimi-k2, deepseek-v3" (for help and error text)
+std::string synth_dtype_names();
+
+struct SynthOptions {
+    std::string like = "kimi-k2";
+    int64_t layers = 2;
+    int64_t experts = 8;        // routed experts per MoE layer; top-k is clamped to it
+    std::string expert_dtype = "bf16";
+    int64_t scale_down = 1;     // divide widths, heads, ranks and vocab by this (kept valid)
+    uint64_t seed = 0;
+    std::string out_dir;
+    uint64_t shard_bytes = 0;   // 0: a single model.safetensors
+    bool force = false;         // allow a non-empty out_dir (replaces the files synth writes)
+    bool sync = true;           // fdatasync each file before renaming it into place
+    ThreadPool* pool = nullptr; // nullptr: default_pool()
+    std::function<void(uint64_t bytes_done, uint64_t bytes_total)> progress;
+};
+
+// Resolved model dimensions (after scale-down and clamping), named as in config.json.
+struct SynthDims {
+    int64_t hidden_size, num_attention_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
+        v_head_dim, intermediate_size, moe_intermediate_size, vocab_size, n_routed_experts, num_experts_per_tok,
+        n_shared_experts, n_group, topk_group, first_k_dense_replace, num_hidden_layers;
+    // Kimi K3 only: latent width of the routed experts and the KDA (linear attention) heads.
+    int64_t routed_expert_hidden_size = 0, linear_num_heads = 0, linear_head_dim = 0;
+};
+
+struct SynthPlan {
+    SynthModel model;
+    SynthDType dtype;
+    SynthDims dims;
+    std::string config_json;
+    std::vector<TensorToWrite> tensors;  // in file order, with their fills
+    uint64_t tensor_bytes = 0;
+};
+
+// Validates the options and lays out config and tensors; no I/O. Throws Error naming the bad option.
+SynthPlan plan_synth(const SynthOptions& opts);
+
+struct SynthResult {
+    std::vector<std::string> files;  // names inside out_dir
+    uint64_t bytes_written = 0;      // all files
+    size_t n_tensors = 0;
+    double seconds = 0;
+};
+
+// Writes the checkpoint folder (created if missing). Throws Error on bad options, an unwritable or non-empty
+// folder (unless force), or any write failure; files appear only when complete.
+SynthResult synth_checkpoint(const SynthOptions& opts);
+
+}  // namespace sluice

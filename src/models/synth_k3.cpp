@@ -1,0 +1,203 @@
+// Kimi K3 for `synth`: the released config (top level + text_config "kimi_linear") and tensor roster —
+// KDA and gated NoPE-MLA layers (every 4th plus the last), Block AttnRes norms/projections, Stable LatentMoE
+// with MXFP4 routed experts — per the K3 architecture digest (§1-2, §7). The vision tower is not synthesized.
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "models/synth_roster.h"
+#include "models/synth_tokenizer.h"
+
+using nlohmann::json;
+
+namespace sluice::synth {
+
+namespace {
+
+int64_t scaled(int64_t x, int64_t k, int64_t mult, int64_t min_value) {
+    int64_t v = (x + k - 1) / k;
+    v = (v + mult - 1) / mult * mult;
+    return std::max(v, min_value);
+}
+
+// 0-based: MLA on every 4th layer (3, 7, ...) and on the last layer; KDA elsewhere.
+bool is_mla_layer(int64_t l, int64_t n_layers) { return (l + 1) % 4 == 0 || l == n_layers - 1; }
+
+}  // namespace
+
+SynthDims k3_dims(const SynthOptions& o) {
+    const int64_t k = o.scale_down;
+    SynthDims d{};
+    d.hidden_size = scaled(7168, k, 32, 64);
+    d.num_attention_heads = std::max<int64_t>(1, 96 / k);
+    d.q_lora_rank = scaled(1536, k, 32, 32);
+    d.kv_lora_rank = scaled(512, k, 32, 32);
+    d.qk_nope_head_dim = scaled(128, k, 16, 16);
+    d.qk_rope_head_dim = scaled(64, k, 8, 8);
+    d.v_head_dim = scaled(128, k, 16, 16);
+    d.intermediate_size = scaled(33792, k, 32, 64);
+    d.moe_intermediate_size = scaled(3072, k, 32, 32);
+    d.routed_expert_hidden_size = scaled(3584, k, 32, 32);
+    d.vocab_size = scaled(163840, k, 64, 512);
+    d.n_routed_experts = o.experts;
+    d.num_experts_per_tok = std::min<int64_t>(16, o.experts);
+    d.n_shared_experts = 2;
+    d.n_group = 1;
+    d.topk_group = 1;
+    d.num_hidden_layers = o.layers;
+    d.first_k_dense_replace = std::min<int64_t>(1, std::max<int64_t>(o.layers - 1, 0));
+    d.linear_num_heads = std::max<int64_t>(1, 96 / k);
+    d.linear_head_dim = scaled(128, k, 16, 16);
+    return d;
+}
+
+std::string k3_config_json(const SynthDims& d, SynthDType t) {
+    json kda = json::array(), full = json::array();  // 1-based, as in the release
+    for (int64_t l = 0; l < d.num_hidden_layers; ++l) (is_mla_layer(l, d.num_hidden_layers) ? full : kda).push_back(l + 1);
+    json text = {
+        {"model_type", "kimi_linear"},
+        {"hidden_size", d.hidden_size},
+        {"num_hidden_layers", d.num_hidden_layers},
+        {"vocab_size", d.vocab_size},
+        {"max_position_embeddings", 1048576},
+        {"rms_norm_eps", 1e-05},
+        {"hidden_act", "situ"},
+        {"activation_situ_beta", 4.0},
+        {"activation_situ_linear_beta", 25.0},
+        {"intermediate_size", d.intermediate_size},
+        {"first_k_dense_replace", d.first_k_dense_replace},
+        {"moe_layer_freq", 1},
+        {"num_experts", d.n_routed_experts},
+        {"num_experts_per_token", d.num_experts_per_tok},
+        {"num_shared_experts", d.n_shared_experts},
+        {"moe_intermediate_size", d.moe_intermediate_size},
+        {"routed_expert_hidden_size", d.routed_expert_hidden_size},
+        {"latent_moe_use_norm", true},
+        {"moe_router_activation_func", "sigmoid"},
+        {"moe_renormalize", true},
+        {"routed_scaling_factor", 1.0},
+        {"use_grouped_topk", true},
+        {"num_expert_group", 1},
+        {"topk_group", 1},
+        {"num_attention_heads", d.num_attention_heads},
+        {"num_key_value_heads", d.num_attention_heads},
+        {"q_lora_rank", d.q_lora_rank},
+        {"kv_lora_rank", d.kv_lora_rank},
+        {"qk_nope_head_dim", d.qk_nope_head_dim},
+        {"qk_rope_head_dim", d.qk_rope_head_dim},
+        {"v_head_dim", d.v_head_dim},
+        {"mla_use_nope", true},
+        {"mla_use_output_gate", true},
+        {"num_nextn_predict_layers", 0},
+        {"attn_res_block_size", 12},
+        {"linear_attn_config",
+         {{"num_heads", d.linear_num_heads}, {"head_dim", d.linear_head_dim}, {"short_conv_kernel_size", 4},
+          {"gate_lower_bound", -5.0}, {"use_full_rank_gate", true}, {"kda_layers", kda},
+          {"full_attn_layers", full}}},
+        {"tie_word_embeddings", false},
+        {"bos_token_id", kSynthBosId},
+        {"eos_token_id", kSynthEosId},
+        {"pad_token_id", kSynthPadId},
+        {"torch_dtype", "bfloat16"},
+    };
+    json c = {{"architectures", {"KimiK3ForConditionalGeneration"}},
+              {"model_type", "kimi_k3"},
+              {"bos_token_id", kSynthBosId},
+              {"eos_token_id", kSynthEosId},
+              {"pad_token_id", kSynthPadId},
+              {"tie_word_embeddings", false},
+              {"text_config", text}};
+    if (t == SynthDType::Mxfp4)
+        c["quantization_config"] = {
+            {"quant_method", "compressed-tensors"},
+            {"format", "mxfp4-pack-quantized"},
+            {"config_groups",
+             {{"group_0",
+               {{"targets", {"Linear"}},
+                {"input_activations", nullptr},
+                {"weights",
+                 {{"num_bits", 4}, {"type", "float"}, {"group_size", 32}, {"strategy", "group"}, {"symmetric", true},
+                  {"scale_dtype", "torch.uint8"}}}}}}},
+            {"ignore",
+             {"re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*", "re:.*lm_head.*",
+              "re:.*vision_tower.*", "re:.*mm_projector.*"}},
+            {"quantization_status", "compressed"}};
+    return c.dump(2) + "\n";
+}
+
+std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDType t) {
+    Roster r(seed, t);
+    const int64_t h = d.hidden_size, H = d.num_attention_heads, lat = d.routed_expert_hidden_size;
+    const int64_t KH = d.linear_num_heads, KD = d.linear_head_dim, P = KH * KD;
+    const std::string g = "language_model.model.";
+    const float res_proj = std::sqrt(3.0f / float(h));
+    r.plain(g + "embed_tokens.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f));
+    for (int64_t l = 0; l < d.num_hidden_layers; ++l) {
+        const std::string p = g + "layers." + std::to_string(l) + ".";
+        r.norm(p + "input_layernorm.weight", h);
+        r.norm(p + "post_attention_layernorm.weight", h);
+        r.norm(p + "self_attention_res_norm.weight", h);
+        r.norm(p + "mlp_res_norm.weight", h);
+        r.plain(p + "self_attention_res_proj.weight", DType::BF16, {1, h}, 0.0f, res_proj);
+        r.plain(p + "mlp_res_proj.weight", DType::BF16, {1, h}, 0.0f, res_proj);
+        const std::string a = p + "self_attn.";
+        if (is_mla_layer(l, d.num_hidden_layers)) {
+            r.linear(a + "q_a_proj", d.q_lora_rank, h, false);
+            r.norm(a + "q_a_layernorm.weight", d.q_lora_rank);
+            r.linear(a + "q_b_proj", H * (d.qk_nope_head_dim + d.qk_rope_head_dim), d.q_lora_rank, false);
+            r.linear(a + "kv_a_proj_with_mqa", d.kv_lora_rank + d.qk_rope_head_dim, h, false);
+            r.norm(a + "kv_a_layernorm.weight", d.kv_lora_rank);
+            r.linear(a + "kv_b_proj", H * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank, false);
+            r.linear(a + "g_proj", H * d.v_head_dim, h, false);
+            r.linear(a + "o_proj", h, H * d.v_head_dim, false);
+        } else {
+            for (const char* n : {"q_proj", "k_proj", "v_proj", "g_proj"}) r.linear(a + n, P, h, false);
+            r.linear(a + "o_proj", h, P, false);
+            r.linear(a + "f_a_proj", KD, h, false);
+            r.linear(a + "f_b_proj", P, KD, false);
+            r.linear(a + "b_proj", KH, h, false);
+            for (const char* n : {"q_conv1d", "k_conv1d", "v_conv1d"})
+                r.plain(a + n, DType::F32, {P, 1, 4}, 0.0f, std::sqrt(3.0f / 4.0f));
+            // Per-head values padded with zeros to a multiple of 128, as the release stores 96 heads in [128].
+            const int64_t n_alog = (KH + 127) / 128 * 128;
+            const auto alog_fill = uniform_fill(DType::F32, tensor_key(seed, a + "A_log"), 0.5f, 0.5f);
+            r.tensors.push_back({a + "A_log", DType::F32, {n_alog}, [alog_fill, KH](uint64_t off, uint8_t* dst, uint64_t n) {
+                                     alog_fill(off, dst, n);
+                                     for (uint64_t i = off / 4; i < (off + n) / 4; ++i)
+                                         if (int64_t(i) >= KH) std::memset(dst + (i * 4 - off), 0, 4);
+                                 }});
+            r.plain(a + "dt_bias", DType::F32, {P}, 0.0f, 0.5f);
+            r.plain(a + "o_norm.weight", DType::F32, {KD}, 1.0f, 0.1f);
+        }
+        if (l < d.first_k_dense_replace) {
+            r.linear(p + "mlp.gate_proj", d.intermediate_size, h, false);
+            r.linear(p + "mlp.up_proj", d.intermediate_size, h, false);
+            r.linear(p + "mlp.down_proj", h, d.intermediate_size, false);
+            continue;
+        }
+        const std::string m = p + "block_sparse_moe.";
+        const int64_t E = d.n_routed_experts, w = d.moe_intermediate_size, s = d.n_shared_experts * w;
+        r.plain(m + "gate.weight", DType::BF16, {E, h}, 0.0f, 2.0f * std::sqrt(3.0f / float(h)));
+        r.plain(m + "gate.e_score_correction_bias", DType::F32, {E}, 0.0f, 0.05f);
+        r.linear(m + "routed_expert_down_proj", lat, h, false);
+        r.norm(m + "routed_expert_norm.weight", lat);
+        r.linear(m + "routed_expert_up_proj", h, lat, false);
+        r.linear(m + "shared_experts.gate_proj", s, h, false);
+        r.linear(m + "shared_experts.up_proj", s, h, false);
+        r.linear(m + "shared_experts.down_proj", h, s, false);
+        for (int64_t e = 0; e < E; ++e) {
+            const std::string x = m + "experts." + std::to_string(e) + ".";
+            r.linear(x + "w1", w, lat, true);
+            r.linear(x + "w3", w, lat, true);
+            r.linear(x + "w2", lat, w, true);
+        }
+    }
+    r.norm(g + "norm.weight", h);
+    r.norm(g + "output_attn_res_norm.weight", h);
+    r.plain(g + "output_attn_res_proj.weight", DType::BF16, {1, h}, 0.0f, res_proj);
+    r.plain("language_model.lm_head.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f / float(h)));
+    return std::move(r.tensors);
+}
+
+}  // namespace sluice::synth

@@ -1,0 +1,69 @@
+// Shared by the synth model rosters: one helper per tensor kind (plain, norm, linear in the chosen format) so
+// every model lays out quantized Linears the same way. Internal to src/models/synth*.cpp.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "models/synth.h"
+#include "models/synth_random.h"
+
+namespace sluice::synth {
+
+// Builds the tensor list. Linear weights are uniform with std 1/sqrt(fan_in) (half-width sqrt(3/fan_in)), norms
+// 1 +- 0.1, the router 2/sqrt(hidden) so sigmoid scores spread out, embeddings std 1.
+class Roster {
+public:
+    Roster(uint64_t seed, SynthDType dtype) : seed_(seed), dtype_(dtype) {}
+    std::vector<TensorToWrite> tensors;
+
+    void plain(const std::string& name, DType dt, std::vector<int64_t> shape, float center, float half_width) {
+        tensors.push_back({name, dt, std::move(shape), synth::uniform_fill(dt, key(name), center, half_width)});
+    }
+    void norm(const std::string& name, int64_t n) { plain(name, DType::BF16, {n}, 1.0f, 0.1f); }
+
+    // prefix names the module (without ".weight"); `expert` selects the routed-expert format.
+    void linear(const std::string& prefix, int64_t out, int64_t in, bool expert) {
+        const float std_dev = 1.0f / std::sqrt(float(in));
+        const float half = std::sqrt(3.0f) * std_dev;
+        const std::string w = prefix + ".weight";
+        if (dtype_ == SynthDType::Fp8) {
+            // Codes span [-448, 448]; the block scale maps that range onto [-half, half] (+-25%).
+            tensors.push_back({w, DType::F8_E4M3, {out, in}, synth::fp8_e4m3_fill(key(w))});
+            const std::string s = prefix + ".weight_scale_inv";
+            plain(s, DType::F32, {(out + 127) / 128, (in + 127) / 128}, half / 448.0f, 0.25f * half / 448.0f);
+        } else if (expert && dtype_ == SynthDType::Int4) {
+            SLUICE_ASSERT(in % 32 == 0, "int4 input width ", in);
+            const std::string p = prefix + ".weight_packed";
+            tensors.push_back({p, DType::I32, {out, in / 8}, synth::random_bits_fill(key(p))});
+            // Uniform nibbles q - 8 in [-8, 7] have std ~4.61.
+            const float scale = std_dev / 4.61f;
+            plain(prefix + ".weight_scale", DType::BF16, {out, in / 32}, scale, 0.25f * scale);
+            tensors.push_back({prefix + ".weight_shape", DType::I32, {2},
+                               synth::int32_values_fill({int32_t(out), int32_t(in)})});
+        } else if (expert && dtype_ == SynthDType::Mxfp4) {
+            SLUICE_ASSERT(in % 32 == 0, "mxfp4 input width ", in);
+            const std::string p = prefix + ".weight_packed", sc = prefix + ".weight_scale";
+            tensors.push_back({p, DType::U8, {out, in / 2}, synth::random_bits_fill(key(p))});
+            // Uniform E2M1 codes have rms ~2.93; the power-of-two block scale brings that to ~std_dev.
+            const int e = int(std::lround(std::log2(std_dev / 2.93f))) + 1;
+            tensors.push_back({sc, DType::U8, {out, in / 32}, synth::e8m0_fill(key(sc), e)});
+        } else {
+            plain(w, expert && dtype_ == SynthDType::F32 ? DType::F32 : DType::BF16, {out, in}, 0.0f, half);
+        }
+    }
+
+private:
+    uint64_t key(const std::string& name) const { return synth::tensor_key(seed_, name); }
+    uint64_t seed_;
+    SynthDType dtype_;
+};
+
+// Kimi K3 (models/synth_k3.cpp).
+SynthDims k3_dims(const SynthOptions& o);
+std::string k3_config_json(const SynthDims& d, SynthDType t);
+std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDType t);
+
+}  // namespace sluice::synth
