@@ -14,17 +14,17 @@ namespace sluice::cli {
 
 void register_generate(CLI::App& app) {
     struct Args {
-        std::string model, ids, prompt;
+        ModelArgs m;
+        std::string ids, prompt;
         int64_t n = 16, chunk = 512;
         float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
         int64_t top_k = 0;
         uint64_t seed = 0;
-        int threads = 0;
         bool json = false, ignore_eos = false;
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("generate", "Generate tokens from a prompt");
-    sub->add_option("-m,--model", a->model, "model folder (Hugging Face layout)")->required();
+    add_model_args(sub, a->m);
     auto* ids = sub->add_option("--ids", a->ids, "prompt as comma-separated token ids");
     auto* prompt = sub->add_option("-p,--prompt", a->prompt, "prompt text (needs a tokenizer in the model folder)");
     ids->excludes(prompt);
@@ -34,7 +34,6 @@ void register_generate(CLI::App& app) {
     sub->add_option("--top-p", a->top_p, "nucleus sampling mass (1 = off)");
     sub->add_option("--min-p", a->min_p, "drop tokens below min-p x the top probability (0 = off)");
     sub->add_option("-s,--seed", a->seed, "random seed");
-    sub->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)");
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(CLI::PositiveNumber);
     sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
     sub->add_flag("--json", a->json, "print one JSON object as the last line of stdout");
@@ -46,7 +45,7 @@ void register_generate(CLI::App& app) {
             fail("generate: -p needs a tokenizer, which this build cannot load yet; use --ids");
         else
             fail("generate: give a prompt with --ids or -p");
-        auto model = load_model(a->model, {.n_threads = a->threads});
+        auto model = load_model(a->m.model, a->m.to_options());
         GenerateOptions opt;
         opt.max_new_tokens = a->n;
         opt.prefill_chunk = a->chunk;

@@ -12,20 +12,19 @@ namespace sluice::cli {
 
 void register_logits(CLI::App& app) {
     struct Args {
-        std::string model, ids, out;
-        int threads = 0;
+        ModelArgs m;
+        std::string ids, out;
         int64_t chunk = 512;
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("logits", "Write next-token logits for every prefix of --ids as a .npy file");
-    sub->add_option("-m,--model", a->model, "model folder (Hugging Face layout)")->required();
+    add_model_args(sub, a->m);
     sub->add_option("--ids", a->ids, "comma-separated token ids, e.g. 5,17,3")->required();
     sub->add_option("-o,--output", a->out, "output .npy path (float32 [n_ids, vocab])")->required();
-    sub->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)");
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(CLI::PositiveNumber);
     sub->callback([a] {
         const auto ids = parse_ids(a->ids);
-        auto model = load_model(a->model, {.n_threads = a->threads});
+        auto model = load_model(a->m.model, a->m.to_options());
         const auto logits = prompt_logits(*model, ids, a->chunk);
         npy_write_f32(a->out, logits.data(), {int64_t(ids.size()), model->info().vocab_size});
         log_info("wrote ", a->out, ": [", ids.size(), ", ", model->info().vocab_size, "] float32");

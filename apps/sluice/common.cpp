@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "experts/residency.h"
 
 namespace sluice::cli {
 
@@ -31,6 +32,53 @@ std::vector<int32_t> parse_ids(const std::string& text) {
         i = j + 1;
     }
     return ids;
+}
+
+void add_model_args(CLI::App* sub, ModelArgs& a) {
+    sub->add_option("-m,--model", a.model, "model folder (Hugging Face layout)")->required();
+    sub->add_option("-t,--threads", a.threads, "worker threads (0 = all cores)");
+    sub->add_option("--memory", a.memory, "memory budget for everything (e.g. 48G); experts beyond it stream from SSD");
+    sub->add_flag("--stream", a.stream, "stream routed experts from SSD even without a budget");
+    sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu")->capture_default_str();
+    sub->add_option("--io", a.io_backend, "read backend: auto, uring, pread, buffered")->capture_default_str();
+    sub->add_option("--qd", a.queue_depth, "reads in flight")->capture_default_str();
+    sub->add_option("--ctx", a.ctx, "context tokens reserved in the memory plan")->capture_default_str();
+    sub->add_flag("--stats", a.stats, "print I/O and cache statistics to stderr");
+}
+
+LoadOptions ModelArgs::to_options() const {
+    LoadOptions o;
+    o.n_threads = threads;
+    o.stream_experts = stream;
+    o.streaming.policy = cache_policy;
+    o.streaming.reader.backend = io::parse_backend(io_backend);
+    o.streaming.reader.queue_depth = queue_depth;
+    o.max_context_tokens = ctx;
+    if (!memory.empty()) o.memory_budget_bytes = parse_size(memory);
+    return o;
+}
+
+void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out) {
+    if (const ResidencyPlan* p = model.residency()) std::fprintf(out, "%s", p->describe().c_str());
+    const StreamingExpertSource* s = model.streaming();
+    if (!s) {
+        std::fprintf(out, "experts: resident (memory-mapped); %lld tokens in %.1f ms\n", (long long)tokens, total_ms);
+        return;
+    }
+    const auto& st = s->stats();
+    const auto cs = s->cache().total_stats();
+    const double lookups = double(cs.hits + cs.misses);
+    const double read_s = st.io_wait_ms / 1000.0;
+    std::fprintf(out,
+                 "experts: %s reads (%s), cache %s in %zu slots (%s)\n"
+                 "  requested %llu, read %llu, hit rate %.1f%%, bytes read %s (%.2f MB per token)\n"
+                 "  fetch %.1f ms of %.1f ms total; waiting on I/O %.1f ms, computing %.1f ms; %.2f GB/s while waiting\n",
+                 io::backend_name(s->reader().backend()), s->reader().direct() ? "O_DIRECT" : "buffered",
+                 format_bytes(s->cache().allocated_bytes()).c_str(), s->cache().n_slots(), s->cache().policy_name().c_str(),
+                 (unsigned long long)st.experts_requested, (unsigned long long)st.experts_read,
+                 lookups > 0 ? 100.0 * double(cs.hits) / lookups : 0.0, format_bytes(st.bytes_read).c_str(),
+                 tokens > 0 ? double(st.bytes_read) / 1e6 / double(tokens) : 0.0, st.fetch_ms, total_ms, st.io_wait_ms,
+                 total_ms - st.io_wait_ms, read_s > 0 ? double(st.device_bytes_read) / 1e9 / read_s : 0.0);
 }
 
 std::string json_escape(const std::string& s) {

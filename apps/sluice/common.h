@@ -2,10 +2,33 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "models/model.h"
+
 namespace sluice::cli {
+
+// Flags every command that loads a model shares: the folder, threads, the memory budget and expert streaming.
+struct ModelArgs {
+    std::string model;
+    int threads = 0;
+    std::string memory;         // budget, e.g. 64G; empty = none
+    bool stream = false;        // stream experts even without a budget
+    std::string cache_policy = "lru";
+    std::string io_backend = "auto";
+    unsigned queue_depth = 32;
+    int64_t ctx = 4096;
+    bool stats = false;
+
+    LoadOptions to_options() const;
+};
+void add_model_args(CLI::App* sub, ModelArgs& a);
+// The --stats report: bytes read, hit rate, GB/s, I/O wait vs compute, and the residency plan.
+void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out);
 
 // "5,17,3" -> {5, 17, 3}; errors name the offending item.
 std::vector<int32_t> parse_ids(const std::string& text);

@@ -3,6 +3,7 @@
 // Reference: transformers models/deepseek_v3/modeling_deepseek_v3.py; DeepSeek-V3 inference/model.py.
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -149,18 +150,27 @@ public:
                 info_.expert_bytes = bank[0].size_bytes();
                 break;
             }
-        if (opt.stream_experts) {
-            auto s = std::make_unique<StreamingExpertSource>(ck_, experts, opt.streaming);
+        fill_info();
+        if (opt.stream_experts || opt.memory_budget_bytes > 0) {
+            StreamingOptions so = opt.streaming;
+            if (opt.memory_budget_bytes > 0) {
+                const uint64_t per_token = uint64_t(c.num_hidden_layers) * uint64_t(mla_.cache_width()) * 4;
+                const uint64_t state = per_token * uint64_t(opt.max_context_tokens) + (uint64_t(64) << 20);
+                const uint64_t staging = uint64_t(std::max<int64_t>(1, so.staging_experts)) * (info_.expert_bytes + 6 * 8192);
+                plan_ = plan_residency(opt.memory_budget_bytes, info_.spine_bytes, state, staging);
+                so.cache_bytes = plan_->expert_cache_bytes;
+            }
+            auto s = std::make_unique<StreamingExpertSource>(ck_, experts, so);
             streaming_ = s.get();
             experts_ = std::move(s);
         } else {
             experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
         }
-        fill_info();
     }
 
     const ModelInfo& info() const override { return info_; }
     const StreamingExpertSource* streaming() const override { return streaming_; }
+    const ResidencyPlan* residency() const override { return plan_ ? &*plan_ : nullptr; }
 
     std::unique_ptr<SequenceState> new_sequence() const override {
         return std::make_unique<DeepseekV3State>(cfg_.num_hidden_layers, mla_.cache_width());
@@ -254,6 +264,7 @@ private:
     std::vector<Layer> layers_;
     std::unique_ptr<ExpertSource> experts_;
     StreamingExpertSource* streaming_ = nullptr;
+    std::optional<ResidencyPlan> plan_;
     ModelInfo info_;
 };
 

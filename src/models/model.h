@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/residency.h"
 #include "experts/streaming_expert_source.h"
 #include "runtime/batch.h"
 
@@ -49,6 +50,10 @@ struct LoadOptions {
     int n_threads = 0;            // 0 = all cores
     bool stream_experts = false;  // read routed experts from SSD on demand instead of the memory map
     StreamingOptions streaming;
+    // One budget for everything (0: no budget, experts served from the memory map). When set, experts stream
+    // and the expert cache gets what the residency plan leaves (streaming.cache_bytes is then ignored).
+    uint64_t memory_budget_bytes = 0;
+    int64_t max_context_tokens = 4096;  // sequence state reserved in the plan
 };
 
 class Model {
@@ -61,6 +66,8 @@ public:
     virtual void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) = 0;
     // The streaming expert source when experts are streamed (for statistics), else null.
     virtual const StreamingExpertSource* streaming() const { return nullptr; }
+    // The residency plan when a memory budget was given, else null.
+    virtual const ResidencyPlan* residency() const { return nullptr; }
 };
 
 // Reads DIR/config.json, picks the architecture, binds the weights. Throws Error naming the file and field.
