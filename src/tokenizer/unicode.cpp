@@ -224,17 +224,9 @@ char32_t compose_pair(char32_t a, char32_t b) {
 
 }  // namespace
 
-std::string nfc(std::string_view s) {
-    // Nothing below U+0300 decomposes or combines, so text made of such characters is already NFC.
-    bool simple = true;
-    for (char c : s) {
-        if (static_cast<uint8_t>(c) >= 0xCC) {
-            simple = false;
-            break;
-        }
-    }
-    if (simple) return std::string(s);
+namespace {
 
+std::string nfc_full(std::string_view s) {
     std::vector<char32_t> cps;
     cps.reserve(s.size());
     size_t i = 0;
@@ -287,6 +279,40 @@ std::string nfc(std::string_view s) {
     result.reserve(s.size());
     for (char32_t c : out) utf8_append(result, c);
     return result;
+}
+
+}  // namespace
+
+std::string nfc(std::string_view s) {
+    // Nothing below U+0300 (UTF-8 lead byte < 0xCC) decomposes, and such a character never combines with the one
+    // before it, so only stretches of characters >= U+0300, plus the character before each, need the full
+    // algorithm.
+    std::string out;
+    size_t copied = 0, i = 0;
+    while (i < s.size()) {
+        if (static_cast<uint8_t>(s[i]) < 0xCC) {
+            ++i;
+            continue;
+        }
+        size_t start = i;
+        if (start > copied) {
+            do --start;
+            while (start > copied && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80);
+        }
+        size_t end = i;
+        while (end < s.size()) {
+            const auto b = static_cast<uint8_t>(s[end]);
+            if (b < 0x80 || (b >= 0xC2 && b < 0xCC)) break;
+            ++end;
+            while (end < s.size() && (static_cast<uint8_t>(s[end]) & 0xC0) == 0x80) ++end;
+        }
+        out.append(s.substr(copied, start - copied));
+        out += nfc_full(s.substr(start, end - start));
+        copied = i = end;
+    }
+    if (copied == 0) return std::string(s);
+    out.append(s.substr(copied));
+    return out;
 }
 
 }  // namespace sluice::tok

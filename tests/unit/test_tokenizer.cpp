@@ -9,6 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <tuple>
 
 #include "core/error.h"
 #include "tokenizer/regex_split.h"
@@ -153,6 +156,38 @@ TEST(Tokenizer, BadInputFailsClearly) {
     } catch (const sluice::Error& e) {
         EXPECT_NE(std::string(e.what()).find("999999"), std::string::npos);
     }
+}
+
+// Runs `sluice <args>` with stdin from a file; returns exit status and stdout.
+std::pair<int, std::string> run_cli(const std::string& args, const std::string& input) {
+    const fs::path in = fs::temp_directory_path() / ("sluice_tok_in_" + std::to_string(::getpid()));
+    std::ofstream(in, std::ios::binary) << input;
+    const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " < " + in.string() + " 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int status = pclose(p);
+    fs::remove(in);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(Cli, TokenizeAndDetokenize) {
+    if (!fs::exists(SLUICE_BINARY)) GTEST_SKIP() << "sluice binary not built";
+    const std::string dir = (k_data / "deepseek_v3_small").string();
+    auto [rc, out] = run_cli("tokenize -m " + dir, "Hello, world!");
+    ASSERT_EQ(rc, 0);
+    auto tok = open_tokenizer("deepseek_v3_small");
+    EXPECT_EQ(json::parse(out).get<std::vector<int32_t>>(), tok->encode("Hello, world!", false));
+    std::tie(rc, out) = run_cli("tokenize --special -m " + dir, "Hello");
+    EXPECT_EQ(json::parse(out).get<std::vector<int32_t>>(), tok->encode("Hello", true));
+    std::tie(rc, out) = run_cli("detokenize -m " + dir, json(tok->encode("中文 ok", false)).dump());
+    EXPECT_EQ(rc, 0);
+    EXPECT_EQ(out, "中文 ok");
+    EXPECT_EQ(run_cli("detokenize -m " + dir, "[99999999]").first, 1);
+    EXPECT_EQ(run_cli("detokenize -m " + dir, "[1,").first, 1);
+    EXPECT_EQ(run_cli("tokenize -m " + (k_data / "missing").string(), "x").first, 1);
 }
 
 TEST(Unicode, LossyReplacesMaximalSubparts) {
