@@ -299,7 +299,8 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view input, bool add_specia
         repaired = utf8_lossy(input);
         input = repaired;
     }
-    std::vector<int32_t> out(prefix_ids_);
+    std::vector<int32_t> out;
+    if (add_special) out = prefix_ids_;
     std::vector<Segment> raw_segments, norm_segments;
     raw_added_.split(input, {0, input.size()}, raw_segments);
     for (const Segment& seg : raw_segments) {
@@ -320,8 +321,7 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view input, bool add_specia
             else encode_text(gap.substr(s.span.begin, s.span.end - s.span.begin), out);
         }
     }
-    if (!add_special) out.erase(out.begin(), out.begin() + static_cast<long>(prefix_ids_.size()));
-    else out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
+    if (add_special) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
     return out;
 }
 

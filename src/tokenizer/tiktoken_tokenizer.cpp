@@ -201,7 +201,7 @@ std::vector<int32_t> TiktokenTokenizer::encode(std::string_view input, bool add_
     if (add_special && add_bos_) out.push_back(*bos_id_);
     // Reproduce tokenization_kimi.py: chunks of 400,000 code points, each cut wherever a run of space (or of
     // non-space) characters, by Python's str.isspace, would exceed 25,000.
-    size_t chunk_start = 0, chars_in_chunk = 0, slice_start = 0, run = 0;
+    size_t chars_in_chunk = 0, slice_start = 0, run = 0;
     bool run_is_space = false;
     size_t i = 0;
     char32_t cp;
@@ -210,7 +210,7 @@ std::vector<int32_t> TiktokenTokenizer::encode(std::string_view input, bool add_
         utf8_next(input, i, cp);
         if (chars_in_chunk == k_max_encode_chars) {
             encode_chunk(input.substr(slice_start, at - slice_start), out);
-            chunk_start = slice_start = at;
+            slice_start = at;
             chars_in_chunk = 0;
         }
         const bool space = py_isspace(cp);
@@ -228,7 +228,6 @@ std::vector<int32_t> TiktokenTokenizer::encode(std::string_view input, bool add_
             run = 1;
         }
     }
-    (void)chunk_start;
     encode_chunk(input.substr(slice_start), out);
     if (add_special && add_eos_) out.push_back(*eos_id_);
     return out;
