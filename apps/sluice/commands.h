@@ -11,5 +11,6 @@ void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_bench_io(CLI::App& app);
+void register_tokenize(CLI::App& app);  // tokenize and detokenize
 
 }  // namespace sluice::cli
