@@ -10,5 +10,6 @@ void register_logits(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_synth(CLI::App& app);
+void register_template(CLI::App& app);
 
 }  // namespace sluice::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     sluice::cli::register_generate(app);
     sluice::cli::register_inspect(app);
     sluice::cli::register_synth(app);
+    sluice::cli::register_template(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

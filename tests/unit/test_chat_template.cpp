@@ -2,6 +2,10 @@
 // tools/reference/make_template_goldens.py) must come out byte-identical; plus interpreter semantics and errors.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -221,4 +225,33 @@ TEST(ChatTemplate, LoadsFromModelDirectory) {
     req.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
     req.add_generation_prompt = true;
     EXPECT_EQ(t.apply(req), "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜>");
+}
+
+TEST(ChatTemplate, CliRendersNamedTemplateWithTokensAndKwargs) {
+    if (!std::ifstream(SLUICE_BINARY)) GTEST_SKIP() << "sluice binary not built";
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("sluice_tpl_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    nlohmann::ordered_json config = {
+        {"bos_token", {{"content", "<s>"}, {"lstrip", false}}},
+        {"eos_token", "</s>"},
+        {"chat_template",
+         {{{"name", "default"}, {"template", "{{ bos_token }}{% for m in messages %}[{{ m.role }}:{{ m.content }}]"
+                                             "{% endfor %}{% if add_generation_prompt %}>{% endif %}{{ x }}"}},
+          {{"name", "tool_use"}, {"template", "tools={{ tools | length }}{{ eos_token }}"}}}}};
+    std::ofstream(dir / "tokenizer_config.json") << config.dump();
+    std::ofstream(dir / "plain.json") << R"([{"role": "user", "content": "hé"}])";
+    std::ofstream(dir / "tools.json") << R"({"messages": [{"role": "user", "content": "q"}], "tools": [{"a": 1}]})";
+    auto run = [&](const std::string& args) {
+        fs::path out = dir / "out.txt";
+        std::string cmd = std::string(SLUICE_BINARY) + " template -m " + dir.string() + " " + args + " > " + out.string();
+        int rc = std::system(cmd.c_str());
+        return rc == 0 ? read_file(out.string()) : "(exit " + std::to_string(rc) + ")";
+    };
+    EXPECT_EQ(run("--messages " + (dir / "plain.json").string() + " --add-generation-prompt --kwargs '{\"x\": 7}'"),
+              "<s>[user:hé]>7");
+    EXPECT_EQ(run("--messages " + (dir / "plain.json").string()), "<s>[user:hé]");
+    EXPECT_EQ(run("--messages " + (dir / "tools.json").string()), "tools=1</s>");
+    EXPECT_NE(run("--messages " + (dir / "missing.json").string()).find("exit"), std::string::npos);
+    fs::remove_all(dir);
 }
