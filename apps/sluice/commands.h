@@ -12,5 +12,6 @@ void register_inspect(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_bench_io(CLI::App& app);
 void register_tokenize(CLI::App& app);  // tokenize and detokenize
+void register_template(CLI::App& app);
 
 }  // namespace sluice::cli
