@@ -23,36 +23,43 @@ struct BenchIoArgs {
     uint64_t chunk_bytes = 1u << 20;
 };
 
+void print_row(const std::string& method, uint64_t extent, unsigned qd, const std::vector<io::ReadProbeResult>& runs) {
+    std::vector<io::ReadProbeResult> sorted = runs;
+    std::sort(sorted.begin(), sorted.end(), [](auto& x, auto& y) { return x.gbps < y.gbps; });
+    const io::ReadProbeResult& med = sorted[sorted.size() / 2];
+    std::string each;
+    for (auto& r : runs) each += cat(r.gbps, " ");
+    std::printf("%-9s %12llu %4u %9.3f %9.2f %9.2f %9.2f  %s\n", method.c_str(),
+                static_cast<unsigned long long>(extent), qd, med.gbps, med.p50_ms, med.p99_ms, med.max_ms,
+                each.c_str());
+    std::fflush(stdout);
+}
+
+// Runs of the different methods are interleaved (run 1 of each, then run 2 of each, ...) so that a drive or a
+// machine that is busier for a while slows all methods alike rather than one of them.
 void run_bench_io(const BenchIoArgs& a) {
     SLUICE_CHECK(a.runs >= 1, "bench-io: --runs must be >= 1");
+    std::vector<io::ProbeMethod> methods;
+    for (const std::string& m : a.methods) methods.push_back(io::parse_probe_method(m));
     std::printf("%-9s %12s %4s %9s %9s %9s %9s  %s\n", "method", "extent_B", "qd", "GB/s", "p50_ms", "p99_ms", "max_ms",
-                "GB/s of each run");
-    for (const std::string& m : a.methods) {
-        io::ProbeMethod method = io::parse_probe_method(m);
-        for (uint64_t extent : a.extent_bytes) {
-            for (unsigned qd : a.queue_depths) {
-                std::vector<io::ReadProbeResult> runs;
-                for (int r = 0; r < a.runs; ++r) {
+                "GB/s of each run (median shown)");
+    for (uint64_t extent : a.extent_bytes) {
+        for (unsigned qd : a.queue_depths) {
+            std::vector<std::vector<io::ReadProbeResult>> runs(methods.size());
+            for (int r = 0; r < a.runs; ++r) {
+                for (size_t m = 0; m < methods.size(); ++m) {
                     io::ReadProbeOptions o{.files = a.files,
                                            .extent_bytes = extent,
                                            .queue_depth = qd,
                                            .duration_s = a.seconds,
                                            .total_bytes = a.total_bytes,
-                                           .method = method,
+                                           .method = methods[m],
                                            .chunk_bytes = a.chunk_bytes,
                                            .seed = uint64_t(r + 1)};
-                    runs.push_back(io::measure_read_gbps(o));
+                    runs[m].push_back(io::measure_read_gbps(o));
                 }
-                std::vector<io::ReadProbeResult> sorted = runs;
-                std::sort(sorted.begin(), sorted.end(), [](auto& x, auto& y) { return x.gbps < y.gbps; });
-                const io::ReadProbeResult& med = sorted[sorted.size() / 2];
-                std::string each;
-                for (auto& r : runs) each += cat(r.gbps, " ");
-                std::printf("%-9s %12llu %4u %9.3f %9.2f %9.2f %9.2f  %s\n", med.method.c_str(),
-                            static_cast<unsigned long long>(extent), qd, med.gbps, med.p50_ms, med.p99_ms, med.max_ms,
-                            each.c_str());
-                std::fflush(stdout);
             }
+            for (size_t m = 0; m < methods.size(); ++m) print_row(runs[m][0].method, extent, qd, runs[m]);
         }
     }
 }

@@ -144,22 +144,24 @@ class UringEngine final : public ReadEngine {
             int rc = io_uring_wait_cqe(&ring_, &first);
             if (rc == -EINTR || rc == -EAGAIN) continue;
             SLUICE_ASSERT(rc == 0, "io_uring_wait_cqe failed: ", std::strerror(-rc));
-            unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
-            unsigned reads = 0;
-            for (unsigned i = 0; i < n; ++i) {
-                uint64_t tag = io_uring_cqe_get_data64(cqes[i]);
-                if (tag == k_stop_tag) {
-                    stop = true;
-                    continue;
-                }
-                ++reads;
-                auto* op = reinterpret_cast<ReadOp*>(tag);
-                Step step = on_result(*op, cqes[i]->res);
-                (step == Step::Again ? again : finished).push_back(op);
-            }
-            io_uring_cq_advance(&ring_, n);
+            // The lock also orders this thread after the submitter that filled the ops (the hand-over through
+            // the kernel is invisible to thread sanitizers).
             {
                 std::lock_guard lock(mu_);
+                unsigned n = io_uring_peek_batch_cqe(&ring_, cqes, 64);
+                unsigned reads = 0;
+                for (unsigned i = 0; i < n; ++i) {
+                    uint64_t tag = io_uring_cqe_get_data64(cqes[i]);
+                    if (tag == k_stop_tag) {
+                        stop = true;
+                        continue;
+                    }
+                    ++reads;
+                    auto* op = reinterpret_cast<ReadOp*>(tag);
+                    Step step = on_result(*op, cqes[i]->res);
+                    (step == Step::Again ? again : finished).push_back(op);
+                }
+                io_uring_cq_advance(&ring_, n);
                 inflight_ -= reads;
                 pending_.insert(pending_.begin(), again.begin(), again.end());
                 fill_locked();

@@ -380,6 +380,31 @@ TEST(DirectReaderAuto, BufferedBackendIsAlwaysAvailable) {
     fs::remove_all(dir);
 }
 
+// procfs refuses O_DIRECT with EINVAL (as tmpfs did before Linux 6.6): Auto must fall back to buffered reads and
+// say why; an explicit direct backend must fail naming the reason.
+TEST(DirectReaderAuto, FallsBackToBufferedWhenODirectRefused) {
+    const std::string path = "/proc/version";
+    if (!fs::exists(path)) GTEST_SKIP() << "no procfs";
+    DirectReader reader({path});
+    EXPECT_EQ(reader.backend(), Backend::Buffered);
+    EXPECT_FALSE(reader.direct());
+    EXPECT_NE(reader.fallback_reason().find("O_DIRECT refused"), std::string::npos) << reader.fallback_reason();
+    std::ifstream f(path);
+    std::string expected;
+    std::getline(f, expected);
+    ASSERT_GE(expected.size(), 8u);
+    AlignedBuffer buf(4096);
+    ReadExtent e{0, 2, 6, buf.data(), buf.size_bytes(), 0};
+    reader.submit({&e, 1}).wait();
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()) + 2, 6), expected.substr(2, 6));
+    try {
+        DirectReader direct({path}, ReaderOptions{.backend = Backend::Pread});
+        FAIL() << "explicit pread backend accepted a file without O_DIRECT";
+    } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what()).find("O_DIRECT refused"), std::string::npos) << err.what();
+    }
+}
+
 TEST(AlignedBuffer, AlignedRoundedAndMovable) {
     AlignedBuffer a(5000);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 4096, 0u);
