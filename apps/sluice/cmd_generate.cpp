@@ -1,16 +1,32 @@
-// sluice generate -m DIR (--ids 5,17,3 | -p TEXT) -n N [--temp T] [--seed S] [--json]
-// Without --json, generated text (or ids) streams to stdout and stats go to stderr; with --json the last line of
-// stdout is one JSON object with ids, text (when the folder has a tokenizer) and timings.
+// sluice generate -m DIR (--ids 5,17,3 | -p TEXT [--chat]) -n N [--temp T] [--seed S] [--json]
+// Without --json, generated text (ids when the folder has no tokenizer) streams to stdout and stats go to stderr;
+// with --json the last line of stdout is one JSON object with ids, text (when there is a tokenizer) and timings.
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
 #include "models/model.h"
 #include "runtime/generate.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
+
+using tok::StreamDecoder;
+using tok::Tokenizer;
+using tok::load_tokenizer;
+
+namespace {
+bool has_tokenizer(const std::string& dir) {
+    namespace fs = std::filesystem;
+    return fs::exists(fs::path(dir) / "tokenizer.json") || fs::exists(fs::path(dir) / "tiktoken.model");
+}
+}  // namespace
 
 void register_generate(CLI::App& app) {
     struct Args {
@@ -20,7 +36,7 @@ void register_generate(CLI::App& app) {
         float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
         int64_t top_k = 0;
         uint64_t seed = 0;
-        bool json = false, ignore_eos = false;
+        bool json = false, ignore_eos = false, chat = false;
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("generate", "Generate tokens from a prompt");
@@ -28,6 +44,7 @@ void register_generate(CLI::App& app) {
     auto* ids = sub->add_option("--ids", a->ids, "prompt as comma-separated token ids");
     auto* prompt = sub->add_option("-p,--prompt", a->prompt, "prompt text (needs a tokenizer in the model folder)");
     ids->excludes(prompt);
+    sub->add_flag("--chat", a->chat, "wrap -p as one user message with the model's chat template");
     sub->add_option("-n,--n-predict", a->n, "tokens to generate")->check(CLI::NonNegativeNumber);
     sub->add_option("--temp", a->temp, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
     sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0 = off)");
@@ -38,38 +55,67 @@ void register_generate(CLI::App& app) {
     sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
     sub->add_flag("--json", a->json, "print one JSON object as the last line of stdout");
     sub->callback([a] {
+        SLUICE_CHECK(!a->ids.empty() || !a->prompt.empty(), "generate: give a prompt with --ids or -p");
+        std::unique_ptr<Tokenizer> tok;
+        if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);
         std::vector<int32_t> prompt_ids;
-        if (!a->ids.empty())
+        if (!a->ids.empty()) {
             prompt_ids = parse_ids(a->ids);
-        else if (!a->prompt.empty())
-            fail("generate: -p needs a tokenizer, which this build cannot load yet; use --ids");
-        else
-            fail("generate: give a prompt with --ids or -p");
+        } else {
+            SLUICE_CHECK(tok, a->m.model, ": -p needs tokenizer.json or tiktoken.model in the model folder");
+            if (a->chat) {
+                ChatRequest req;
+                req.messages.push_back({{"role", "user"}, {"content", a->prompt}});
+                req.add_generation_prompt = true;
+                prompt_ids = tok->encode(ChatTemplate::from_model_dir(a->m.model).apply(req), false);
+            } else {
+                prompt_ids = tok->encode(a->prompt, true);
+            }
+        }
+        const auto t0 = std::chrono::steady_clock::now();
         auto model = load_model(a->m.model, a->m.to_options());
         GenerateOptions opt;
         opt.max_new_tokens = a->n;
         opt.prefill_chunk = a->chunk;
         opt.stop_at_eos = !a->ignore_eos;
         opt.sampling = {.temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed};
+        std::unique_ptr<StreamDecoder> dec;
+        if (tok) dec = std::make_unique<StreamDecoder>(*tok, true);
+        std::string text;
         auto on_token = [&](int32_t id) {
+            // ids past the tokenizer's vocabulary (padding rows of the embedding) decode to nothing, as in HF
+            std::string piece = !dec ? std::to_string(id) + " " : id < tok->vocab_size() ? dec->push(id) : "";
+            text += piece;
             if (!a->json) {
-                std::printf("%d ", id);
+                std::fwrite(piece.data(), 1, piece.size(), stdout);
                 std::fflush(stdout);
             }
             return true;
         };
         GenerateResult r = generate(*model, prompt_ids, opt, on_token);
+        if (dec) {
+            std::string rest = dec->finish();
+            text += rest;
+            if (!a->json) std::fwrite(rest.data(), 1, rest.size(), stdout);
+        }
+        const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         const double prefill_tps = r.prefill_ms > 0 ? 1000.0 * double(r.n_prompt) / r.prefill_ms : 0;
         const int64_t steps = int64_t(r.ids.size()) - 1;
         const double decode_tps = steps > 0 && r.decode_ms > 0 ? 1000.0 * double(steps) / r.decode_ms : 0;
+        if (a->m.stats) print_stats(*model, r.prefill_ms + r.decode_ms, r.n_prompt + int64_t(r.ids.size()), stderr);
         if (a->json) {
-            std::string ids_json;
-            for (size_t i = 0; i < r.ids.size(); ++i) ids_json += (i ? "," : "") + std::to_string(r.ids[i]);
-            std::printf(
-                "{\"ids\":[%s],\"n_prompt\":%lld,\"n_generated\":%zu,\"stop_reason\":\"%s\",\"prefill_ms\":%.3f,"
-                "\"decode_ms\":%.3f,\"prefill_tok_per_s\":%.3f,\"decode_tok_per_s\":%.3f}\n",
-                ids_json.c_str(), (long long)r.n_prompt, r.ids.size(), r.stop_reason.c_str(), r.prefill_ms,
-                r.decode_ms, prefill_tps, decode_tps);
+            nlohmann::json j;
+            j["ids"] = r.ids;
+            if (tok) j["text"] = text;
+            j["n_prompt"] = r.n_prompt;
+            j["n_generated"] = r.ids.size();
+            j["stop_reason"] = r.stop_reason;
+            j["prefill_ms"] = r.prefill_ms;
+            j["decode_ms"] = r.decode_ms;
+            j["total_ms"] = total_ms;
+            j["prefill_tok_per_s"] = prefill_tps;
+            j["decode_tok_per_s"] = decode_tps;
+            std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         } else {
             std::printf("\n");
             std::fprintf(stderr, "prompt: %lld tokens in %.1f ms (%.2f tok/s); generated %zu tokens, decode %.2f tok/s (%s)\n",

@@ -77,6 +77,7 @@ void register_synth(CLI::App& app) {
         ->capture_default_str();
     sub->add_option("--scale-down", args->opts.scale_down, "Divide widths, heads, ranks and vocab by K")
         ->capture_default_str();
+    sub->add_option("--vocab-size", args->opts.vocab_size, "Override the vocabulary size (>= 512)");
     sub->add_option("--seed", args->seed, "Random seed (non-negative integer)")->capture_default_str();
     sub->add_option("--shard-size-mb", args->shard_size_mb,
                     "Split into model-0000N-of-0000M.safetensors shards of at most this many MiB (0: one file)")

@@ -79,6 +79,11 @@ SynthDims resolve_dims(const ModelInfo& info, const SynthOptions& o) {
     d.intermediate_size = scaled(d.intermediate_size, k, 32, 64);
     d.moe_intermediate_size = scaled(d.moe_intermediate_size, k, 32, 32);
     d.vocab_size = scaled(d.vocab_size, k, 64, 512);
+    if (o.vocab_size > 0) {
+        SLUICE_CHECK(o.vocab_size >= synth::synth_tokenizer_vocab_size(), "synth: --vocab-size must be >= ",
+                     synth::synth_tokenizer_vocab_size(), " (the synthetic tokenizer's size)");
+        d.vocab_size = o.vocab_size;
+    }
     SLUICE_ASSERT(d.vocab_size >= synth::synth_tokenizer_vocab_size(), "synth vocab smaller than its tokenizer");
     d.num_hidden_layers = o.layers;
     d.n_routed_experts = o.experts;

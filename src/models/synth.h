@@ -34,6 +34,7 @@ struct SynthOptions {
     int64_t experts = 8;        // routed experts per MoE layer; top-k is clamped to it
     std::string expert_dtype = "bf16";
     int64_t scale_down = 1;     // divide widths, heads, ranks and vocab by this (kept valid)
+    int64_t vocab_size = 0;     // > 0: use this vocabulary size (at least the synthetic tokenizer's 512)
     uint64_t seed = 0;
     std::string out_dir;
     uint64_t shard_bytes = 0;   // 0: a single model.safetensors

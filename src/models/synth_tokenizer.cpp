@@ -63,6 +63,17 @@ const Vocab& vocab() {
             v.merges.push_back(std::string(a) + " " + b);
             v.vocab[merged] = v.size++;
         }
+        // Fill up to 512 ids with letter pairs (most frequent letters first) so that a model whose vocabulary is
+        // this size decodes every id it can produce to visible text.
+        const std::string letters = "etaoinsrhldcumfpgwybvkxjqz";
+        for (char a : letters)
+            for (char b : letters) {
+                if (v.size >= 512) return v;
+                const std::string sa(1, a), sb(1, b);
+                if (v.vocab.contains(sa + sb)) continue;
+                v.merges.push_back(sa + " " + sb);
+                v.vocab[sa + sb] = v.size++;
+            }
         return v;
     }();
     return v;
