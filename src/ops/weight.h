@@ -32,6 +32,13 @@ struct Weight {
     // Bytes of `data` (the matrix payload, scales excluded) and of `scales`.
     uint64_t data_bytes() const;
     uint64_t scale_bytes() const;
+
+    // Throws sluice::Error unless the view is usable by the ops: non-negative shape, data (and scales where the
+    // format has them) present, and cols a multiple of the format's block (32, or 256 for Q4_K/Q6_K).
+    void check() const;
 };
+
+// Columns per quantisation block along a row (1 for float formats, 128 for FP8's 128x128 scale tiles).
+int64_t weight_block_cols(WeightFormat f);
 
 }  // namespace sluice
