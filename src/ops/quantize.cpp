@@ -42,8 +42,8 @@ float amax_of(const float* x, int64_t n) {
 
 void quantize_fp8(const float* w, QuantizedWeight& q) {
     const int64_t tr = (q.rows + 127) / 128, tc = (q.cols + 127) / 128;
-    q.data.resize(size_t(q.rows * q.cols));
-    q.scales.resize(size_t(tr * tc * 4));
+    q.data.assign(size_t(q.rows * q.cols), 0);
+    q.scales.assign(size_t(tr * tc * 4), 0);
     for (int64_t bi = 0; bi < tr; ++bi)
         for (int64_t bj = 0; bj < tc; ++bj) {
             float amax = 0;
@@ -69,8 +69,8 @@ uint8_t mx_block(const float* x, uint8_t* codes) {
 
 void quantize_mxfp4(const float* w, QuantizedWeight& q, bool ggml) {
     const int64_t nb = q.cols / 32;
-    q.data.resize(size_t(q.rows * nb * (ggml ? 17 : 16)));
-    if (!ggml) q.scales.resize(size_t(q.rows * nb));
+    q.data.assign(size_t(q.rows * nb * (ggml ? 17 : 16)), 0);
+    if (!ggml) q.scales.assign(size_t(q.rows * nb), 0);
     uint8_t codes[32];
     for (int64_t r = 0; r < q.rows; ++r)
         for (int64_t b = 0; b < nb; ++b) {
@@ -90,7 +90,7 @@ void quantize_mxfp4(const float* w, QuantizedWeight& q, bool ggml) {
 void quantize_int4(const float* w, QuantizedWeight& q) {
     const int64_t nb = q.cols / 32;
     q.data.assign(size_t(q.rows * q.cols / 2), 0);
-    q.scales.resize(size_t(q.rows * nb * 2));
+    q.scales.assign(size_t(q.rows * nb * 2), 0);
     for (int64_t r = 0; r < q.rows; ++r)
         for (int64_t b = 0; b < nb; ++b) {
             const float* x = w + r * q.cols + b * 32;
@@ -108,7 +108,7 @@ void quantize_int4(const float* w, QuantizedWeight& q) {
 
 void quantize_q8_0(const float* w, QuantizedWeight& q) {
     const int64_t nb = q.cols / 32;
-    q.data.resize(size_t(q.rows * nb * 34));
+    q.data.assign(size_t(q.rows * nb * 34), 0);
     for (int64_t r = 0; r < q.rows; ++r)
         for (int64_t b = 0; b < nb; ++b) {
             const float* x = w + r * q.cols + b * 32;
@@ -186,7 +186,7 @@ void quantize_q6_k_block(const float* x, uint8_t* blk) {
 template <int64_t Bytes>
 void quantize_k(const float* w, QuantizedWeight& q, void (*fn)(const float*, uint8_t*)) {
     const int64_t nb = q.cols / 256;
-    q.data.resize(size_t(q.rows * nb * Bytes));
+    q.data.assign(size_t(q.rows * nb * Bytes), 0);
     for (int64_t r = 0; r < q.rows; ++r)
         for (int64_t b = 0; b < nb; ++b) fn(w + r * q.cols + b * 256, q.data.data() + (r * nb + b) * Bytes);
 }
@@ -224,12 +224,12 @@ QuantizedWeight quantize(const float* w, int64_t rows, int64_t cols, WeightForma
     const int64_t n = rows * cols;
     switch (format) {
         case WeightFormat::F32:
-            q.data.resize(size_t(n * 4));
+            q.data.assign(size_t(n * 4), 0);
             if (n) std::memcpy(q.data.data(), w, size_t(n) * 4);
             break;
         case WeightFormat::F16:
         case WeightFormat::BF16:
-            q.data.resize(size_t(n * 2));
+            q.data.assign(size_t(n * 2), 0);
             for (int64_t i = 0; i < n; ++i)
                 put_u16(q.data.data() + 2 * i, format == WeightFormat::F16 ? f32_to_f16(w[i]) : f32_to_bf16(w[i]));
             break;

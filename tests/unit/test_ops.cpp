@@ -172,22 +172,29 @@ TEST(Ops, MatmulLargerBatchesTiles) {
     }
 }
 
-// y must not depend on the thread count or on which other rows share the batch.
+// y must not depend on the thread count or on which other rows share the batch (few-row and blocked kernels
+// must agree bit for bit).
 TEST(Ops, MatmulDeterministicAcrossThreadsAndBatch) {
     PathGuard guard;
     const int64_t rows = 300, cols = 4096, n = 9;
     const auto src = random_vec(rows * cols, 11);
-    const auto q = quantize(src.data(), rows, cols, WeightFormat::MXFP4);
     const auto x = random_vec(n * cols, 12);
-    for (auto p : ops::available_cpu_paths()) {
-        ops::set_cpu_path(p);
-        std::vector<float> y1(static_cast<size_t>(n * rows)), y3(static_cast<size_t>(n * rows)), single(static_cast<size_t>(rows));
-        ThreadPool one(1), three(3);
-        ops::matmul(q.view(), x.data(), n, y1.data(), one);
-        ops::matmul(q.view(), x.data(), n, y3.data(), three);
-        EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << ops::cpu_path_name(p);
-        ops::matmul(q.view(), x.data() + 4 * cols, 1, single.data(), three);
-        EXPECT_EQ(0, std::memcmp(single.data(), y1.data() + 4 * rows, size_t(rows) * 4)) << ops::cpu_path_name(p);
+    ThreadPool one(1), three(3);
+    for (WeightFormat f : kAllFormats) {
+        const auto q = quantize(src.data(), rows, cols, f);
+        for (auto p : ops::available_cpu_paths()) {
+            ops::set_cpu_path(p);
+            const std::string what = std::string(weight_format_name(f)) + " " + std::string(ops::cpu_path_name(p));
+            std::vector<float> y1(static_cast<size_t>(n * rows)), y3(static_cast<size_t>(n * rows));
+            ops::matmul(q.view(), x.data(), n, y1.data(), one);
+            ops::matmul(q.view(), x.data(), n, y3.data(), three);
+            EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << what;
+            for (int64_t m : {1, 2, 3, 4}) {
+                std::vector<float> part(static_cast<size_t>(m * rows));
+                ops::matmul(q.view(), x.data() + 4 * cols, m, part.data(), three);
+                EXPECT_EQ(0, std::memcmp(part.data(), y1.data() + 4 * rows, size_t(m * rows) * 4)) << what << " m " << m;
+            }
+        }
     }
 }
 

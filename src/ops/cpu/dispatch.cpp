@@ -107,7 +107,9 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& po
     const auto fn = path_fns(cpu_path()).matmul_rows;
     const int64_t blocks = (w.rows + cpu::kRowBlock - 1) / cpu::kRowBlock;
     pool.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
-        thread_local std::vector<float> scratch(size_t(cpu::kScratchFloats));
+        thread_local std::vector<float> scratch;
+        const auto need = size_t(cpu::matmul_scratch_floats(w.cols));
+        if (scratch.size() < need) scratch.resize(need);
         const int64_t r0 = b0 * cpu::kRowBlock, r1 = std::min(w.rows, b1 * cpu::kRowBlock);
         fn(w, x, n, y, r0, r1, scratch.data());
     });

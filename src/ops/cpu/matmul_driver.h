@@ -44,25 +44,30 @@ template <class K>
 void matmul_rows_blocked(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1,
                          float* scratch) {
     const int64_t cols = w.cols, rows = w.rows;
+    const int64_t block_rows = matmul_block_rows(cols);
     const float* wr[kRowBlock];
     float part[4 * 4];
-    for (int64_t rb = r0; rb < r1; rb += kRowBlock) {
-        const int64_t nr = imin(kRowBlock, r1 - rb);
+    for (int64_t rb = r0; rb < r1; rb += block_rows) {
+        const int64_t nr = imin(block_rows, r1 - rb);
+        // Whole rows are decoded first: each weight row is then one sequential read, which the hardware
+        // prefetchers follow (chunk-by-chunk decoding across 16 rows left them behind).
+        for (int64_t j = 0; j < nr; ++j) {
+            if (w.format == WeightFormat::F32) {
+                wr[j] = reinterpret_cast<const float*>(w.data) + (rb + j) * cols;
+            } else {
+                K::decode(w, rb + j, 0, cols, scratch + j * cols);
+                wr[j] = scratch + j * cols;
+            }
+        }
         for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
             const int64_t k = imin(kChunkCols, cols - c0);
-            for (int64_t j = 0; j < nr; ++j) {
-                if (w.format == WeightFormat::F32) {
-                    wr[j] = reinterpret_cast<const float*>(w.data) + (rb + j) * cols + c0;
-                } else {
-                    K::decode(w, rb + j, c0, k, scratch + j * kChunkCols);
-                    wr[j] = scratch + j * kChunkCols;
-                }
-            }
             for (int64_t i0 = 0; i0 < n; i0 += K::kNr) {
                 const int ni = int(imin(K::kNr, n - i0));
                 for (int64_t j0 = 0; j0 < nr; j0 += K::kMr) {
                     const int mr = int(imin(K::kMr, nr - j0));
-                    run_tile_any<K>(mr, ni, wr + j0, x + i0 * cols + c0, cols, k, part);
+                    const float* wc[4];
+                    for (int j = 0; j < mr; ++j) wc[j] = wr[j0 + j] + c0;
+                    run_tile_any<K>(mr, ni, wc, x + i0 * cols + c0, cols, k, part);
                     for (int i = 0; i < ni; ++i)
                         for (int j = 0; j < mr; ++j) {
                             float& dst = y[(i0 + i) * rows + rb + j0 + j];
