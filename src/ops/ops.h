@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/weight.h"
@@ -21,6 +24,16 @@ struct AttentionParams {
 };
 
 namespace ops {
+
+// CPU kernel paths. The active one is the best the CPU supports unless SLUICE_CPU_PATH=portable|avx2|avx512 names
+// another (read on first use) or set_cpu_path() overrides it; tests use this to run every path.
+enum class CpuPath : uint8_t { Portable, Avx2, Avx512 };
+std::string_view cpu_path_name(CpuPath p);
+std::optional<CpuPath> cpu_path_from_name(std::string_view name);
+bool cpu_path_available(CpuPath p);
+std::vector<CpuPath> available_cpu_paths();  // portable first, best last
+CpuPath cpu_path();
+void set_cpu_path(CpuPath p);  // throws sluice::Error if the CPU lacks it
 
 // y[n, w.rows] = x[n, w.cols] . W^T. Deterministic for a given thread count.
 void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& pool);

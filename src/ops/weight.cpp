@@ -47,4 +47,33 @@ uint64_t Weight::scale_bytes() const {
     }
 }
 
+int64_t weight_block_cols(WeightFormat f) {
+    switch (f) {
+        case WeightFormat::F32:
+        case WeightFormat::F16:
+        case WeightFormat::BF16: return 1;
+        case WeightFormat::FP8_E4M3_B128: return 128;
+        case WeightFormat::MXFP4:
+        case WeightFormat::INT4_G32:
+        case WeightFormat::Q8_0:
+        case WeightFormat::MXFP4_GGML: return 32;
+        case WeightFormat::Q4_K:
+        case WeightFormat::Q6_K: return 256;
+    }
+    return 1;
+}
+
+void Weight::check() const {
+    const auto name = weight_format_name(format);
+    SLUICE_CHECK(rows >= 0 && cols >= 0, "weight (", name, "): negative shape [", rows, ", ", cols, "]");
+    if (rows == 0 || cols == 0) return;
+    SLUICE_CHECK(data != nullptr, "weight (", name, ") [", rows, ", ", cols, "]: no data");
+    // FP8's 128-column scale tiles may be ragged; every other block format needs whole blocks per row.
+    const int64_t block = format == WeightFormat::FP8_E4M3_B128 ? 1 : weight_block_cols(format);
+    SLUICE_CHECK(cols % block == 0, "weight (", name, "): cols ", cols, " is not a multiple of ", block);
+    const bool needs_scales = format == WeightFormat::FP8_E4M3_B128 || format == WeightFormat::MXFP4 ||
+                              format == WeightFormat::INT4_G32;
+    SLUICE_CHECK(!needs_scales || scales != nullptr, "weight (", name, ") [", rows, ", ", cols, "]: no scales");
+}
+
 }  // namespace sluice

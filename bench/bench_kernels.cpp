@@ -1,0 +1,224 @@
+// CPU matmul kernels: GB/s of weight bytes (payload + scales) per format and input row count, next to the machine's
+// memory bandwidth from a STREAM-like probe (read-only sum and triad) in the same run and with the same threads.
+// Weights cycle through copies totalling SLUICE_BENCH_POOL_MIB (default 1024) so they come from DRAM, as streamed
+// experts do. Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH. Medians of 5 repetitions; on a
+// shared machine the figures are noisy. A summary table follows the benchmark output.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/thread_pool.h"
+#include "ops/ops.h"
+#include "ops/quantize.h"
+
+namespace sluice {
+namespace {
+
+int64_t env_int(const char* name, int64_t fallback) {
+    const char* v = std::getenv(name);
+    return v && *v ? std::atoll(v) : fallback;
+}
+
+int bench_threads() { return int(env_int("SLUICE_BENCH_THREADS", 2)); }
+uint64_t pool_bytes() { return uint64_t(env_int("SLUICE_BENCH_POOL_MIB", 1024)) << 20; }
+
+ThreadPool& pool() {
+    static ThreadPool p(bench_threads());
+    return p;
+}
+
+// ---- memory bandwidth probe ---------------------------------------------------------------------------------
+
+void BM_MemoryRead(benchmark::State& state) {
+    const uint64_t n = pool_bytes() / 8;
+    std::vector<uint64_t> buf(n);
+    pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {  // first touch from the reading threads
+        for (int64_t i = b; i < e; ++i) buf[size_t(i)] = uint64_t(i);
+    });
+    std::vector<uint64_t> sums(64);
+    for (auto _ : state) {
+        pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
+            uint64_t s[8] = {};
+            for (int64_t i = b; i + 8 <= e; i += 8)
+                for (int l = 0; l < 8; ++l) s[l] += buf[size_t(i + l)];
+            sums[size_t(b * 8 / int64_t(n))] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+        });
+        benchmark::DoNotOptimize(sums.data());
+    }
+    state.counters["GB/s"] = benchmark::Counter(double(n * 8) * double(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
+void BM_MemoryTriad(benchmark::State& state) {
+    const uint64_t n = pool_bytes() / 3 / 4;
+    std::vector<float> a(n), b(n), c(n);
+    pool().parallel_for(int64_t(n), [&](int64_t s, int64_t e) {
+        for (int64_t i = s; i < e; ++i) a[size_t(i)] = b[size_t(i)] = c[size_t(i)] = 1.0f;
+    });
+    for (auto _ : state) {
+        pool().parallel_for(int64_t(n), [&](int64_t s, int64_t e) {
+            for (int64_t i = s; i < e; ++i) a[size_t(i)] = b[size_t(i)] + 1.5f * c[size_t(i)];
+        });
+        benchmark::ClobberMemory();
+    }
+    state.counters["GB/s"] = benchmark::Counter(double(n * 12) * double(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
+// ---- matmul -------------------------------------------------------------------------------------------------
+
+constexpr int64_t kRows = 2048, kCols = 7168;  // one DeepSeek-V3 expert gate/up projection [out, in]
+
+struct ExpertPool {
+    std::vector<uint8_t> data, scales;
+    uint64_t data_stride = 0, scale_stride = 0;
+    int count = 0;
+    Weight proto;
+    Weight at(int i) const {
+        Weight w = proto;
+        w.data = data.data() + uint64_t(i) * data_stride;
+        w.scales = scales.empty() ? nullptr : scales.data() + uint64_t(i) * scale_stride;
+        return w;
+    }
+};
+
+std::unique_ptr<ExpertPool> make_pool(WeightFormat f) {
+    std::vector<float> src(size_t(kRows * kCols));
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    for (auto& v : src) v = d(rng);
+    const QuantizedWeight q = quantize(src.data(), kRows, kCols, f);
+    auto p = std::make_unique<ExpertPool>();
+    p->proto = q.view();
+    p->data_stride = (q.data.size() + 63) / 64 * 64;
+    p->scale_stride = (q.scales.size() + 63) / 64 * 64;
+    p->count = int(std::max<uint64_t>(2, pool_bytes() / (p->data_stride + p->scale_stride)));
+    p->data.resize(p->data_stride * uint64_t(p->count));
+    p->scales.resize(p->scale_stride * uint64_t(p->count));
+    for (int i = 0; i < p->count; ++i) {
+        std::memcpy(p->data.data() + uint64_t(i) * p->data_stride, q.data.data(), q.data.size());
+        if (!q.scales.empty())
+            std::memcpy(p->scales.data() + uint64_t(i) * p->scale_stride, q.scales.data(), q.scales.size());
+    }
+    return p;
+}
+
+const ExpertPool& expert_pool(WeightFormat f) {
+    static std::map<WeightFormat, std::unique_ptr<ExpertPool>> pools;
+    auto it = pools.find(f);
+    if (it == pools.end()) {
+        pools.clear();  // one format resident at a time
+        it = pools.emplace(f, make_pool(f)).first;
+    }
+    return *it->second;
+}
+
+void BM_Matmul(benchmark::State& state, WeightFormat f) {
+    const int64_t n = state.range(0);
+    const ExpertPool& p = expert_pool(f);
+    std::vector<float> x(size_t(n * kCols), 0.5f), y(size_t(n * kRows));
+    int i = 0;
+    for (auto _ : state) {
+        ops::matmul(p.at(i), x.data(), n, y.data(), pool());
+        i = (i + 1) % p.count;
+        benchmark::DoNotOptimize(y.data());
+    }
+    const double bytes = double(p.proto.data_bytes() + p.proto.scale_bytes());
+    state.counters["GB/s"] = benchmark::Counter(bytes * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+    state.counters["rows/s"] = benchmark::Counter(double(n) * double(state.iterations()), benchmark::Counter::kIsRate);
+    state.SetLabel(std::string(ops::cpu_path_name(ops::cpu_path())));
+}
+
+// ---- summary ------------------------------------------------------------------------------------------------
+
+// Console output as usual, plus the medians collected for a table at the end.
+class SummaryReporter : public benchmark::ConsoleReporter {
+public:
+    void ReportRuns(const std::vector<Run>& runs) override {
+        for (const Run& r : runs)
+            if (r.aggregate_name == "median") {
+                const std::string name = r.run_name.str();
+                // Main-thread CPU time stands in for wall time on a loaded machine (each thread does 1/threads of
+                // the work), so "cpu" figures say what the kernels do when they get their cores.
+                const double cpu_over_real = r.GetAdjustedRealTime() / std::max(1e-12, r.GetAdjustedCPUTime());
+                gbps_[name] = r.counters.count("GB/s") ? double(r.counters.at("GB/s")) : 0;
+                rows_[name] = r.counters.count("rows/s") ? double(r.counters.at("rows/s")) : 0;
+                gbps_cpu_[name] = gbps_[name] * cpu_over_real;
+                rows_cpu_[name] = rows_[name] * cpu_over_real;
+            }
+        ConsoleReporter::ReportRuns(runs);
+    }
+
+    void print_summary() const {
+        print_table("wall time", gbps_, rows_);
+        print_table("main-thread CPU time", gbps_cpu_, rows_cpu_);
+    }
+
+private:
+    static void print_table(const char* clock, const std::map<std::string, double>& gbps_,
+                            const std::map<std::string, double>& rows_) {
+        const double read = find(gbps_, "BM_MemoryRead"), triad = find(gbps_, "BM_MemoryTriad");
+        std::printf("\nSummary by %s (medians; %d threads; path %s; cpu: %s)\n", clock, bench_threads(),
+                    std::string(ops::cpu_path_name(ops::cpu_path())).c_str(), cpu_features().describe().c_str());
+        std::printf("memory bandwidth: read %.1f GB/s, triad %.1f GB/s\n", read, triad);
+        std::printf("%-8s %10s %10s %10s %10s   %8s  %s\n", "format", "n=1", "n=8", "n=32", "n=128", "n1/read",
+                    "rows/s n=32 / n=1");
+        for (const char* f : {"bf16", "mxfp4", "int4", "fp8", "q8_0"}) {
+            double g[4];
+            const int ns[4] = {1, 8, 32, 128};
+            for (int k = 0; k < 4; ++k) g[k] = find(gbps_, "BM_Matmul/" + std::string(f) + "/" + std::to_string(ns[k]));
+            const double r1 = find(rows_, std::string("BM_Matmul/") + f + "/1"),
+                         r32 = find(rows_, std::string("BM_Matmul/") + f + "/32");
+            std::printf("%-8s %10.1f %10.1f %10.1f %10.1f   %7.0f%%  %.1fx\n", f, g[0], g[1], g[2], g[3],
+                        read > 0 ? 100 * g[0] / read : 0.0, r1 > 0 ? r32 / r1 : 0.0);
+        }
+        std::printf("(GB/s counts weight payload + scale bytes read once per call)\n");
+    }
+
+    static double find(const std::map<std::string, double>& m, const std::string& prefix) {
+        for (const auto& [k, v] : m)
+            if (k.rfind(prefix, 0) == 0 && (k.size() == prefix.size() || k[prefix.size()] == '/')) return v;
+        return 0;
+    }
+    std::map<std::string, double> gbps_, rows_, gbps_cpu_, rows_cpu_;
+};
+
+void register_all() {
+    auto common = [](benchmark::internal::Benchmark* b) {
+        b->UseRealTime()->Repetitions(5)->ReportAggregatesOnly(true)->Unit(benchmark::kMillisecond);
+    };
+    common(benchmark::RegisterBenchmark("BM_MemoryRead", BM_MemoryRead));
+    common(benchmark::RegisterBenchmark("BM_MemoryTriad", BM_MemoryTriad));
+    const std::pair<const char*, WeightFormat> formats[] = {{"bf16", WeightFormat::BF16},
+                                                            {"mxfp4", WeightFormat::MXFP4},
+                                                            {"int4", WeightFormat::INT4_G32},
+                                                            {"fp8", WeightFormat::FP8_E4M3_B128},
+                                                            {"q8_0", WeightFormat::Q8_0}};
+    for (const auto& [name, f] : formats) {
+        auto* b = benchmark::RegisterBenchmark((std::string("BM_Matmul/") + name).c_str(), BM_Matmul, f);
+        b->Arg(1)->Arg(8)->Arg(32)->Arg(128);
+        common(b);
+    }
+}
+
+}  // namespace
+}  // namespace sluice
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    sluice::register_all();
+    sluice::SummaryReporter reporter;
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    reporter.print_summary();
+    benchmark::Shutdown();
+    return 0;
+}

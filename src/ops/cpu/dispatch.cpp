@@ -1,0 +1,118 @@
+// Chooses the CPU kernel path at run time (cpuid, or SLUICE_CPU_PATH / set_cpu_path) and runs ops::matmul and
+// ops::dequantize_row on it. Threads split the output rows in blocks of kRowBlock; every output element is
+// computed by one thread in a fixed order, so y is the same for any thread count.
+#include <atomic>
+#include <cstdlib>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+#include "ops/cpu/kernels.h"
+#include "ops/ops.h"
+
+namespace sluice::ops {
+
+namespace {
+
+constexpr int kUnset = -1;
+std::atomic<int> g_path{kUnset};
+
+CpuPath best_path() {
+    const auto& f = cpu_features();
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) return CpuPath::Avx512;
+    if (f.avx2 && f.fma && f.f16c) return CpuPath::Avx2;
+    return CpuPath::Portable;
+}
+
+CpuPath initial_path() {
+    const char* env = std::getenv("SLUICE_CPU_PATH");
+    if (!env || !*env) return best_path();
+    const auto p = cpu_path_from_name(env);
+    SLUICE_CHECK(p.has_value(), "SLUICE_CPU_PATH=", env, ": expected portable, avx2 or avx512");
+    SLUICE_CHECK(cpu_path_available(*p), "SLUICE_CPU_PATH=", env, ": this CPU lacks it (has ",
+                 cpu_features().describe(), ")");
+    return *p;
+}
+
+struct PathFns {
+    cpu::MatmulRowsFn matmul_rows;
+    cpu::DequantRangeFn dequantize_range;
+};
+
+PathFns path_fns(CpuPath p) {
+    switch (p) {
+        case CpuPath::Avx512: return {cpu::avx512::matmul_rows, cpu::avx512::dequantize_range};
+        case CpuPath::Avx2: return {cpu::avx2::matmul_rows, cpu::avx2::dequantize_range};
+        case CpuPath::Portable: break;
+    }
+    return {cpu::portable::matmul_rows, cpu::portable::dequantize_range};
+}
+
+}  // namespace
+
+std::string_view cpu_path_name(CpuPath p) {
+    switch (p) {
+        case CpuPath::Portable: return "portable";
+        case CpuPath::Avx2: return "avx2";
+        case CpuPath::Avx512: return "avx512";
+    }
+    return "?";
+}
+
+std::optional<CpuPath> cpu_path_from_name(std::string_view name) {
+    for (CpuPath p : {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512})
+        if (cpu_path_name(p) == name) return p;
+    return std::nullopt;
+}
+
+bool cpu_path_available(CpuPath p) { return int(p) <= int(best_path()); }
+
+std::vector<CpuPath> available_cpu_paths() {
+    std::vector<CpuPath> out;
+    for (CpuPath p : {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512})
+        if (cpu_path_available(p)) out.push_back(p);
+    return out;
+}
+
+CpuPath cpu_path() {
+    int p = g_path.load(std::memory_order_relaxed);
+    if (p == kUnset) {
+        int expected = kUnset;
+        g_path.compare_exchange_strong(expected, int(initial_path()));
+        p = g_path.load();
+    }
+    return CpuPath(p);
+}
+
+void set_cpu_path(CpuPath p) {
+    SLUICE_CHECK(cpu_path_available(p), "CPU path ", cpu_path_name(p), " is not available on this CPU (has ",
+                 cpu_features().describe(), ")");
+    g_path.store(int(p));
+}
+
+void dequantize_row(const Weight& w, int64_t r, float* out) {
+    w.check();
+    SLUICE_CHECK(r >= 0 && r < w.rows, "dequantize_row: row ", r, " outside [0, ", w.rows, ")");
+    path_fns(cpu_path()).dequantize_range(w, r, 0, w.cols, out);
+}
+
+void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+    w.check();
+    SLUICE_CHECK(n >= 0, "matmul: negative row count ", n);
+    if (n == 0 || w.rows == 0) return;
+    if (w.cols == 0) {
+        for (int64_t i = 0; i < n * w.rows; ++i) y[i] = 0.0f;
+        return;
+    }
+    const auto fn = path_fns(cpu_path()).matmul_rows;
+    const int64_t blocks = (w.rows + cpu::kRowBlock - 1) / cpu::kRowBlock;
+    pool.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+        thread_local std::vector<float> scratch;
+        const auto need = size_t(cpu::matmul_scratch_floats(w.cols));
+        if (scratch.size() < need) scratch.resize(need);
+        const int64_t r0 = b0 * cpu::kRowBlock, r1 = std::min(w.rows, b1 * cpu::kRowBlock);
+        fn(w, x, n, y, r0, r1, scratch.data());
+    });
+}
+
+}  // namespace sluice::ops

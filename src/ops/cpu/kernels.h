@@ -1,0 +1,51 @@
+// The per-ISA kernel entry points behind ops::matmul / ops::dequantize_row (chosen in dispatch.cpp). Each path
+// lives in its own translation unit compiled with its own ISA flags; they share no inline code (an inline
+// function compiled with -mavx512f could be picked by the linker for every caller), so scratch memory comes from
+// the caller instead of a std::vector inside the kernel file.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/weight.h"
+
+namespace sluice::ops::cpu {
+
+// Kernels decode blocks of whole weight rows into f32 scratch (each row one sequential read), then multiply the
+// block with every input row, kChunkCols columns at a time so the x chunk [n, kChunkCols] stays in L2. The
+// chunking is fixed, so an output does not depend on n, on the row block, or on the thread split.
+inline constexpr int64_t kChunkCols = 512;        // multiple of every block size (32, 128, 256)
+inline constexpr int64_t kRowBlock = 16;          // most rows decoded at once (threads split in these units)
+inline constexpr int64_t kScratchBudgetFloats = 131072;  // 512 KiB: the decoded block stays in L2
+
+// Rows decoded at once for a given width: a multiple of 4 in [4, kRowBlock]. (static: ISA files share no
+// out-of-line code.)
+static inline int64_t matmul_block_rows(int64_t cols) {
+    int64_t r = cols > 0 ? kScratchBudgetFloats / cols / 4 * 4 : kRowBlock;
+    return r < 4 ? 4 : r > kRowBlock ? kRowBlock : r;
+}
+static inline int64_t matmul_scratch_floats(int64_t cols) { return matmul_block_rows(cols) * cols; }
+
+// y[:, r0:r1] of y[n, w.rows] = x[n, w.cols] . W^T. scratch: matmul_scratch_floats(w.cols) floats.
+using MatmulRowsFn = void (*)(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1,
+                              float* scratch);
+// Columns [c0, c0 + k) of row r (block aligned like ref::dequantize_range) into out.
+using DequantRangeFn = void (*)(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
+
+namespace portable {
+void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
+void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
+}  // namespace portable
+
+namespace avx2 {  // needs avx2 + fma + f16c
+void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
+void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
+}  // namespace avx2
+
+namespace avx512 {  // needs avx512f/bw/vl/dq + fma + f16c
+// n <= 4 without scratch (avx512_matvec.cpp); false when the format or width is not covered there.
+bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
+void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
+void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
+}  // namespace avx512
+
+}  // namespace sluice::ops::cpu

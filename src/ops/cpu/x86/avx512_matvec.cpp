@@ -1,0 +1,234 @@
+// AVX-512 matmul for few input rows (n <= 4): weights are decoded straight into registers and consumed by FMAs,
+// 4 weight rows at a time (4 sequential read streams), with no f32 scratch round trip. The arithmetic per output
+// is exactly that of the blocked path (same values, same column order, same 512-column chunk sums), so results
+// do not depend on n. MXFP4/INT4 scale a 16-entry value table once per block and look codes up with vpermps.
+// GCC 12 warns about the _mm512_undefined_* inside its own intrinsic headers (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/cpu/kernels.h"
+#include "ops/reference/dequantize_detail.h"
+
+namespace sluice::ops::cpu::avx512 {
+
+namespace {
+
+constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
+// vpshufb indices putting byte e/2 (A: elements 0..15) or 8 + e/2 (B: 16..31) into dword e; vpsrlvd by 4 on odd
+// dwords then brings the high nibble down. vpermps reads only the low 4 bits of each index.
+struct SpreadTables {
+    alignas(64) uint8_t a[64], b[64];
+    alignas(64) uint32_t shifts[16];
+    SpreadTables() {
+        for (int e = 0; e < 16; ++e) {
+            for (int k = 0; k < 4; ++k) {
+                a[4 * e + k] = uint8_t(e / 2);
+                b[4 * e + k] = uint8_t(8 + e / 2);
+            }
+            shifts[e] = (e % 2) ? 4 : 0;
+        }
+    }
+};
+const SpreadTables kSpread;
+
+inline float bits_f32(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+inline float e8m0(uint8_t v) { return bits_f32(v == 0 ? 0x00400000u : v == 0xFF ? 0x7fc00000u : uint32_t(v) << 23); }
+inline uint16_t u16_at(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
+
+struct NibbleDec {  // MXFP4 and INT4_G32: byte j holds element 2j (low nibble) and 2j+1 (high nibble)
+    static constexpr int kVecs = 2;
+    const uint8_t* q;
+    const uint8_t* s;
+    int64_t n_blocks;
+    bool mx;
+    __m512 table;
+    __m512i ia, ib, sh;
+    alignas(64) float scales[16];  // the 16 block scales of the current 512-column chunk, as f32
+    void init(const Weight& w, int64_t r) {
+        mx = w.format == WeightFormat::MXFP4;
+        n_blocks = w.cols / 32;
+        q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
+        s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (mx ? 1 : 2);
+        table = _mm512_loadu_ps(mx ? ref::kE2M1Values : kInt4Table);
+        ia = _mm512_load_si512(kSpread.a);
+        ib = _mm512_load_si512(kSpread.b);
+        sh = _mm512_load_si512(kSpread.shifts);
+    }
+    // Converts a chunk's scales 16 at a time (E8M0 0 -> 2^-127, 0xFF -> NaN; bf16 -> f32 by shifting).
+    void refill(int64_t c) {
+        const int64_t b0 = c / 32, count = n_blocks - b0 < 16 ? n_blocks - b0 : 16;
+        const __mmask16 m = __mmask16((1u << count) - 1u);
+        __m512i bits;
+        if (mx) {
+            const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, s + b0));
+            bits = _mm512_slli_epi32(e, 23);
+            bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                                         _mm512_set1_epi32(0x00400000));
+            bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0xFF)),
+                                         _mm512_set1_epi32(0x7fc00000));
+        } else {
+            bits = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s + 2 * b0)), 16);
+        }
+        _mm512_store_si512(scales, bits);
+    }
+    void load(int64_t c, __m512* v) {
+        if (c % kChunkCols == 0) refill(c);
+        const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
+        const __m512 st = _mm512_mul_ps(table, _mm512_set1_ps(scales[(c / 32) % 16]));
+        v[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, ia), sh), st);
+        v[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, ib), sh), st);
+    }
+};
+
+struct GgmlMxDec {  // MXFP4_GGML: {e8m0, qs[16]}, qs[j] low nibble = element j, high = element j + 16
+    static constexpr int kVecs = 2;
+    const uint8_t* row;
+    __m512 table;
+    void init(const Weight& w, int64_t r) {
+        row = w.data + uint64_t(r) * uint64_t(w.cols / 32) * ref::kMxfp4GgmlBlockBytes;
+        table = _mm512_loadu_ps(ref::kE2M1Values);
+    }
+    void load(int64_t c, __m512* v) const {
+        const uint8_t* b = row + (c / 32) * ref::kMxfp4GgmlBlockBytes;
+        const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1)));
+        const __m512 st = _mm512_mul_ps(table, _mm512_set1_ps(e8m0(b[0])));
+        v[0] = _mm512_permutexvar_ps(codes, st);
+        v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), st);
+    }
+};
+
+struct Q8Dec {
+    static constexpr int kVecs = 2;
+    const uint8_t* row;
+    void init(const Weight& w, int64_t r) { row = w.data + uint64_t(r) * uint64_t(w.cols / 32) * ref::kQ8_0BlockBytes; }
+    void load(int64_t c, __m512* v) const {
+        const uint8_t* b = row + (c / 32) * ref::kQ8_0BlockBytes;
+        const __m512 d = _mm512_set1_ps(_cvtsh_ss(u16_at(b)));
+        for (int h = 0; h < 2; ++h)
+            v[h] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * h)))));
+    }
+};
+
+struct Half16Dec {  // BF16 and F16
+    static constexpr int kVecs = 1;
+    const uint8_t* p;
+    bool bf16;
+    void init(const Weight& w, int64_t r) {
+        p = w.data + uint64_t(r) * uint64_t(w.cols) * 2;
+        bf16 = w.format == WeightFormat::BF16;
+    }
+    void load(int64_t c, __m512* v) const {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * c));
+        v[0] = bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+    }
+};
+
+struct Fp8Dec {
+    static constexpr int kVecs = 1;
+    const uint8_t* q;
+    const uint8_t* srow;
+    void init(const Weight& w, int64_t r) {
+        q = w.data + uint64_t(r) * uint64_t(w.cols);
+        srow = w.scales + uint64_t(r / 128) * uint64_t((w.cols + 127) / 128) * 4;
+    }
+    void load(int64_t c, __m512* v) const {
+        float scale;
+        std::memcpy(&scale, srow + (c / 128) * 4, 4);
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c)));
+        const __m512i m7f = _mm512_set1_epi32(0x7F);
+        const __m512i mag = _mm512_and_si512(x, m7f);
+        __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1p120f));
+        f = _mm512_mask_mov_ps(f, _mm512_cmpeq_epi32_mask(mag, m7f), _mm512_set1_ps(__builtin_nanf("")));
+        f = _mm512_castsi512_ps(_mm512_or_si512(
+            _mm512_castps_si512(f), _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24)));
+        v[0] = _mm512_mul_ps(f, _mm512_set1_ps(scale));
+    }
+};
+
+template <class D, int MR, int NR>
+void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
+    const int64_t cols = w.cols;
+    D dec[MR];
+    for (int j = 0; j < MR; ++j) dec[j].init(w, r + j);
+    for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
+        const int64_t end = c0 + kChunkCols < cols ? c0 + kChunkCols : cols;
+        __m512 acc[MR][NR];
+        for (int j = 0; j < MR; ++j)
+            for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_setzero_ps();
+        for (int64_t c = c0; c < end; c += 16 * D::kVecs) {
+            __m512 xv[NR][D::kVecs];
+            for (int i = 0; i < NR; ++i)
+                for (int v = 0; v < D::kVecs; ++v) xv[i][v] = _mm512_loadu_ps(x + i * cols + c + 16 * v);
+            for (int j = 0; j < MR; ++j) {
+                __m512 wv[D::kVecs];
+                dec[j].load(c, wv);
+                for (int v = 0; v < D::kVecs; ++v)
+                    for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_fmadd_ps(wv[v], xv[i][v], acc[j][i]);
+            }
+        }
+        for (int i = 0; i < NR; ++i)
+            for (int j = 0; j < MR; ++j) {
+                const float part = _mm512_reduce_add_ps(acc[j][i]);
+                float& dst = y[i * w.rows + r + j];
+                dst = c0 == 0 ? part : dst + part;
+            }
+    }
+}
+
+template <class D, int NR>
+void fused_range(const Weight& w, const float* x, float* y, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) fused_rows<D, 4, NR>(w, r, x, y);
+    switch (r1 - r) {
+        case 3: fused_rows<D, 3, NR>(w, r, x, y); break;
+        case 2: fused_rows<D, 2, NR>(w, r, x, y); break;
+        case 1: fused_rows<D, 1, NR>(w, r, x, y); break;
+        default: break;
+    }
+}
+
+template <class D>
+void fused_any_n(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+    switch (n) {
+        case 1: return fused_range<D, 1>(w, x, y, r0, r1);
+        case 2: return fused_range<D, 2>(w, x, y, r0, r1);
+        case 3: return fused_range<D, 3>(w, x, y, r0, r1);
+        default: return fused_range<D, 4>(w, x, y, r0, r1);
+    }
+}
+
+}  // namespace
+
+bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+    if (n < 1 || n > 4) return false;
+    switch (w.format) {
+        case WeightFormat::MXFP4:
+        case WeightFormat::INT4_G32: fused_any_n<NibbleDec>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::MXFP4_GGML: fused_any_n<GgmlMxDec>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::Q8_0: fused_any_n<Q8Dec>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::BF16:
+        case WeightFormat::F16:
+            if (w.cols % 16 != 0) return false;
+            fused_any_n<Half16Dec>(w, x, n, y, r0, r1);
+            return true;
+        case WeightFormat::FP8_E4M3_B128:
+            if (w.cols % 16 != 0) return false;
+            fused_any_n<Fp8Dec>(w, x, n, y, r0, r1);
+            return true;
+        default: return false;
+    }
+}
+
+}  // namespace sluice::ops::cpu::avx512
