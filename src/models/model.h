@@ -46,6 +46,9 @@ struct ModelInfo {
 
 struct LoadOptions {
     int n_threads = 0;  // 0 = all cores
+    // Kimi Linear / K3: evaluate multi-token prefills of KDA layers in the chunked (WY) form instead of token by
+    // token. Faster for long prompts, but no longer bit-identical under a different prefill chunking.
+    bool kda_chunked_prefill = false;
 };
 
 class Model {
