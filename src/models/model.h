@@ -54,6 +54,9 @@ struct LoadOptions {
     // and the expert cache gets what the residency plan leaves (streaming.cache_bytes is then ignored).
     uint64_t memory_budget_bytes = 0;
     int64_t max_context_tokens = 4096;  // sequence state reserved in the plan
+    // Kimi Linear / K3: evaluate multi-token prefills of KDA layers in the chunked (WY) form instead of token by
+    // token. Faster for long prompts, but no longer bit-identical under a different prefill chunking.
+    bool kda_chunked_prefill = false;
 };
 
 class Model {

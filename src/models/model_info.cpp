@@ -1,7 +1,5 @@
 #include "models/model_info.h"
 
-#include <string>
-
 namespace sluice {
 
 namespace {
@@ -10,33 +8,42 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
-void fill_param_counts(const Checkpoint& ck, ModelInfo& info, int64_t n_routed_experts, int64_t top_k,
-                       bool tied_embeddings, int64_t vocab_size, int64_t hidden_size) {
-    uint64_t total = 0, routed = 0, routed_bytes = 0, all_bytes = 0;
-    for (const auto& name : ck.names()) {
-        const TensorView v = ck.get(name);
-        const uint64_t bytes = v.nbytes();
-        all_bytes += bytes;
-        info.bytes_by_dtype[std::string(dtype_name(v.dtype()))] += bytes;
-        uint64_t params = uint64_t(v.info->numel());
-        if (ends_with(name, "weight_packed"))
-            params = v.dtype() == DType::I32 ? params * 8 : params * 2;  // int4 x8 per i32, fp4 x2 per byte
-        else if (ends_with(name, "_scale_inv") || ends_with(name, "weight_scale") || ends_with(name, "weight_shape"))
+void count_params(const std::vector<TensorEntry>& tensors, ModelInfo& info, int64_t n_routed_experts, int64_t top_k,
+                  bool tied_embeddings) {
+    uint64_t total = 0, routed = 0, routed_bytes = 0, all_bytes = 0, embed = 0;
+    for (const auto& t : tensors) {
+        all_bytes += t.nbytes;
+        info.bytes_by_dtype[std::string(dtype_name(t.dtype))] += t.nbytes;
+        uint64_t params = 1;
+        for (auto d : t.shape) params *= uint64_t(d);
+        if (ends_with(t.name, "weight_packed"))
+            params = t.dtype == DType::I32 ? params * 8 : params * 2;  // int4 x8 per i32, fp4 x2 per byte
+        else if (ends_with(t.name, "_scale_inv") || ends_with(t.name, "weight_scale") || ends_with(t.name, "weight_shape"))
             params = 0;
-        const bool is_routed = name.find(".experts.") != std::string::npos &&
-                               name.find("shared_experts") == std::string::npos;
+        const bool is_routed = t.name.find(".experts.") != std::string::npos &&
+                               t.name.find("shared_experts") == std::string::npos;
         total += params;
+        if (ends_with(t.name, "embed_tokens.weight") && !tied_embeddings) embed += params;
         if (is_routed) {
             routed += params;
-            routed_bytes += bytes;
+            routed_bytes += t.nbytes;
         }
     }
     info.params_total = total;
-    info.params_active = total - routed;
+    info.params_active = total - routed - embed;
     if (n_routed_experts > 0) info.params_active += routed / uint64_t(n_routed_experts) * uint64_t(top_k);
     info.routed_expert_bytes_total = routed_bytes;
     info.spine_bytes = all_bytes - routed_bytes;
-    (void)tied_embeddings;
+}
+
+void fill_param_counts(const Checkpoint& ck, ModelInfo& info, int64_t n_routed_experts, int64_t top_k,
+                       bool tied_embeddings, int64_t vocab_size, int64_t hidden_size) {
+    std::vector<TensorEntry> list;
+    for (const auto& name : ck.names()) {
+        const TensorView v = ck.get(name);
+        list.push_back({name, v.dtype(), v.info->shape, v.nbytes()});
+    }
+    count_params(list, info, n_routed_experts, top_k, tied_embeddings);
     (void)vocab_size;
     (void)hidden_size;
 }

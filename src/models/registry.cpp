@@ -18,6 +18,8 @@ struct Entry {
 const std::vector<Entry>& registry() {
     static const std::vector<Entry> entries = {
         {{"DeepseekV3ForCausalLM"}, {"deepseek_v3", "kimi_k2"}, make_deepseek_v3},
+        {{"KimiLinearForCausalLM"}, {"kimi_linear"}, make_kimi_linear},
+        {{"KimiK3ForConditionalGeneration"}, {"kimi_k3"}, make_kimi_k3},
     };
     return entries;
 }

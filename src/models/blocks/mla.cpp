@@ -1,6 +1,7 @@
 #include "models/blocks/mla.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "ops/cpu/simd.h"
@@ -30,7 +31,9 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
         float* row = kva.data() + i * cw;
         ops::rms_norm(row, w.kv_a_layernorm.data(), 1, r_kv, c.kv_a_eps, row);
         float* qpe = q.data() + i * H * dqk + nope;
-        if (c.rope_interleave) {
+        if (!c.use_rope) {
+            // NoPE: k_pe and q_pe are used as they are
+        } else if (c.rope_interleave) {
             rope.apply_interleaved(row + r_kv, 1, dr, positions[i]);
             rope.apply_interleaved(qpe, H, dqk, positions[i]);
         } else {
@@ -105,6 +108,11 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
             }
         }
     });
+    if (w.g_proj.rows > 0) {
+        std::vector<float> gate(static_cast<size_t>(n * H * dv));
+        ops::matmul(w.g_proj, x, n, gate.data(), pool);
+        for (size_t i = 0; i < gate.size(); ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+    }
     ops::matmul(w.o_proj, o.data(), n, out, pool);
 }
 

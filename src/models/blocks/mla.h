@@ -2,6 +2,7 @@
 // normalised latent c_kv [kv_lora_rank] followed by the rotated shared key k_pe [qk_rope_head_dim]; queries are
 // projected into the latent space (W_UK^T q_nope) so attention runs as multi-query attention over the cache, and
 // W_UV maps the attended latent back to each head's value. Same math as transformers' expanded form.
+// Options for the Kimi family: no RoPE at all, and a sigmoid output gate read from the layer input.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@ struct MlaConfig {
     float softmax_scale = 1.0f;
     float q_a_eps = 1e-6f, kv_a_eps = 1e-6f;
     bool rope_interleave = true;
+    bool use_rope = true;     // false: NoPE (Kimi Linear, K3): the "rope" dims are unrotated content dims
 
     int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
     int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
@@ -38,6 +40,7 @@ struct MlaWeights {
     Weight kv_a_proj_with_mqa;      // [kv_lora_rank + rope, hidden]
     std::vector<float> kv_a_layernorm; // [kv_lora_rank]
     Weight kv_b_proj;               // [H*(nope + v), kv_lora_rank]
+    Weight g_proj;                  // optional output gate [H*v, hidden] (K3): o *= sigmoid(g_proj x); rows 0 = none
     Weight o_proj;                  // [hidden, H*v]
 };
 

@@ -10,12 +10,24 @@
 
 namespace sluice {
 
-void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+void GluActivation::apply(const float* gate, const float* up, int64_t n, float* out) const {
+    if (kind == Kind::Silu) {
+        ops::silu_mul(gate, up, n, out);
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i], u = up[i];
+        out[i] = (beta * std::tanh(g / beta) / (1.0f + std::exp(-g))) * (linear_beta * std::tanh(u / linear_beta));
+    }
+}
+
+void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool,
+                    const GluActivation& act) {
     const int64_t inter = w.gate.rows;
     std::vector<float> g(static_cast<size_t>(n * inter)), u(static_cast<size_t>(n * inter));
     ops::matmul(w.gate, x, n, g.data(), pool);
     ops::matmul(w.up, x, n, u.data(), pool);
-    ops::silu_mul(g.data(), u.data(), n * inter, g.data());
+    act.apply(g.data(), u.data(), n * inter, g.data());
     ops::matmul(w.down, g.data(), n, y, pool);
 }
 
@@ -75,7 +87,8 @@ Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vect
 }
 
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
-                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats) {
+                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
+                 const GluActivation& act) {
     const int64_t K = routing.top_k;
     // union of experts -> the (row, slot) pairs that use each
     std::map<int32_t, std::vector<int64_t>> users;  // expert -> slots (row * K + k)
@@ -95,7 +108,7 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
             std::copy_n(x + (slots[size_t(j)] / K) * hidden, hidden, xs.data() + j * hidden);
         SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", experts[i],
                      ": weight shapes do not match hidden size ", hidden);
-        swiglu_forward({w.gate, w.up, w.down}, xs.data(), m, ys.data(), pool);
+        swiglu_forward({w.gate, w.up, w.down}, xs.data(), m, ys.data(), pool, act);
         for (int64_t j = 0; j < m; ++j)
             std::copy_n(ys.data() + j * hidden, hidden, y_slots.data() + slots[size_t(j)] * hidden);
     });
@@ -111,7 +124,7 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
     }
     if (shared) {
         std::vector<float> s(static_cast<size_t>(n * hidden));
-        swiglu_forward(*shared, x, n, s.data(), pool);
+        swiglu_forward(*shared, x, n, s.data(), pool, act);
         for (int64_t i = 0; i < n * hidden; ++i) out[i] += s[size_t(i)];
     }
     if (stats) {

@@ -18,8 +18,17 @@ struct SwigluWeights {
     Weight gate, up, down;  // gate/up [I, H], down [H, I]
 };
 
-// y[n, H] = down(silu(gate x) * up x)
-void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+// The gated activation act(gate) * f(up): SiLU (SwiGLU), or K3's SiTU-GLU
+// [beta tanh(g/beta) sigmoid(g)] * [linear_beta tanh(u/linear_beta)].
+struct GluActivation {
+    enum class Kind { Silu, Situ } kind = Kind::Silu;
+    float beta = 4.0f, linear_beta = 25.0f;
+    void apply(const float* gate, const float* up, int64_t n, float* out) const;
+};
+
+// y[n, H] = down(act(gate x) * up x)
+void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool,
+                    const GluActivation& act = {});
 
 struct RouterParams {
     int64_t n_experts = 0;
@@ -48,6 +57,7 @@ struct MoeStats {
 
 // out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
-                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats = nullptr);
+                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats = nullptr,
+                 const GluActivation& act = {});
 
 }  // namespace sluice

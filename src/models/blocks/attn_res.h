@@ -1,0 +1,19 @@
+// Block Attention Residuals (Kimi K3): a learned per-site pseudo-query attends over the stored block snapshots and
+// the running sum, per row: logit_j = (RMSNorm(v_j) * norm_weight) . proj_weight, softmax over j, output
+// sum_j p_j v_j of the raw candidates. Candidates are f32 [n, d] arrays: snapshots first, the running sum last.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace sluice {
+
+struct AttnResWeights {
+    std::vector<float> norm;  // [d] *_res_norm.weight
+    std::vector<float> proj;  // [d] *_res_proj.weight (one row)
+};
+
+void attn_res(const float* running, const std::vector<std::vector<float>>& blocks, const AttnResWeights& w, int64_t n,
+              int64_t d, float eps, float* out);
+
+}  // namespace sluice

@@ -1,0 +1,81 @@
+// Shared by the Kimi Linear and Kimi K3 model files: the text config (hub field names, with the transformers
+// aliases), binding of KDA and MLA layer weights, and the per-sequence state (KDA recurrent + conv state per KDA
+// layer, MLA latent cache per MLA layer). A recurrent state cannot be rolled back to a middle position without
+// snapshots, so truncate(n) with 0 < n < n_past throws; truncate(0) resets the sequence.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "formats/hf_config.h"
+#include "models/blocks/kda.h"
+#include "models/blocks/mla.h"
+#include "models/blocks/moe.h"
+#include "models/model.h"
+
+namespace sluice {
+
+struct KimiConfig {
+    std::string model_type;
+    int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, moe_intermediate_size = 0;
+    int64_t num_hidden_layers = 0, num_attention_heads = 0;
+    int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+    int64_t n_routed_experts = 0, num_experts_per_tok = 0, n_shared_experts = 0, n_group = 1, topk_group = 1;
+    int64_t first_k_dense_replace = 1;
+    bool norm_topk_prob = true;
+    double routed_scaling_factor = 1.0;
+    double rms_norm_eps = 1e-5;
+    GluActivation act;
+    bool tie_word_embeddings = false;
+    int64_t max_position_embeddings = 0;
+    int32_t bos_token_id = -1;
+    std::vector<int32_t> eos_token_ids;
+    // linear_attn_config
+    int64_t kda_heads = 0, kda_head_dim = 0, conv_kernel = 4;
+    float gate_lower_bound = 0;  // 0 = unbounded (Kimi Linear)
+    bool full_rank_gate = false;
+    std::vector<bool> is_mla;    // per layer, from the 1-based full_attn_layers / kda_layers
+    // Kimi K3
+    bool mla_output_gate = false;
+    int64_t attn_res_block_size = 0;        // 0 = plain residual stream
+    int64_t routed_expert_hidden_size = 0;  // 0 = experts read the full hidden state (no latent MoE)
+    bool latent_moe_use_norm = false;
+
+    int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+    bool is_moe_layer(int64_t il) const { return n_routed_experts > 0 && il >= first_k_dense_replace; }
+    KdaConfig kda() const;
+    MlaConfig mla() const;
+    RouterParams router() const;
+
+    static KimiConfig from_json(const JsonObject& cfg);  // errors name the field
+};
+
+KdaWeights bind_kda(const Checkpoint& ck, const std::string& prefix, const KimiConfig& c);
+MlaWeights bind_mla(const Checkpoint& ck, const std::string& prefix, const KimiConfig& c);
+SwigluWeights bind_swiglu(const Checkpoint& ck, const std::string& prefix, int64_t inter, int64_t hidden);
+
+class KimiState : public SequenceState {
+public:
+    KimiState(const KimiConfig& c);
+    int64_t n_past() const override { return n; }
+    void truncate(int64_t n_tokens) override;
+    uint64_t size_bytes() const override;
+
+    std::vector<KdaState> kda;  // [layers], empty for MLA layers
+    std::vector<MlaCache> mla;  // [layers], unused for KDA layers
+    int64_t n = 0;
+
+private:
+    KdaConfig kda_cfg_;
+};
+
+// Checks every batch row (token in vocab, known sequence, positions continuing each sequence) and groups the rows
+// by sequence (ascending sequence index, rows in batch order).
+std::map<int32_t, std::vector<int64_t>> group_rows(const Batch& batch, std::span<SequenceState* const> seqs,
+                                                   int64_t vocab_size);
+
+}  // namespace sluice

@@ -1,0 +1,213 @@
+// KimiK3ForConditionalGeneration, text tower only (a vision_config is ignored): KDA / gated NoPE MLA layers on a
+// Block-AttnRes residual stream, a dense SiTU-GLU layer 0, then Stable LatentMoE layers (sigmoid router on the full
+// hidden state, MXFP4 experts in a latent space, routed_expert_norm, up-projection, fused shared experts).
+// Tensors under language_model.model.* and language_model.lm_head. Layout and math: the project's K3 digest
+// (shared research notes, sections 3-7); reference: tools/reference/make_kimi_k3_fixtures.py.
+#include "core/error.h"
+#include "formats/checkpoint.h"
+#include "models/architectures.h"
+#include "models/blocks/attn_res.h"
+#include "models/kimi_common.h"
+#include "models/model_info.h"
+#include "models/weights.h"
+#include "ops/ops.h"
+
+namespace sluice {
+
+namespace {
+
+const std::string kModel = "language_model.model.";
+
+struct Layer {
+    std::vector<float> input_layernorm, post_attention_layernorm;
+    AttnResWeights attn_res, mlp_res;
+    bool mla = false;
+    KdaWeights kda;
+    MlaWeights attn;
+    bool moe = false;
+    SwigluWeights mlp;                // dense layer 0
+    Weight router;                    // [E, hidden]
+    std::vector<float> router_bias;   // [E]
+    Weight latent_down, latent_up;    // [latent, hidden], [hidden, latent]
+    std::vector<float> latent_norm;   // [latent]
+    SwigluWeights shared;             // width n_shared * moe_intermediate
+};
+
+class KimiK3Model : public Model {
+public:
+    KimiK3Model(const std::string& dir, const JsonObject& top, const LoadOptions& opt)
+        : ck_(dir), cfg_(parse(top)), pool_(opt.n_threads),
+          form_(opt.kda_chunked_prefill ? KdaForm::Chunked : KdaForm::Recurrent) {
+        const auto& c = cfg_;
+        const int64_t d = c.hidden_size, E = c.n_routed_experts, lat = c.routed_expert_hidden_size;
+        SLUICE_CHECK(c.attn_res_block_size > 0, dir, "/config.json: text_config.attn_res_block_size must be > 0");
+        SLUICE_CHECK(lat > 0 && c.n_routed_experts > 0, dir,
+                     "/config.json: text_config needs num_experts and routed_expert_hidden_size (latent MoE)");
+        kda_ = c.kda();
+        mla_ = c.mla();
+        mla_.q_a_eps = mla_.kv_a_eps = float(c.rms_norm_eps);
+        router_ = c.router();
+        embed_ = bind_matrix(ck_, kModel + "embed_tokens.weight", c.vocab_size, d);
+        norm_ = load_f32(ck_, kModel + "norm.weight", {d});
+        out_res_ = {load_f32(ck_, kModel + "output_attn_res_norm.weight", {d}),
+                    load_f32(ck_, kModel + "output_attn_res_proj.weight", {1, d})};
+        lm_head_ = bind_linear(ck_, "language_model.lm_head", c.vocab_size, d);
+        std::vector<std::vector<ExpertWeights>> experts(size_t(c.num_hidden_layers));
+        for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+            const std::string p = kModel + "layers." + std::to_string(il) + ".";
+            Layer L;
+            L.input_layernorm = load_f32(ck_, p + "input_layernorm.weight", {d});
+            L.post_attention_layernorm = load_f32(ck_, p + "post_attention_layernorm.weight", {d});
+            L.attn_res = {load_f32(ck_, p + "self_attention_res_norm.weight", {d}),
+                          load_f32(ck_, p + "self_attention_res_proj.weight", {1, d})};
+            L.mlp_res = {load_f32(ck_, p + "mlp_res_norm.weight", {d}), load_f32(ck_, p + "mlp_res_proj.weight", {1, d})};
+            L.mla = c.is_mla[size_t(il)];
+            if (L.mla)
+                L.attn = bind_mla(ck_, p + "self_attn.", c);
+            else
+                L.kda = bind_kda(ck_, p + "self_attn.", c);
+            if (c.is_moe_layer(il)) {
+                const std::string m = p + "block_sparse_moe.";
+                L.moe = true;
+                L.router = bind_matrix(ck_, m + "gate.weight", E, d);
+                L.router_bias = load_f32(ck_, m + "gate.e_score_correction_bias", {E});
+                L.latent_down = bind_linear(ck_, m + "routed_expert_down_proj", lat, d);
+                L.latent_up = bind_linear(ck_, m + "routed_expert_up_proj", d, lat);
+                if (c.latent_moe_use_norm) L.latent_norm = load_f32(ck_, m + "routed_expert_norm.weight", {lat});
+                L.shared = bind_swiglu(ck_, m + "shared_experts.", c.n_shared_experts * c.moe_intermediate_size, d);
+                auto& bank = experts[size_t(il)];
+                for (int64_t e = 0; e < E; ++e) {
+                    const std::string x = m + "experts." + std::to_string(e) + ".";
+                    bank.push_back({bind_linear(ck_, x + "w1", c.moe_intermediate_size, lat),
+                                    bind_linear(ck_, x + "w3", c.moe_intermediate_size, lat),
+                                    bind_linear(ck_, x + "w2", lat, c.moe_intermediate_size)});
+                }
+            } else {
+                L.mlp = bind_swiglu(ck_, p + "mlp.", c.intermediate_size, d);
+            }
+            layers_.push_back(std::move(L));
+        }
+        experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
+        fill_info();
+    }
+
+    const ModelInfo& info() const override { return info_; }
+    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<KimiState>(cfg_); }
+
+    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+        const auto& c = cfg_;
+        const int64_t n = batch.size(), d = c.hidden_size, lat = c.routed_expert_hidden_size;
+        const float eps = float(c.rms_norm_eps);
+        const auto rows_of = group_rows(batch, seqs, c.vocab_size);
+        auto state = [&](int32_t s) { return static_cast<KimiState*>(seqs[size_t(s)]); };
+
+        // p: the running sum since the last snapshot; blocks: snapshots of p at layers l % block_size == 0
+        std::vector<float> p(size_t(n * d)), h(size_t(n * d)), y(size_t(n * d)), t(size_t(n * d));
+        std::vector<std::vector<float>> blocks;
+        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], p.data() + i * d);
+        const Rope no_rope;
+        for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+            const Layer& L = layers_[size_t(il)];
+            if (blocks.empty())
+                t = p;
+            else
+                attn_res(p.data(), blocks, L.attn_res, n, d, eps, t.data());
+            const bool snapshot = il % c.attn_res_block_size == 0;
+            if (snapshot) blocks.push_back(p);
+            ops::rms_norm(t.data(), L.input_layernorm.data(), n, d, eps, h.data());
+            if (L.mla) {
+                std::vector<MlaSeqRows> sr;
+                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &state(s)->mla[size_t(il)]});
+                mla_forward(mla_, L.attn, no_rope, h.data(), n, batch.positions.data(), sr, y.data(), pool_);
+            } else {
+                std::vector<KdaSeqRows> sr;
+                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &state(s)->kda[size_t(il)]});
+                kda_forward(kda_, L.kda, h.data(), n, sr, y.data(), pool_, form_);
+            }
+            if (snapshot)
+                p = y;
+            else
+                for (int64_t i = 0; i < n * d; ++i) p[size_t(i)] += y[size_t(i)];
+            attn_res(p.data(), blocks, L.mlp_res, n, d, eps, t.data());
+            ops::rms_norm(t.data(), L.post_attention_layernorm.data(), n, d, eps, h.data());
+            if (L.moe) {
+                Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
+                std::vector<float> xl(size_t(n * lat)), yl(size_t(n * lat));
+                ops::matmul(L.latent_down, h.data(), n, xl.data(), pool_);
+                moe_forward(il, r, *experts_, nullptr, xl.data(), n, lat, yl.data(), pool_, nullptr, c.act);
+                if (!L.latent_norm.empty()) ops::rms_norm(yl.data(), L.latent_norm.data(), n, lat, eps, yl.data());
+                ops::matmul(L.latent_up, yl.data(), n, y.data(), pool_);
+                swiglu_forward(L.shared, h.data(), n, t.data(), pool_, c.act);
+                for (int64_t i = 0; i < n * d; ++i) y[size_t(i)] += t[size_t(i)];
+            } else {
+                swiglu_forward(L.mlp, h.data(), n, y.data(), pool_, c.act);
+            }
+            for (int64_t i = 0; i < n * d; ++i) p[size_t(i)] += y[size_t(i)];
+        }
+        for (const auto& [s, rows] : rows_of) state(s)->n += int64_t(rows.size());
+        attn_res(p.data(), blocks, out_res_, n, d, eps, t.data());
+
+        const int64_t nl = batch.n_logits();
+        std::vector<float> hl(size_t(nl * d));
+        for (int64_t i = 0, j = 0; i < n; ++i)
+            if (batch.want_logits[size_t(i)]) ops::rms_norm(t.data() + i * d, norm_.data(), 1, d, eps, hl.data() + d * j++);
+        logits.resize(size_t(nl * c.vocab_size));
+        if (nl > 0) ops::matmul(lm_head_, hl.data(), nl, logits.data(), pool_);
+    }
+
+private:
+    // text_config carries the model; token ids may sit at the top level only.
+    static KimiConfig parse(const JsonObject& top) {
+        auto text = top.get_object("text_config");
+        KimiConfig c = KimiConfig::from_json(text ? *text : top);
+        if (c.bos_token_id < 0) c.bos_token_id = int32_t(top.get_int("bos_token_id", -1));
+        if (c.eos_token_ids.empty() && top.has("eos_token_id"))
+            for (auto id : top.get_int_list("eos_token_id")) c.eos_token_ids.push_back(int32_t(id));
+        return c;
+    }
+
+    void fill_info() {
+        const auto& c = cfg_;
+        info_.architecture = "KimiK3ForConditionalGeneration";
+        info_.model_type = "kimi_k3";
+        info_.vocab_size = c.vocab_size;
+        info_.hidden_size = c.hidden_size;
+        info_.num_hidden_layers = c.num_hidden_layers;
+        info_.n_routed_experts = c.n_routed_experts;
+        info_.num_experts_per_tok = c.num_experts_per_tok;
+        info_.n_shared_experts = c.n_shared_experts;
+        info_.bos_token_id = c.bos_token_id;
+        info_.eos_token_ids = c.eos_token_ids;
+        info_.max_position_embeddings = c.max_position_embeddings;
+        for (const auto& L : layers_) info_.n_moe_layers += L.moe ? 1 : 0;
+        fill_param_counts(ck_, info_, c.n_routed_experts, c.num_experts_per_tok, c.tie_word_embeddings, c.vocab_size,
+                          c.hidden_size);
+        for (const auto& bank : experts_->all())
+            if (!bank.empty()) {
+                info_.expert_bytes = bank[0].size_bytes();
+                break;
+            }
+    }
+
+    Checkpoint ck_;
+    KimiConfig cfg_;
+    ThreadPool pool_;
+    KdaForm form_;
+    KdaConfig kda_;
+    MlaConfig mla_;
+    RouterParams router_;
+    Weight embed_, lm_head_;
+    std::vector<float> norm_;
+    AttnResWeights out_res_;
+    std::vector<Layer> layers_;
+    std::unique_ptr<ResidentExpertSource> experts_;
+    ModelInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_kimi_k3(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt) {
+    return std::make_unique<KimiK3Model>(dir, cfg, opt);
+}
+
+}  // namespace sluice

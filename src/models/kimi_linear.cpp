@@ -1,0 +1,177 @@
+// KimiLinearForCausalLM (Kimi-Linear-48B-A3B): pre-norm decoder layers of either Kimi Delta Attention or NoPE MLA
+// (1-based layer lists in linear_attn_config), then a dense SwiGLU MLP (layers < first_k_dense_replace) or a
+// sigmoid-routed MoE with correction bias and shared experts. Weights under the hub names
+// (self_attn.{q,k,v}_conv1d, block_sparse_moe.experts.E.w{1,2,3}).
+// Reference: transformers models/kimi_linear/modeling_kimi_linear.py.
+#include "core/error.h"
+#include "formats/checkpoint.h"
+#include "models/architectures.h"
+#include "models/kimi_common.h"
+#include "models/model_info.h"
+#include "models/weights.h"
+#include "ops/ops.h"
+
+namespace sluice {
+
+namespace {
+
+struct Layer {
+    std::vector<float> input_layernorm, post_attention_layernorm;
+    bool mla = false;
+    KdaWeights kda;
+    MlaWeights attn;
+    bool moe = false;
+    SwigluWeights mlp;  // dense layers
+    Weight router;
+    std::vector<float> router_bias;
+    bool has_shared = false;
+    SwigluWeights shared;
+};
+
+class KimiLinearModel : public Model {
+public:
+    KimiLinearModel(const std::string& dir, const JsonObject& json, const LoadOptions& opt)
+        : ck_(dir), cfg_(KimiConfig::from_json(json)), pool_(opt.n_threads),
+          form_(opt.kda_chunked_prefill ? KdaForm::Chunked : KdaForm::Recurrent) {
+        const auto& c = cfg_;
+        const int64_t d = c.hidden_size, E = c.n_routed_experts;
+        SLUICE_CHECK(c.attn_res_block_size == 0 && c.routed_expert_hidden_size == 0, dir,
+                     "/config.json: AttnRes / latent MoE fields are Kimi K3's; use KimiK3ForConditionalGeneration");
+        kda_ = c.kda();
+        mla_ = c.mla();
+        router_ = c.router();
+        embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
+        norm_ = load_f32(ck_, "model.norm.weight", {d});
+        if (ck_.has("lm_head.weight"))
+            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
+        else if (c.tie_word_embeddings)
+            lm_head_ = embed_;
+        else
+            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+        std::vector<std::vector<ExpertWeights>> experts(size_t(c.num_hidden_layers));
+        for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+            const std::string p = "model.layers." + std::to_string(il) + ".";
+            Layer L;
+            L.input_layernorm = load_f32(ck_, p + "input_layernorm.weight", {d});
+            L.post_attention_layernorm = load_f32(ck_, p + "post_attention_layernorm.weight", {d});
+            L.mla = c.is_mla[size_t(il)];
+            if (L.mla)
+                L.attn = bind_mla(ck_, p + "self_attn.", c);
+            else
+                L.kda = bind_kda(ck_, p + "self_attn.", c);
+            if (c.is_moe_layer(il)) {
+                const std::string m = p + "block_sparse_moe.";
+                L.moe = true;
+                L.router = bind_matrix(ck_, m + "gate.weight", E, d);
+                if (ck_.has(m + "gate.e_score_correction_bias"))
+                    L.router_bias = load_f32(ck_, m + "gate.e_score_correction_bias", {E});
+                if (c.n_shared_experts > 0) {
+                    L.has_shared = true;
+                    L.shared = bind_swiglu(ck_, m + "shared_experts.", c.n_shared_experts * c.moe_intermediate_size, d);
+                }
+                auto& bank = experts[size_t(il)];
+                for (int64_t e = 0; e < E; ++e) {
+                    const std::string x = m + "experts." + std::to_string(e) + ".";
+                    bank.push_back({bind_linear(ck_, x + "w1", c.moe_intermediate_size, d),
+                                    bind_linear(ck_, x + "w3", c.moe_intermediate_size, d),
+                                    bind_linear(ck_, x + "w2", d, c.moe_intermediate_size)});
+                }
+            } else {
+                L.mlp = bind_swiglu(ck_, p + "mlp.", c.intermediate_size, d);
+            }
+            layers_.push_back(std::move(L));
+        }
+        experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
+        fill_info();
+    }
+
+    const ModelInfo& info() const override { return info_; }
+    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<KimiState>(cfg_); }
+
+    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+        const auto& c = cfg_;
+        const int64_t n = batch.size(), d = c.hidden_size;
+        const auto rows_of = group_rows(batch, seqs, c.vocab_size);
+        auto state = [&](int32_t s) { return static_cast<KimiState*>(seqs[size_t(s)]); };
+
+        std::vector<float> x(size_t(n * d)), h(size_t(n * d)), y(size_t(n * d));
+        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
+        const Rope no_rope;
+        for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+            const Layer& L = layers_[size_t(il)];
+            ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
+            if (L.mla) {
+                std::vector<MlaSeqRows> sr;
+                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &state(s)->mla[size_t(il)]});
+                mla_forward(mla_, L.attn, no_rope, h.data(), n, batch.positions.data(), sr, y.data(), pool_);
+            } else {
+                std::vector<KdaSeqRows> sr;
+                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &state(s)->kda[size_t(il)]});
+                kda_forward(kda_, L.kda, h.data(), n, sr, y.data(), pool_, form_);
+            }
+            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+            ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
+            if (L.moe) {
+                Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
+                moe_forward(il, r, *experts_, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_);
+            } else {
+                swiglu_forward(L.mlp, h.data(), n, y.data(), pool_);
+            }
+            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+        }
+        for (const auto& [s, rows] : rows_of) state(s)->n += int64_t(rows.size());
+
+        const int64_t nl = batch.n_logits();
+        std::vector<float> hl(size_t(nl * d));
+        for (int64_t i = 0, j = 0; i < n; ++i)
+            if (batch.want_logits[size_t(i)])
+                ops::rms_norm(x.data() + i * d, norm_.data(), 1, d, float(c.rms_norm_eps), hl.data() + d * j++);
+        logits.resize(size_t(nl * c.vocab_size));
+        if (nl > 0) ops::matmul(lm_head_, hl.data(), nl, logits.data(), pool_);
+    }
+
+private:
+    void fill_info() {
+        const auto& c = cfg_;
+        info_.architecture = "KimiLinearForCausalLM";
+        info_.model_type = c.model_type;
+        info_.vocab_size = c.vocab_size;
+        info_.hidden_size = c.hidden_size;
+        info_.num_hidden_layers = c.num_hidden_layers;
+        info_.n_routed_experts = c.n_routed_experts;
+        info_.num_experts_per_tok = c.num_experts_per_tok;
+        info_.n_shared_experts = c.n_shared_experts;
+        info_.bos_token_id = c.bos_token_id;
+        info_.eos_token_ids = c.eos_token_ids;
+        info_.max_position_embeddings = c.max_position_embeddings;
+        for (const auto& L : layers_) info_.n_moe_layers += L.moe ? 1 : 0;
+        fill_param_counts(ck_, info_, c.n_routed_experts, c.num_experts_per_tok, c.tie_word_embeddings, c.vocab_size,
+                          c.hidden_size);
+        for (const auto& bank : experts_->all())
+            if (!bank.empty()) {
+                info_.expert_bytes = bank[0].size_bytes();
+                break;
+            }
+    }
+
+    Checkpoint ck_;
+    KimiConfig cfg_;
+    ThreadPool pool_;
+    KdaForm form_;
+    KdaConfig kda_;
+    MlaConfig mla_;
+    RouterParams router_;
+    Weight embed_, lm_head_;
+    std::vector<float> norm_;
+    std::vector<Layer> layers_;
+    std::unique_ptr<ResidentExpertSource> experts_;
+    ModelInfo info_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_kimi_linear(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt) {
+    return std::make_unique<KimiLinearModel>(dir, cfg, opt);
+}
+
+}  // namespace sluice
