@@ -13,6 +13,7 @@
 #include "models/blocks/mla.h"
 #include "models/blocks/moe.h"
 #include "models/deepseek_v3_config.h"
+#include "models/expert_setup.h"
 #include "models/model_info.h"
 #include "models/architectures.h"
 #include "models/weights.h"
@@ -145,32 +146,16 @@ public:
         router_.topk_group = c.topk_group;
         router_.norm_topk_prob = c.norm_topk_prob;
         router_.routed_scaling_factor = float(c.routed_scaling_factor);
-        for (const auto& bank : experts)
-            if (!bank.empty()) {
-                info_.expert_bytes = bank[0].size_bytes();
-                break;
-            }
         fill_info();
-        if (opt.stream_experts || opt.memory_budget_bytes > 0) {
-            StreamingOptions so = opt.streaming;
-            if (opt.memory_budget_bytes > 0) {
-                const uint64_t per_token = uint64_t(c.num_hidden_layers) * uint64_t(mla_.cache_width()) * 4;
-                const uint64_t state = per_token * uint64_t(opt.max_context_tokens) + (uint64_t(64) << 20);
-                const uint64_t staging = uint64_t(std::max<int64_t>(1, so.staging_experts)) * (info_.expert_bytes + 6 * 8192);
-                plan_ = plan_residency(opt.memory_budget_bytes, info_.spine_bytes, state, staging);
-                so.cache_bytes = plan_->expert_cache_bytes;
-            }
-            auto s = std::make_unique<StreamingExpertSource>(ck_, experts, so);
-            streaming_ = s.get();
-            experts_ = std::move(s);
-        } else {
-            experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
-        }
+        const uint64_t state = uint64_t(c.num_hidden_layers) * uint64_t(mla_.cache_width()) * 4 *
+                               uint64_t(opt.max_context_tokens);
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state);
+        info_.expert_bytes = experts_.expert_bytes;
     }
 
     const ModelInfo& info() const override { return info_; }
-    const StreamingExpertSource* streaming() const override { return streaming_; }
-    const ResidencyPlan* residency() const override { return plan_ ? &*plan_ : nullptr; }
+    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
+    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
 
     std::unique_ptr<SequenceState> new_sequence() const override {
         return std::make_unique<DeepseekV3State>(cfg_.num_hidden_layers, mla_.cache_width());
@@ -215,7 +200,7 @@ public:
             ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
             if (L.moe) {
                 Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
-                moe_forward(il, r, *experts_, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_);
+                moe_forward(il, r, *experts_.source, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_);
             } else {
                 swiglu_forward(L.mlp, h.data(), n, y.data(), pool_);
             }
@@ -262,9 +247,7 @@ private:
     Weight embed_, lm_head_;
     std::vector<float> norm_;
     std::vector<Layer> layers_;
-    std::unique_ptr<ExpertSource> experts_;
-    StreamingExpertSource* streaming_ = nullptr;
-    std::optional<ResidencyPlan> plan_;
+    ExpertSetup experts_;
     ModelInfo info_;
 };
 

@@ -7,6 +7,7 @@
 #include "formats/checkpoint.h"
 #include "models/architectures.h"
 #include "models/blocks/attn_res.h"
+#include "models/expert_setup.h"
 #include "models/kimi_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
@@ -87,11 +88,19 @@ public:
             }
             layers_.push_back(std::move(L));
         }
-        experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
         fill_info();
+        // state reserve: the fixed KDA state plus the MLA latent cache for max_context_tokens
+        int64_t n_mla = 0;
+        for (bool m : cfg_.is_mla) n_mla += m ? 1 : 0;
+        const uint64_t state = KimiState(cfg_).size_bytes() + uint64_t(n_mla) * uint64_t(mla_.cache_width()) * 4 *
+                                                                  uint64_t(opt.max_context_tokens);
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state);
+        info_.expert_bytes = experts_.expert_bytes;
     }
 
     const ModelInfo& info() const override { return info_; }
+    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
+    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<KimiState>(cfg_); }
 
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
@@ -134,7 +143,7 @@ public:
                 Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
                 std::vector<float> xl(size_t(n * lat)), yl(size_t(n * lat));
                 ops::matmul(L.latent_down, h.data(), n, xl.data(), pool_);
-                moe_forward(il, r, *experts_, nullptr, xl.data(), n, lat, yl.data(), pool_, nullptr, c.act);
+                moe_forward(il, r, *experts_.source, nullptr, xl.data(), n, lat, yl.data(), pool_, nullptr, c.act);
                 if (!L.latent_norm.empty()) ops::rms_norm(yl.data(), L.latent_norm.data(), n, lat, eps, yl.data());
                 ops::matmul(L.latent_up, yl.data(), n, y.data(), pool_);
                 swiglu_forward(L.shared, h.data(), n, t.data(), pool_, c.act);
@@ -182,11 +191,6 @@ private:
         for (const auto& L : layers_) info_.n_moe_layers += L.moe ? 1 : 0;
         fill_param_counts(ck_, info_, c.n_routed_experts, c.num_experts_per_tok, c.tie_word_embeddings, c.vocab_size,
                           c.hidden_size);
-        for (const auto& bank : experts_->all())
-            if (!bank.empty()) {
-                info_.expert_bytes = bank[0].size_bytes();
-                break;
-            }
     }
 
     Checkpoint ck_;
@@ -200,7 +204,7 @@ private:
     std::vector<float> norm_;
     AttnResWeights out_res_;
     std::vector<Layer> layers_;
-    std::unique_ptr<ResidentExpertSource> experts_;
+    ExpertSetup experts_;
     ModelInfo info_;
 };
 

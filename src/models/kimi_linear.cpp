@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "formats/checkpoint.h"
 #include "models/architectures.h"
+#include "models/expert_setup.h"
 #include "models/kimi_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
@@ -81,11 +82,19 @@ public:
             }
             layers_.push_back(std::move(L));
         }
-        experts_ = std::make_unique<ResidentExpertSource>(std::move(experts));
         fill_info();
+        // state reserve: the fixed KDA state plus the MLA latent cache for max_context_tokens
+        int64_t n_mla = 0;
+        for (bool m : cfg_.is_mla) n_mla += m ? 1 : 0;
+        const uint64_t state = KimiState(cfg_).size_bytes() + uint64_t(n_mla) * uint64_t(mla_.cache_width()) * 4 *
+                                                                  uint64_t(opt.max_context_tokens);
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state);
+        info_.expert_bytes = experts_.expert_bytes;
     }
 
     const ModelInfo& info() const override { return info_; }
+    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
+    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<KimiState>(cfg_); }
 
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
@@ -113,7 +122,7 @@ public:
             ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
             if (L.moe) {
                 Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
-                moe_forward(il, r, *experts_, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_);
+                moe_forward(il, r, *experts_.source, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_);
             } else {
                 swiglu_forward(L.mlp, h.data(), n, y.data(), pool_);
             }
@@ -147,11 +156,6 @@ private:
         for (const auto& L : layers_) info_.n_moe_layers += L.moe ? 1 : 0;
         fill_param_counts(ck_, info_, c.n_routed_experts, c.num_experts_per_tok, c.tie_word_embeddings, c.vocab_size,
                           c.hidden_size);
-        for (const auto& bank : experts_->all())
-            if (!bank.empty()) {
-                info_.expert_bytes = bank[0].size_bytes();
-                break;
-            }
     }
 
     Checkpoint ck_;
@@ -164,7 +168,7 @@ private:
     Weight embed_, lm_head_;
     std::vector<float> norm_;
     std::vector<Layer> layers_;
-    std::unique_ptr<ResidentExpertSource> experts_;
+    ExpertSetup experts_;
     ModelInfo info_;
 };
 

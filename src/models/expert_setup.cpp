@@ -1,0 +1,33 @@
+#include "models/expert_setup.h"
+
+#include <algorithm>
+
+namespace sluice {
+
+ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWeights>> experts, const LoadOptions& opt,
+                          uint64_t spine_bytes, uint64_t state_bytes) {
+    ExpertSetup s;
+    for (const auto& bank : experts)
+        if (!bank.empty()) {
+            s.expert_bytes = bank[0].size_bytes();
+            break;
+        }
+    if ((!opt.stream_experts && opt.memory_budget_bytes == 0) || s.expert_bytes == 0) {
+        s.source = std::make_unique<ResidentExpertSource>(std::move(experts));
+        return s;
+    }
+    StreamingOptions so = opt.streaming;
+    if (opt.memory_budget_bytes > 0) {
+        // activations of a prefill chunk and scratch: a fixed reserve on top of the per-sequence state
+        const uint64_t state = state_bytes + (uint64_t(64) << 20);
+        const uint64_t staging = uint64_t(std::max<int64_t>(1, so.staging_experts)) * (s.expert_bytes + 6 * 8192);
+        s.plan = plan_residency(opt.memory_budget_bytes, spine_bytes, state, staging);
+        so.cache_bytes = s.plan->expert_cache_bytes;
+    }
+    auto streaming = std::make_unique<StreamingExpertSource>(ck, experts, so);
+    s.streaming = streaming.get();
+    s.source = std::move(streaming);
+    return s;
+}
+
+}  // namespace sluice

@@ -1,0 +1,30 @@
+// Where a model's routed experts come from, decided once for every MoE architecture: the memory map (resident),
+// or SSD through the streaming source with an expert cache sized by the residency plan when a memory budget is
+// given. Architectures bind their experts as views, then hand them here.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "experts/expert_source.h"
+#include "experts/residency.h"
+#include "experts/streaming_expert_source.h"
+#include "formats/checkpoint.h"
+#include "models/model.h"
+
+namespace sluice {
+
+struct ExpertSetup {
+    std::unique_ptr<ExpertSource> source;
+    StreamingExpertSource* streaming = nullptr;  // set when experts stream
+    std::optional<ResidencyPlan> plan;           // set when a memory budget was given
+    uint64_t expert_bytes = 0;                   // one routed expert (all matrices and scales)
+};
+
+// spine_bytes: non-expert weight bytes; state_bytes: the per-sequence state reserved for
+// opt.max_context_tokens (the architecture knows its cache sizes). Throws Error when the budget is too small.
+ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWeights>> experts, const LoadOptions& opt,
+                          uint64_t spine_bytes, uint64_t state_bytes);
+
+}  // namespace sluice
