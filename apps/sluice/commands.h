@@ -11,6 +11,7 @@ void register_generate(CLI::App& app);
 void register_inspect(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_demo(CLI::App& app);
+void register_bench(CLI::App& app);
 void register_bench_io(CLI::App& app);
 void register_tokenize(CLI::App& app);  // tokenize and detokenize
 void register_template(CLI::App& app);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     sluice::cli::register_inspect(app);
     sluice::cli::register_synth(app);
     sluice::cli::register_demo(app);
+    sluice::cli::register_bench(app);
     sluice::cli::register_bench_io(app);
     sluice::cli::register_tokenize(app);
     sluice::cli::register_template(app);

@@ -1,0 +1,185 @@
+// sluice bench -m DIR --memory SIZE --tokens N [--prompt-tokens P] [--json]
+// Decodes from a cold start with experts streamed under the budget, then, in the same run, measures the drive's raw
+// rate with random reads of expert-sized extents at the same queue depth and no compute, and reports the ratios:
+// io_efficiency = achieved read GB/s / raw GB/s, overlap = token time / max(I/O time, compute time).
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.h"
+#include "common.h"
+#include "core/error.h"
+#include "experts/residency.h"
+#include "io/read_probe.h"
+#include "models/model.h"
+#include "runtime/sampler.h"
+
+namespace sluice::cli {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+uint64_t peak_rss_bytes() {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return uint64_t(ru.ru_maxrss) * 1024;
+}
+struct Phase {
+    double wall_ms = 0;
+    ExpertIoStats io;
+    LayerCacheStats cache;
+};
+ExpertIoStats delta(const ExpertIoStats& a, const ExpertIoStats& b) {
+    ExpertIoStats d;
+    d.fetch_calls = b.fetch_calls - a.fetch_calls;
+    d.experts_requested = b.experts_requested - a.experts_requested;
+    d.experts_read = b.experts_read - a.experts_read;
+    d.bytes_read = b.bytes_read - a.bytes_read;
+    d.device_bytes_read = b.device_bytes_read - a.device_bytes_read;
+    d.io_wait_ms = b.io_wait_ms - a.io_wait_ms;
+    d.fetch_ms = b.fetch_ms - a.fetch_ms;
+    return d;
+}
+}  // namespace
+
+void register_bench(CLI::App& app) {
+    struct Args {
+        ModelArgs m;
+        int64_t tokens = 16, prompt_tokens = 16, chunk = 256;
+        double raw_seconds = 3.0;
+        uint64_t seed = 1;
+        bool json = false;
+    };
+    auto a = std::make_shared<Args>();
+    auto* sub = app.add_subcommand("bench", "Cold decode with experts streamed under --memory, next to the drive's raw rate");
+    add_model_args(sub, a->m);
+    sub->add_option("--tokens", a->tokens, "tokens to decode")->check(CLI::PositiveNumber)->capture_default_str();
+    sub->add_option("--prompt-tokens", a->prompt_tokens, "random prompt length (prefilled in --chunk rows)")
+        ->check(CLI::PositiveNumber)->capture_default_str();
+    sub->add_option("--chunk", a->chunk, "prefill rows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
+    sub->add_option("--raw-seconds", a->raw_seconds, "duration of the raw read probe")->capture_default_str();
+    sub->add_option("-s,--seed", a->seed, "seed of the random prompt")->capture_default_str();
+    sub->add_flag("--json", a->json, "last line of stdout: one JSON object");
+    sub->callback([a] {
+        LoadOptions lo = a->m.to_options();
+        if (lo.memory_budget_bytes == 0) lo.stream_experts = true;
+        auto model = load_model(a->m.model, lo);
+        const StreamingExpertSource* s = model->streaming();
+        SLUICE_CHECK(s, a->m.model, ": bench needs a model with routed experts to stream");
+        const ModelInfo& info = model->info();
+
+        std::mt19937_64 rng(a->seed);
+        std::vector<int32_t> prompt(static_cast<size_t>(a->prompt_tokens));
+        for (auto& t : prompt) t = int32_t(rng() % uint64_t(info.vocab_size));
+        auto seq = model->new_sequence();
+        SequenceState* seqs[] = {seq.get()};
+        std::vector<float> logits;
+        Batch b;
+
+        // prefill
+        auto io0 = s->stats();
+        auto c0 = s->cache().total_stats();
+        auto t0 = Clock::now();
+        for (int64_t i0 = 0; i0 < a->prompt_tokens; i0 += a->chunk) {
+            b.clear();
+            const int64_t i1 = std::min(a->prompt_tokens, i0 + a->chunk);
+            for (int64_t i = i0; i < i1; ++i) b.add(prompt[size_t(i)], i, 0, i + 1 == a->prompt_tokens);
+            model->forward(b, seqs, logits);
+        }
+        auto t1 = Clock::now();
+        auto io1 = s->stats();
+        auto c1 = s->cache().total_stats();
+        // decode
+        int64_t pos = a->prompt_tokens;
+        for (int64_t step = 0; step < a->tokens; ++step) {
+            b.clear();
+            b.add(argmax(std::span<const float>(logits.data(), size_t(info.vocab_size))), pos++, 0, true);
+            model->forward(b, seqs, logits);
+        }
+        auto t2 = Clock::now();
+        auto io2 = s->stats();
+        auto c2 = s->cache().total_stats();
+        const uint64_t rss = peak_rss_bytes();
+
+        // raw device rate: random expert-sized reads, same backend and queue depth, no compute
+        io::ReadProbeOptions po;
+        for (uint32_t f = 0; f < s->reader().n_files(); ++f) po.files.push_back(s->reader().path(f));
+        po.extent_bytes = std::max<uint64_t>(info.expert_bytes / 3, 4096);
+        po.queue_depth = a->m.queue_depth;
+        po.duration_s = a->raw_seconds;
+        po.method = s->reader().backend() == io::Backend::Uring ? io::ProbeMethod::Uring
+                    : s->reader().backend() == io::Backend::Pread ? io::ProbeMethod::Pread
+                                                                  : io::ProbeMethod::Buffered;
+        // files smaller than one extent cannot be probed; keep the ones that can
+        std::vector<std::string> usable;
+        for (const auto& f : po.files) {
+            FILE* fp = std::fopen(f.c_str(), "rb");
+            if (!fp) continue;
+            std::fseek(fp, 0, SEEK_END);
+            if (uint64_t(std::ftell(fp)) >= po.extent_bytes * 2) usable.push_back(f);
+            std::fclose(fp);
+        }
+        SLUICE_CHECK(!usable.empty(), "bench: no checkpoint file is large enough for the raw read probe");
+        po.files = usable;
+        const io::ReadProbeResult raw = io::measure_read_gbps(po);
+
+        const auto pre = delta(io0, io1), dec = delta(io1, io2);
+        const double prefill_ms = ms_between(t0, t1), decode_ms = ms_between(t1, t2);
+        const double tok_per_s = 1000.0 * double(a->tokens) / decode_ms;
+        const double read_gbps = double(dec.device_bytes_read) / 1e6 / decode_ms;
+        const double io_time_ms = raw.gbps > 0 ? double(dec.device_bytes_read) / 1e6 / raw.gbps : 0;
+        const double compute_ms = decode_ms - dec.io_wait_ms;
+        const double overlap = decode_ms / std::max(1e-9, std::max(io_time_ms, compute_ms));
+        const uint64_t hits = c2.hits - c1.hits, misses = c2.misses - c1.misses;
+        const double hit_rate = hits + misses ? double(hits) / double(hits + misses) : 0;
+        const uint64_t budget = lo.memory_budget_bytes;
+
+        std::fprintf(stderr,
+                     "bench: %s, %lld MoE layers x %lld experts (%s each), budget %s (model %s)\n"
+                     "  prefill %lld tokens: %.1f ms, %.2f MB read per prompt token (%llu experts read / %llu used)\n"
+                     "  decode  %lld tokens: %.3f tok/s, %.2f MB read per token, hit rate %.1f%%\n"
+                     "  reads   %.2f GB/s achieved vs %.2f GB/s raw (%s qd %u, %s extents): io_efficiency %.2f\n"
+                     "  time    per token %.1f ms: I/O needs %.1f ms, compute %.1f ms (waiting %.1f ms): overlap %.2f\n"
+                     "  memory  peak RSS %s (budget %s)\n",
+                     model->info().architecture.c_str(), (long long)info.n_moe_layers, (long long)info.n_routed_experts,
+                     format_bytes(info.expert_bytes).c_str(), budget ? format_bytes(budget).c_str() : "none",
+                     format_bytes(info.spine_bytes + info.routed_expert_bytes_total).c_str(), (long long)a->prompt_tokens,
+                     prefill_ms, double(pre.bytes_read) / 1e6 / double(a->prompt_tokens),
+                     (unsigned long long)pre.experts_read, (unsigned long long)pre.experts_requested,
+                     (long long)a->tokens, tok_per_s, double(dec.bytes_read) / 1e6 / double(a->tokens), 100 * hit_rate,
+                     read_gbps, raw.gbps, raw.method.c_str(), po.queue_depth, format_bytes(po.extent_bytes).c_str(),
+                     raw.gbps > 0 ? read_gbps / raw.gbps : 0.0, decode_ms / double(a->tokens),
+                     io_time_ms / double(a->tokens), compute_ms / double(a->tokens), dec.io_wait_ms / double(a->tokens),
+                     overlap, format_bytes(rss).c_str(), budget ? format_bytes(budget).c_str() : "none");
+        if (a->json) {
+            nlohmann::json j;
+            j["tok_per_s"] = tok_per_s;
+            j["read_gbps"] = read_gbps;
+            j["raw_read_gbps"] = raw.gbps;
+            j["io_efficiency"] = raw.gbps > 0 ? read_gbps / raw.gbps : 0.0;
+            j["overlap"] = overlap;
+            j["hit_rate"] = hit_rate;
+            j["bytes_read_per_token"] = double(dec.bytes_read) / double(a->tokens);
+            j["bytes_read_per_prompt_token"] = double(pre.bytes_read) / double(a->prompt_tokens);
+            j["prefill_experts_read"] = pre.experts_read;
+            j["prefill_experts_used"] = pre.experts_requested;
+            j["peak_rss_bytes"] = rss;
+            j["memory_budget_bytes"] = budget;
+            j["decode_ms"] = decode_ms;
+            j["prefill_ms"] = prefill_ms;
+            j["io_wait_ms_per_token"] = dec.io_wait_ms / double(a->tokens);
+            j["raw_read_p50_ms"] = raw.p50_ms;
+            j["backend"] = raw.method;
+            j["queue_depth"] = po.queue_depth;
+            std::printf("%s\n", j.dump().c_str());
+        }
+    });
+}
+
+}  // namespace sluice::cli
