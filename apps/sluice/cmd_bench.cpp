@@ -44,6 +44,8 @@ ExpertIoStats delta(const ExpertIoStats& a, const ExpertIoStats& b) {
     d.device_bytes_read = b.device_bytes_read - a.device_bytes_read;
     d.io_wait_ms = b.io_wait_ms - a.io_wait_ms;
     d.fetch_ms = b.fetch_ms - a.fetch_ms;
+    d.prefetch_issued = b.prefetch_issued - a.prefetch_issued;
+    d.prefetch_used = b.prefetch_used - a.prefetch_used;
     return d;
 }
 }  // namespace
@@ -143,7 +145,7 @@ void register_bench(CLI::App& app) {
         std::fprintf(stderr,
                      "bench: %s, %lld MoE layers x %lld experts (%s each), budget %s (model %s)\n"
                      "  prefill %lld tokens: %.1f ms, %.2f MB read per prompt token (%llu experts read / %llu used)\n"
-                     "  decode  %lld tokens: %.3f tok/s, %.2f MB read per token, hit rate %.1f%%\n"
+                     "  decode  %lld tokens: %.3f tok/s, %.2f MB read per token, hit rate %.1f%%, read ahead %.1f (%.1f used) per token\n"
                      "  reads   %.2f GB/s achieved vs %.2f GB/s raw (%s qd %u, %s extents): io_efficiency %.2f\n"
                      "  time    per token %.1f ms: I/O needs %.1f ms, compute %.1f ms (waiting %.1f ms): overlap %.2f\n"
                      "  memory  peak RSS %s (budget %s)\n",
@@ -153,6 +155,7 @@ void register_bench(CLI::App& app) {
                      prefill_ms, double(pre.bytes_read) / 1e6 / double(a->prompt_tokens),
                      (unsigned long long)pre.experts_read, (unsigned long long)pre.experts_requested,
                      (long long)a->tokens, tok_per_s, double(dec.bytes_read) / 1e6 / double(a->tokens), 100 * hit_rate,
+                     double(dec.prefetch_issued) / double(a->tokens), double(dec.prefetch_used) / double(a->tokens),
                      read_gbps, raw.gbps, raw.method.c_str(), po.queue_depth, format_bytes(po.extent_bytes).c_str(),
                      raw.gbps > 0 ? read_gbps / raw.gbps : 0.0, decode_ms / double(a->tokens),
                      io_time_ms / double(a->tokens), compute_ms / double(a->tokens), dec.io_wait_ms / double(a->tokens),
@@ -177,6 +180,8 @@ void register_bench(CLI::App& app) {
             j["raw_read_p50_ms"] = raw.p50_ms;
             j["backend"] = raw.method;
             j["queue_depth"] = po.queue_depth;
+            j["prefetch_issued_per_token"] = double(dec.prefetch_issued) / double(a->tokens);
+            j["prefetch_used_per_token"] = double(dec.prefetch_used) / double(a->tokens);
             std::printf("%s\n", j.dump().c_str());
         }
     });

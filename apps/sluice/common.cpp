@@ -44,6 +44,7 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
     sub->add_option("--qd", a.queue_depth, "reads in flight")->capture_default_str();
     sub->add_option("--ctx", a.ctx, "context tokens reserved in the memory plan")->capture_default_str();
     sub->add_flag("--stats", a.stats, "print I/O and cache statistics to stderr");
+    sub->add_flag("--no-prefetch", a.no_prefetch, "do not read the next layer's likely experts ahead");
 }
 
 LoadOptions ModelArgs::to_options() const {
@@ -51,6 +52,7 @@ LoadOptions ModelArgs::to_options() const {
     o.n_threads = threads;
     o.stream_experts = stream;
     o.streaming.policy = cache_policy;
+    o.streaming.prefetch = !no_prefetch;
     o.streaming.reader.backend = io::parse_backend(io_backend);
     o.streaming.reader.queue_depth = queue_depth;
     o.max_context_tokens = ctx;
@@ -71,12 +73,12 @@ void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out)
     const double read_s = st.io_wait_ms / 1000.0;
     std::fprintf(out,
                  "experts: %s reads (%s), cache %s in %zu slots (%s)\n"
-                 "  requested %llu, read %llu, hit rate %.1f%%, bytes read %s (%.2f MB per token)\n"
+                 "  requested %llu, read %llu (%llu ahead, %llu of them used), hit rate %.1f%%, bytes read %s (%.2f MB per token)\n"
                  "  fetch %.1f ms of %.1f ms total; waiting on I/O %.1f ms, computing %.1f ms; %.2f GB/s while waiting\n",
                  io::backend_name(s->reader().backend()), s->reader().direct() ? "O_DIRECT" : "buffered",
                  format_bytes(s->cache().allocated_bytes()).c_str(), s->cache().n_slots(), s->cache().policy_name().c_str(),
                  (unsigned long long)st.experts_requested, (unsigned long long)st.experts_read,
-                 lookups > 0 ? 100.0 * double(cs.hits) / lookups : 0.0, format_bytes(st.bytes_read).c_str(),
+                 (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_used, lookups > 0 ? 100.0 * double(cs.hits) / lookups : 0.0, format_bytes(st.bytes_read).c_str(),
                  tokens > 0 ? double(st.bytes_read) / 1e6 / double(tokens) : 0.0, st.fetch_ms, total_ms, st.io_wait_ms,
                  total_ms - st.io_wait_ms, read_s > 0 ? double(st.device_bytes_read) / 1e9 / read_s : 0.0);
 }

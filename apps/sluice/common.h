@@ -23,6 +23,7 @@ struct ModelArgs {
     unsigned queue_depth = 32;
     int64_t ctx = 4096;
     bool stats = false;
+    bool no_prefetch = false;
 
     LoadOptions to_options() const;
 };

@@ -25,6 +25,9 @@ public:
     // arrive, on the calling thread. `weights` is valid only during the call.
     virtual void fetch(int64_t layer, std::span<const int32_t> experts,
                        const std::function<void(size_t i, const ExpertWeights&)>& on_ready) = 0;
+    // A hint that these experts of `layer` are likely needed soon: a streaming source starts reading them now.
+    // Never changes results; a wrong guess only costs bandwidth.
+    virtual void prefetch(int64_t layer, std::span<const int32_t> experts) {}
 };
 
 // Every expert's weights are already addressable (memory-mapped checkpoint).

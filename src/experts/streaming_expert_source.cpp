@@ -19,8 +19,19 @@ double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::durati
 const Weight& weight_of(const ExpertWeights& w, int k) { return k == 0 ? w.gate : k == 1 ? w.up : w.down; }
 }  // namespace
 
+struct StreamingExpertSource::Prefetch {
+    ExpertKey key;
+    std::atomic<int> parts_left{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::string error;
+    io::ReadBatch batch;
+};
+
 StreamingExpertSource::StreamingExpertSource(const Checkpoint& ck, const std::vector<std::vector<ExpertWeights>>& views,
-                                             const StreamingOptions& options) {
+                                             const StreamingOptions& options)
+    : options_(options) {
     std::vector<std::string> paths;
     for (const auto& f : ck.files()) paths.push_back(f->path());
     where_.resize(views.size());
@@ -57,7 +68,84 @@ StreamingExpertSource::StreamingExpertSource(const Checkpoint& ck, const std::ve
               cache_->n_slots(), " cache slots, ", staging_.size(), " staging slots");
 }
 
-StreamingExpertSource::~StreamingExpertSource() = default;
+StreamingExpertSource::~StreamingExpertSource() {
+    for (auto& [k, p] : prefetching_) {
+        try {
+            p->batch.wait();
+        } catch (const Error&) {
+        }
+    }
+}
+
+void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> experts) {
+    if (!options_.prefetch) return;
+    reap_prefetches();
+    const auto& bank = where_.at(size_t(layer));
+    for (int32_t e : experts) {
+        const ExpertKey key{int32_t(layer), e};
+        if (cache_->contains(key) || prefetching_.count(key.packed())) continue;
+        uint8_t* slot = cache_->insert(key);  // pinned until finished
+        if (!slot) return;                     // every slot is pinned: nothing to read ahead into
+        auto p = std::make_shared<Prefetch>();
+        p->key = key;
+        const Location& loc = bank[size_t(e)];
+        p->parts_left.store(loc.n_parts);
+        std::vector<io::ReadExtent> extents;
+        for (int k = 0; k < loc.n_parts; ++k) {
+            const Part& part = loc.parts[size_t(k)];
+            extents.push_back({part.file, part.offset, part.length, slot + part.slot_offset, slot_bytes_ - part.slot_offset, 0});
+            stats_.bytes_read += part.length;
+            stats_.device_bytes_read += io::padded_bytes(part.offset, part.length);
+        }
+        ++stats_.experts_read;
+        ++stats_.prefetch_issued;
+        try {
+            p->batch = reader_->submit(extents, [p](const io::ReadCompletion& c) {
+                if (!c.ok()) {
+                    std::lock_guard<std::mutex> lock(p->mu);
+                    if (p->error.empty()) p->error = c.error;
+                }
+                if (p->parts_left.fetch_sub(1) == 1) {
+                    std::lock_guard<std::mutex> lock(p->mu);
+                    p->done = true;
+                    p->cv.notify_all();
+                }
+            });
+        } catch (...) {
+            cache_->drop(key);
+            throw;
+        }
+        prefetching_[key.packed()] = std::move(p);
+    }
+}
+
+void StreamingExpertSource::finish_prefetch(uint64_t packed, bool wait) {
+    auto it = prefetching_.find(packed);
+    if (it == prefetching_.end()) return;
+    auto p = it->second;
+    {
+        std::unique_lock<std::mutex> lock(p->mu);
+        if (!p->done && !wait) return;
+        const auto t0 = Clock::now();
+        p->cv.wait(lock, [&] { return p->done; });
+        stats_.io_wait_ms += ms(t0, Clock::now());
+    }
+    try {
+        p->batch.wait();
+    } catch (const Error&) {
+    }
+    prefetching_.erase(it);
+    if (!p->error.empty())
+        cache_->drop(p->key);  // a failed read-ahead is forgotten; a later fetch reads it again and reports
+    else
+        cache_->unpin(p->key);
+}
+
+void StreamingExpertSource::reap_prefetches() {
+    std::vector<uint64_t> keys;
+    for (const auto& [k, p] : prefetching_) keys.push_back(k);
+    for (uint64_t k : keys) finish_prefetch(k, false);
+}
 
 uint64_t StreamingExpertSource::memory_bytes() const {
     return cache_->allocated_bytes() + uint64_t(staging_.size()) * slot_bytes_;
@@ -94,6 +182,14 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
         uint8_t* slot;
         bool cached;  // slot belongs to the cache (else staging)
     };
+    // read-aheads of these experts: wait for them to land (they then count as cache hits)
+    for (size_t i = 0; i < experts.size(); ++i) {
+        const uint64_t k = ExpertKey{int32_t(layer), experts[i]}.packed();
+        if (prefetching_.count(k)) {
+            ++stats_.prefetch_used;
+            finish_prefetch(k, true);
+        }
+    }
     std::vector<Pending> hits;
     std::vector<size_t> misses;
     for (size_t i = 0; i < experts.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "experts/expert_cache.h"
 #include "experts/expert_source.h"
@@ -20,6 +21,7 @@ struct StreamingOptions {
     uint64_t cache_bytes = 0;      // expert cache budget (0: every expert is read on every use)
     std::string policy = "lru";
     int64_t staging_experts = 4;   // experts readable at once when no cache slot is free
+    bool prefetch = true;          // honour prefetch() hints (look-ahead reads into the cache)
     io::ReaderOptions reader;
 };
 
@@ -31,6 +33,8 @@ struct ExpertIoStats {
     uint64_t device_bytes_read = 0; // including 4 KiB alignment padding
     double io_wait_ms = 0;          // time the caller waited with nothing to compute
     double fetch_ms = 0;            // total time inside fetch (compute of on_ready included)
+    uint64_t prefetch_issued = 0;   // experts read ahead on a hint (counted in experts_read and bytes_read too)
+    uint64_t prefetch_used = 0;     // ... of which a later fetch asked for
 };
 
 class StreamingExpertSource : public ExpertSource {
@@ -43,6 +47,7 @@ public:
 
     void fetch(int64_t layer, std::span<const int32_t> experts,
                const std::function<void(size_t i, const ExpertWeights&)>& on_ready) override;
+    void prefetch(int64_t layer, std::span<const int32_t> experts) override;
 
     const ExpertIoStats& stats() const { return stats_; }
     const ExpertCache& cache() const { return *cache_; }
@@ -64,6 +69,13 @@ public:
 
 private:
     ExpertWeights weights_in(const Location& loc, const uint8_t* slot) const;
+    // Reads in flight for prefetch hints: each holds a pin on its cache slot until finished here.
+    struct Prefetch;
+    void finish_prefetch(uint64_t key, bool wait);  // wait (or poll) for one, unpin, drop on error
+    void reap_prefetches();                          // finish those already complete
+
+    std::unordered_map<uint64_t, std::shared_ptr<Prefetch>> prefetching_;
+    StreamingOptions options_;
 
     std::vector<std::vector<Location>> where_;
     uint64_t slot_bytes_ = 0;

@@ -86,6 +86,15 @@ Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vect
     return r;
 }
 
+void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
+                      const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool) {
+    const Routing guess = route_sigmoid(p, gate, bias, x, n, pool);
+    std::vector<int32_t> experts(guess.experts);
+    std::sort(experts.begin(), experts.end());
+    experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
+    source.prefetch(layer, experts);
+}
+
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
                  const GluActivation& act) {

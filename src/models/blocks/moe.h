@@ -49,6 +49,11 @@ struct Routing {
 Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
                       int64_t n, ThreadPool& pool);
 
+// Look-ahead: applies the next MoE layer's router to this layer's input rows and hints the union of the experts it
+// picks to the source, so their reads overlap the current layer's compute. Never changes results.
+void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
+                      const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool);
+
 struct MoeStats {
     uint64_t rows = 0;
     uint64_t expert_rows = 0;       // sum over experts of rows routed to it
