@@ -20,6 +20,8 @@ const std::vector<Entry>& registry() {
         {{"DeepseekV3ForCausalLM"}, {"deepseek_v3", "kimi_k2"}, make_deepseek_v3},
         {{"KimiLinearForCausalLM"}, {"kimi_linear"}, make_kimi_linear},
         {{"KimiK3ForConditionalGeneration"}, {"kimi_k3"}, make_kimi_k3},
+        {{"Qwen3MoeForCausalLM"}, {"qwen3_moe"}, make_qwen3_moe},
+        {{"MixtralForCausalLM"}, {"mixtral"}, make_mixtral},
     };
     return entries;
 }

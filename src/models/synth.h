@@ -16,14 +16,14 @@ namespace sluice {
 
 class ThreadPool;
 
-enum class SynthModel { KimiK2, DeepseekV3, KimiK3 };
+enum class SynthModel { KimiK2, DeepseekV3, KimiK3, Qwen3Moe, Mixtral };
 // Bf16 / F32: routed experts in that dtype, everything else BF16. Fp8: the DeepSeek/Kimi-K2 hub layout (every
 // Linear except router, embeddings and lm_head in F8_E4M3 with F32 128x128 weight_scale_inv). Int4: the
 // Kimi-K2-Thinking compressed-tensors pack-quantized layout for routed experts only. Mxfp4: the Kimi K3 release
 // layout (routed experts as U8 weight_packed E2M1 nibbles + U8 E8M0 weight_scale per 32 inputs; K3 only).
 enum class SynthDType { Bf16, F32, Fp8, Int4, Mxfp4 };
 
-std::optional<SynthModel> synth_model_from_name(std::string_view name);  // "kimi-k2", "deepseek-v3", "kimi-k3"
+std::optional<SynthModel> synth_model_from_name(std::string_view name);  // "kimi-k2", ..., "qwen3-moe", "mixtral"
 std::optional<SynthDType> synth_dtype_from_name(std::string_view name);  // "bf16", "f32", "fp8", "int4", "mxfp4"
 std::string synth_model_names();  // "kimi-k2, deepseek-v3" (for help and error text)
 std::string synth_dtype_names();
@@ -51,6 +51,8 @@ struct SynthDims {
         n_shared_experts, n_group, topk_group, first_k_dense_replace, num_hidden_layers;
     // Kimi K3 only: latent width of the routed experts and the KDA (linear attention) heads.
     int64_t routed_expert_hidden_size = 0, linear_num_heads = 0, linear_head_dim = 0;
+    // Qwen3-MoE / Mixtral only: grouped-query attention.
+    int64_t num_key_value_heads = 0, head_dim = 0;
 };
 
 struct SynthPlan {

@@ -95,6 +95,37 @@ void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p
     source.prefetch(layer, experts);
 }
 
+Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool) {
+    const int64_t E = p.n_experts, K = p.top_k;
+    SLUICE_ASSERT(K > 0 && K <= E, "route_softmax: top_k ", K, " of ", E, " experts");
+    std::vector<float> logits(static_cast<size_t>(n * E));
+    ops::matmul(gate, x, n, logits.data(), pool);
+    Routing r;
+    r.top_k = K;
+    r.experts.resize(size_t(n * K));
+    r.weights.resize(size_t(n * K));
+    std::vector<float> probs(static_cast<size_t>(E));
+    std::vector<int32_t> idx;
+    for (int64_t i = 0; i < n; ++i) {
+        const float* l = logits.data() + i * E;
+        const float mx = *std::max_element(l, l + E);
+        float sum = 0.0f;
+        for (int64_t e = 0; e < E; ++e) sum += (probs[size_t(e)] = std::exp(l[e] - mx));
+        for (int64_t e = 0; e < E; ++e) probs[size_t(e)] /= sum;
+        top_k_indices(probs.data(), E, K, idx);
+        std::sort(idx.begin(), idx.end());  // combine order: ascending expert id
+        float top_sum = 0.0f;
+        for (int64_t k = 0; k < K; ++k) top_sum += probs[size_t(idx[size_t(k)])];
+        for (int64_t k = 0; k < K; ++k) {
+            float w = probs[size_t(idx[size_t(k)])];
+            if (p.norm_topk_prob) w /= top_sum;
+            r.experts[size_t(i * K + k)] = idx[size_t(k)];
+            r.weights[size_t(i * K + k)] = w * p.routed_scaling_factor;
+        }
+    }
+    return r;
+}
+
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
                  const GluActivation& act) {

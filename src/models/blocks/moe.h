@@ -54,6 +54,11 @@ Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vect
 void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
                       const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool);
 
+// Softmax router (Qwen3-MoE, Mixtral): probabilities = softmax(gate x) over all experts in f32; the top_k largest;
+// divided by their sum when norm_topk_prob (no epsilon), else the raw probabilities; times routed_scaling_factor.
+// n_group / topk_group are not used.
+Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool);
+
 struct MoeStats {
     uint64_t rows = 0;
     uint64_t expert_rows = 0;       // sum over experts of rows routed to it
