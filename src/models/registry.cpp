@@ -20,6 +20,7 @@ const std::vector<Entry>& registry() {
         {{"DeepseekV3ForCausalLM"}, {"deepseek_v3", "kimi_k2"}, make_deepseek_v3},
         {{"KimiLinearForCausalLM"}, {"kimi_linear"}, make_kimi_linear},
         {{"KimiK3ForConditionalGeneration"}, {"kimi_k3"}, make_kimi_k3},
+        {{"GptOssForCausalLM"}, {"gpt_oss"}, make_gpt_oss},
     };
     return entries;
 }
