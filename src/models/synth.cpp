@@ -44,6 +44,8 @@ const std::vector<ModelInfo>& models() {
          163840, 1, "4.33.1"},
         // K3's own dimensions live in synth_k3.cpp; this entry only names it.
         {SynthModel::KimiK3, "kimi-k3", "kimi_k3", {}, 1.0, 0.0, nullptr, 1048576, 0, ""},
+        // gpt-oss-20b's dimensions live in synth_gpt_oss.cpp.
+        {SynthModel::GptOss, "gpt-oss", "gpt_oss", {}, 1.0, 0.0, nullptr, 131072, 0, "4.55.0.dev0"},
     };
     return m;
 }
@@ -271,8 +273,11 @@ std::string synth_dtype_names() {
 SynthPlan plan_synth(const SynthOptions& o) {
     auto model = synth_model_from_name(o.like);
     SLUICE_CHECK(model, "synth: unknown model '", o.like, "' (known: ", synth_model_names(), ")");
-    auto dtype = synth_dtype_from_name(o.expert_dtype);
-    SLUICE_CHECK(dtype, "synth: unknown expert dtype '", o.expert_dtype, "' (known: ", synth_dtype_names(), ")");
+    const std::string dtype_name = !o.expert_dtype.empty()           ? o.expert_dtype
+                                   : *model == SynthModel::GptOss ? "mxfp4"
+                                                                  : "bf16";
+    auto dtype = synth_dtype_from_name(dtype_name);
+    SLUICE_CHECK(dtype, "synth: unknown expert dtype '", dtype_name, "' (known: ", synth_dtype_names(), ")");
     SLUICE_CHECK(o.layers >= 1 && o.layers <= 1024, "synth: --layers must be in [1, 1024], got ", o.layers);
     SLUICE_CHECK(o.experts >= 1 && o.experts <= 4096, "synth: --experts must be in [1, 4096], got ", o.experts);
     SLUICE_CHECK(o.scale_down >= 1 && o.scale_down <= 4096, "synth: --scale-down must be in [1, 4096], got ",
@@ -280,14 +285,23 @@ SynthPlan plan_synth(const SynthOptions& o) {
     const ModelInfo& info = info_of(*model);
     if (*model == SynthModel::KimiK3) {
         SLUICE_CHECK(*dtype != SynthDType::Fp8 && *dtype != SynthDType::Int4, "synth: kimi-k3 experts are bf16, f32 or ",
-                     "mxfp4 (its release format), not ", o.expert_dtype);
+                     "mxfp4 (its release format), not ", dtype_name);
         SynthPlan p{*model, *dtype, synth::k3_dims(o), "", {}, 0};
         p.config_json = synth::k3_config_json(p.dims, p.dtype);
         p.tensors = synth::k3_roster(p.dims, o.seed, p.dtype);
         for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
         return p;
     }
-    SLUICE_CHECK(*dtype != SynthDType::Mxfp4, "synth: mxfp4 experts exist only for kimi-k3 (", o.like,
+    if (*model == SynthModel::GptOss) {
+        SLUICE_CHECK(*dtype == SynthDType::Mxfp4, "synth: gpt-oss experts are mxfp4 (its release format), not ",
+                     dtype_name);
+        SynthPlan p{*model, *dtype, synth::gpt_oss_dims(o), "", {}, 0};
+        p.config_json = synth::gpt_oss_config_json(p.dims);
+        p.tensors = synth::gpt_oss_roster(p.dims, o.seed);
+        for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
+        return p;
+    }
+    SLUICE_CHECK(*dtype != SynthDType::Mxfp4, "synth: mxfp4 experts exist only for kimi-k3 and gpt-oss (", o.like,
                  " uses bf16, f32, fp8 or int4)");
     SynthPlan p{*model, *dtype, resolve_dims(info, o), "", {}, 0};
     p.config_json = config_json(info, p.dims, p.dtype);
