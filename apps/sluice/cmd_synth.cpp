@@ -66,15 +66,16 @@ void register_synth(CLI::App& app) {
         "Weights are deterministic in the seed. Routed experts use --expert-dtype: bf16 or f32 (rest BF16), fp8\n"
         "(the DeepSeek/Kimi-K2 hub layout: every Linear but router/embeddings/lm_head in F8_E4M3 + F32 128x128\n"
         "weight_scale_inv), int4 (Kimi-K2-Thinking compressed-tensors pack-quantized experts, group 32) or\n"
-        "mxfp4 (kimi-k3 only: the K3 release's E2M1 + E8M0 experts; the vision tower is not synthesized).\n"
+        "mxfp4 (kimi-k3: the K3 release's E2M1 + E8M0 experts, the vision tower is not synthesized; gpt-oss:\n"
+        "its release layout, stacked _blocks/_scales + biases, the default and only format for gpt-oss).\n"
         "--scale-down K divides widths, heads, LoRA ranks and vocab by K (kept valid). A small byte-level\n"
         "tokenizer is written too. Example: sluice synth --like kimi-k2 --layers 2 --experts 8 --scale-down 16 -o m");
     sub->add_option("--like", args->opts.like, "Model layout to copy: " + synth_model_names())->required();
     sub->add_option("--layers", args->opts.layers, "Number of layers (num_hidden_layers)")->required();
     sub->add_option("--experts", args->opts.experts, "Routed experts per MoE layer (top-k is clamped to it)")
         ->required();
-    sub->add_option("--expert-dtype", args->opts.expert_dtype, "Expert dtype: " + synth_dtype_names())
-        ->capture_default_str();
+    sub->add_option("--expert-dtype", args->opts.expert_dtype,
+                    "Expert dtype: " + synth_dtype_names() + " (default bf16; gpt-oss: mxfp4)");
     sub->add_option("--scale-down", args->opts.scale_down, "Divide widths, heads, ranks and vocab by K")
         ->capture_default_str();
     sub->add_option("--vocab-size", args->opts.vocab_size, "Override the vocabulary size (>= 512)");

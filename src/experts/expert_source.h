@@ -13,6 +13,7 @@
 namespace sluice {
 
 // One routed expert's matrices: gate [I, H], up [I, H], down [H, I] (SwiGLU: down(silu(gate x) * up x)).
+// gpt-oss: `gate` is the fused gate_up [2I, H] (rows interleaved: 2i gate, 2i+1 up) and `up` is empty (no data).
 struct ExpertWeights {
     Weight gate, up, down;
     uint64_t size_bytes() const;

@@ -10,6 +10,7 @@
 namespace sluice {
 
 std::unique_ptr<Model> make_deepseek_v3(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt);
+std::unique_ptr<Model> make_gpt_oss(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt);
 std::unique_ptr<Model> make_kimi_k3(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt);
 std::unique_ptr<Model> make_kimi_linear(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt);
 std::unique_ptr<Model> make_mixtral(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt);

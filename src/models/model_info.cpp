@@ -18,6 +18,10 @@ void count_params(const std::vector<TensorEntry>& tensors, ModelInfo& info, int6
         for (auto d : t.shape) params *= uint64_t(d);
         if (ends_with(t.name, "weight_packed"))
             params = t.dtype == DType::I32 ? params * 8 : params * 2;  // int4 x8 per i32, fp4 x2 per byte
+        else if (ends_with(t.name, "_blocks") && t.dtype == DType::U8)
+            params *= 2;  // gpt-oss MXFP4 blocks: two fp4 per byte
+        else if (ends_with(t.name, "_scales") && t.dtype == DType::U8)
+            params = 0;
         else if (ends_with(t.name, "_scale_inv") || ends_with(t.name, "weight_scale") || ends_with(t.name, "weight_shape"))
             params = 0;
         const bool is_routed = t.name.find(".experts.") != std::string::npos &&

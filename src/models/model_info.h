@@ -1,8 +1,8 @@
 // Parameter and byte accounting from a checkpoint's tensor list: what `sluice inspect` reports and what a token
 // must read. Routed experts are recognised by name (".experts." but not "shared_experts"; covers DeepSeek/K2
 // `mlp.experts.E.*_proj`, fused `mlp.experts.gate_up_proj`, and Kimi Linear/K3 `block_sparse_moe.experts.E.w1..3`
-// with MXFP4 `.weight_packed` counted as 2 parameters per byte). Active parameters exclude the untied embedding
-// table (a token reads one row of it) and all but top_k of the routed experts.
+// with MXFP4 `.weight_packed` and gpt-oss `_blocks` counted as 2 parameters per byte, scales as none). Active
+// parameters exclude the untied embedding table (a token reads one row of it) and all but top_k routed experts.
 #pragma once
 
 #include <string>

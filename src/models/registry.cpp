@@ -22,6 +22,7 @@ const std::vector<Entry>& registry() {
         {{"KimiK3ForConditionalGeneration"}, {"kimi_k3"}, make_kimi_k3},
         {{"Qwen3MoeForCausalLM"}, {"qwen3_moe"}, make_qwen3_moe},
         {{"MixtralForCausalLM"}, {"mixtral"}, make_mixtral},
+        {{"GptOssForCausalLM"}, {"gpt_oss"}, make_gpt_oss},
     };
     return entries;
 }

@@ -47,6 +47,8 @@ const std::vector<ModelInfo>& models() {
         // Qwen3-30B-A3B and Mixtral-8x7B: dimensions in synth_gqa.cpp.
         {SynthModel::Qwen3Moe, "qwen3-moe", "qwen3_moe", {}, 1.0, 1e6, nullptr, 40960, 0, "4.51.0"},
         {SynthModel::Mixtral, "mixtral", "mixtral", {}, 1.0, 1e6, nullptr, 32768, 0, "4.36.0"},
+        // gpt-oss-20b's dimensions live in synth_gpt_oss.cpp.
+        {SynthModel::GptOss, "gpt-oss", "gpt_oss", {}, 1.0, 0.0, nullptr, 131072, 0, "4.55.0.dev0"},
     };
     return m;
 }
@@ -274,8 +276,11 @@ std::string synth_dtype_names() {
 SynthPlan plan_synth(const SynthOptions& o) {
     auto model = synth_model_from_name(o.like);
     SLUICE_CHECK(model, "synth: unknown model '", o.like, "' (known: ", synth_model_names(), ")");
-    auto dtype = synth_dtype_from_name(o.expert_dtype);
-    SLUICE_CHECK(dtype, "synth: unknown expert dtype '", o.expert_dtype, "' (known: ", synth_dtype_names(), ")");
+    const std::string dtype_name = !o.expert_dtype.empty()           ? o.expert_dtype
+                                   : *model == SynthModel::GptOss ? "mxfp4"
+                                                                  : "bf16";
+    auto dtype = synth_dtype_from_name(dtype_name);
+    SLUICE_CHECK(dtype, "synth: unknown expert dtype '", dtype_name, "' (known: ", synth_dtype_names(), ")");
     SLUICE_CHECK(o.layers >= 1 && o.layers <= 1024, "synth: --layers must be in [1, 1024], got ", o.layers);
     SLUICE_CHECK(o.experts >= 1 && o.experts <= 4096, "synth: --experts must be in [1, 4096], got ", o.experts);
     SLUICE_CHECK(o.scale_down >= 1 && o.scale_down <= 4096, "synth: --scale-down must be in [1, 4096], got ",
@@ -283,7 +288,7 @@ SynthPlan plan_synth(const SynthOptions& o) {
     const ModelInfo& info = info_of(*model);
     if (*model == SynthModel::KimiK3) {
         SLUICE_CHECK(*dtype != SynthDType::Fp8 && *dtype != SynthDType::Int4, "synth: kimi-k3 experts are bf16, f32 or ",
-                     "mxfp4 (its release format), not ", o.expert_dtype);
+                     "mxfp4 (its release format), not ", dtype_name);
         SynthPlan p{*model, *dtype, synth::k3_dims(o), "", {}, 0};
         p.config_json = synth::k3_config_json(p.dims, p.dtype);
         p.tensors = synth::k3_roster(p.dims, o.seed, p.dtype);
@@ -299,7 +304,16 @@ SynthPlan plan_synth(const SynthOptions& o) {
         for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
         return p;
     }
-    SLUICE_CHECK(*dtype != SynthDType::Mxfp4, "synth: mxfp4 experts exist only for kimi-k3 (", o.like,
+    if (*model == SynthModel::GptOss) {
+        SLUICE_CHECK(*dtype == SynthDType::Mxfp4, "synth: gpt-oss experts are mxfp4 (its release format), not ",
+                     dtype_name);
+        SynthPlan p{*model, *dtype, synth::gpt_oss_dims(o), "", {}, 0};
+        p.config_json = synth::gpt_oss_config_json(p.dims);
+        p.tensors = synth::gpt_oss_roster(p.dims, o.seed);
+        for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
+        return p;
+    }
+    SLUICE_CHECK(*dtype != SynthDType::Mxfp4, "synth: mxfp4 experts exist only for kimi-k3 and gpt-oss (", o.like,
                  " uses bf16, f32, fp8 or int4)");
     SynthPlan p{*model, *dtype, resolve_dims(info, o), "", {}, 0};
     p.config_json = config_json(info, p.dims, p.dtype);

@@ -16,14 +16,15 @@ namespace sluice {
 
 class ThreadPool;
 
-enum class SynthModel { KimiK2, DeepseekV3, KimiK3, Qwen3Moe, Mixtral };
+enum class SynthModel { KimiK2, DeepseekV3, KimiK3, Qwen3Moe, Mixtral, GptOss };
 // Bf16 / F32: routed experts in that dtype, everything else BF16. Fp8: the DeepSeek/Kimi-K2 hub layout (every
 // Linear except router, embeddings and lm_head in F8_E4M3 with F32 128x128 weight_scale_inv). Int4: the
 // Kimi-K2-Thinking compressed-tensors pack-quantized layout for routed experts only. Mxfp4: the Kimi K3 release
-// layout (routed experts as U8 weight_packed E2M1 nibbles + U8 E8M0 weight_scale per 32 inputs; K3 only).
+// layout (routed experts as U8 weight_packed E2M1 nibbles + U8 E8M0 weight_scale per 32 inputs) for K3, and the
+// gpt-oss release layout (stacked `_blocks` [E, rows, cols/32, 16] + `_scales` E8M0) for gpt-oss, its only format.
 enum class SynthDType { Bf16, F32, Fp8, Int4, Mxfp4 };
 
-std::optional<SynthModel> synth_model_from_name(std::string_view name);  // "kimi-k2", ..., "qwen3-moe", "mixtral"
+std::optional<SynthModel> synth_model_from_name(std::string_view name);  // "kimi-k2", ..., "mixtral", "gpt-oss"
 std::optional<SynthDType> synth_dtype_from_name(std::string_view name);  // "bf16", "f32", "fp8", "int4", "mxfp4"
 std::string synth_model_names();  // "kimi-k2, deepseek-v3" (for help and error text)
 std::string synth_dtype_names();
@@ -32,7 +33,7 @@ struct SynthOptions {
     std::string like = "kimi-k2";
     int64_t layers = 2;
     int64_t experts = 8;        // routed experts per MoE layer; top-k is clamped to it
-    std::string expert_dtype = "bf16";
+    std::string expert_dtype;   // empty: the model's default (bf16; gpt-oss: mxfp4)
     int64_t scale_down = 1;     // divide widths, heads, ranks and vocab by this (kept valid)
     int64_t vocab_size = 0;     // > 0: use this vocabulary size (at least the synthetic tokenizer's 512)
     uint64_t seed = 0;
@@ -51,8 +52,8 @@ struct SynthDims {
         n_shared_experts, n_group, topk_group, first_k_dense_replace, num_hidden_layers;
     // Kimi K3 only: latent width of the routed experts and the KDA (linear attention) heads.
     int64_t routed_expert_hidden_size = 0, linear_num_heads = 0, linear_head_dim = 0;
-    // Qwen3-MoE / Mixtral only: grouped-query attention.
-    int64_t num_key_value_heads = 0, head_dim = 0;
+    // Qwen3-MoE / Mixtral / gpt-oss: grouped-query attention; gpt-oss also a sliding window.
+    int64_t num_key_value_heads = 0, head_dim = 0, sliding_window = 0;
 };
 
 struct SynthPlan {

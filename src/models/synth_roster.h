@@ -71,4 +71,9 @@ SynthDims gqa_dims(SynthModel m, const SynthOptions& o);
 std::string gqa_config_json(SynthModel m, const SynthDims& d, SynthDType t);
 std::vector<TensorToWrite> gqa_roster(SynthModel m, const SynthDims& d, uint64_t seed, SynthDType t);
 
+// gpt-oss (models/synth_gpt_oss.cpp); experts are always MXFP4.
+SynthDims gpt_oss_dims(const SynthOptions& o);
+std::string gpt_oss_config_json(const SynthDims& d);
+std::vector<TensorToWrite> gpt_oss_roster(const SynthDims& d, uint64_t seed);
+
 }  // namespace sluice::synth

@@ -1,5 +1,7 @@
 #include "models/weights.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -15,6 +17,26 @@ WeightFormat float_format(const TensorView& v) {
             fail(*v.path, ": tensor '", v.name(), "' has dtype ", dtype_name(v.dtype()),
                  ", expected F32, BF16 or F16");
     }
+}
+// compressed-tensors records the unpacked shape in `<prefix>.weight_shape` (I32 or I64 [2]); it must agree.
+void check_weight_shape(const Checkpoint& ck, const std::string& prefix, int64_t rows, int64_t cols) {
+    const std::string name = prefix + ".weight_shape";
+    if (!ck.has(name)) return;
+    TensorView v = ck.get(name, {2});
+    int64_t shape[2];
+    for (int i = 0; i < 2; ++i) {
+        if (v.dtype() == DType::I32) {
+            int32_t x;
+            std::memcpy(&x, v.data + 4 * i, 4);
+            shape[i] = x;
+        } else if (v.dtype() == DType::I64) {
+            std::memcpy(&shape[i], v.data + 8 * i, 8);
+        } else {
+            fail(*v.path, ": tensor '", name, "' has dtype ", dtype_name(v.dtype()), ", expected I32 or I64");
+        }
+    }
+    SLUICE_CHECK(shape[0] == rows && shape[1] == cols, *v.path, ": tensor '", name, "' says [", shape[0], ", ",
+                 shape[1], "], the model expects [", rows, ", ", cols, "]");
 }
 }  // namespace
 
@@ -67,6 +89,7 @@ Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows
         SLUICE_CHECK(cols % 32 == 0, ck.dir(), ": tensor '", packed, "': input width ", cols,
                      " is not a multiple of the 32-element group");
         SLUICE_CHECK(ck.has(sname), ck.dir(), ": packed tensor '", packed, "' has no '", sname, "'");
+        check_weight_shape(ck, prefix, rows, cols);
         if (p.dtype() == DType::U8) {
             ck.get(packed, {rows, cols / 2});
             TensorView s = ck.get(sname, {rows, cols / 32});
@@ -91,6 +114,25 @@ Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows
              ", expected U8 (MXFP4) or I32 (INT4 pack-quantized)");
     }
     fail(ck.dir(), ": tensor '", plain, "' not found in the checkpoint");
+}
+
+Weight bind_mxfp4_stacked(const Checkpoint& ck, const std::string& prefix, int64_t n, int64_t rows, int64_t cols) {
+    const std::string bname = prefix + "_blocks", sname = prefix + "_scales";
+    SLUICE_CHECK(cols % 32 == 0, ck.dir(), ": tensor '", bname, "': input width ", cols,
+                 " is not a multiple of the 32-element MXFP4 block");
+    TensorView b = ck.get(bname, {n, rows, cols / 32, 16});
+    TensorView s = ck.get(sname, {n, rows, cols / 32});
+    SLUICE_CHECK(b.dtype() == DType::U8, *b.path, ": tensor '", bname, "' has dtype ", dtype_name(b.dtype()),
+                 ", expected U8 (packed FP4 pairs)");
+    SLUICE_CHECK(s.dtype() == DType::U8 || s.dtype() == DType::F8_E8M0, *s.path, ": tensor '", sname, "' has dtype ",
+                 dtype_name(s.dtype()), ", expected U8 (E8M0 scales)");
+    Weight w;
+    w.format = WeightFormat::MXFP4;
+    w.rows = n * rows;
+    w.cols = cols;
+    w.data = b.data;
+    w.scales = s.data;
+    return w;
 }
 
 Weight weight_rows(const Weight& w, int64_t row0, int64_t n) {

@@ -1,6 +1,6 @@
 // Binding checkpoint tensors to Weights with shape and dtype checks: one place that knows how each format is
 // spelled in safetensors (plain F32/BF16/F16 `.weight`; FP8 `.weight` + `.weight_scale_inv`; compressed-tensors
-// `.weight_packed` + `.weight_scale` for MXFP4 (U8) and INT4 (I32)). Errors name the tensor, expected and actual.
+// `.weight_packed` + `.weight_scale` for MXFP4 (U8) and INT4 (I32); gpt-oss `_blocks` + `_scales`). Errors name the tensor, expected and actual.
 #pragma once
 
 #include <string>
@@ -19,6 +19,10 @@ Weight bind_matrix(const Checkpoint& ck, const std::string& name, int64_t rows, 
 
 // A stacked [n, rows, cols] float tensor (fused experts) viewed as one [n*rows, cols] Weight.
 Weight bind_stacked(const Checkpoint& ck, const std::string& name, int64_t n, int64_t rows, int64_t cols);
+
+// gpt-oss MXFP4 experts: `<prefix>_blocks` U8 [n, rows, cols/32, 16] + `<prefix>_scales` U8 [n, rows, cols/32]
+// (E8M0) viewed as one MXFP4 Weight of [n*rows, cols]; each expert is a row slice (weight_rows).
+Weight bind_mxfp4_stacked(const Checkpoint& ck, const std::string& prefix, int64_t n, int64_t rows, int64_t cols);
 
 // Rows [row0, row0 + n) of a bound weight, e.g. one expert's slice of a fused tensor. Only formats whose rows are
 // independent (not FP8 128-row blocks unless row0 and n are multiples of 128).

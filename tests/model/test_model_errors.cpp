@@ -32,12 +32,13 @@ std::string read_all(const std::string& path) {
 
 // A copy of the fixture whose config.json and safetensors header pass through the given edits.
 std::string broken_copy(const std::string& name, const std::function<void(nlohmann::json&)>& edit_config,
-                        const std::function<void(nlohmann::json&)>& edit_header = nullptr, size_t truncate_bytes = 0) {
+                        const std::function<void(nlohmann::json&)>& edit_header = nullptr, size_t truncate_bytes = 0,
+                        const std::string& fixture = kFixture) {
     std::string dir = temp_dir(name);
-    auto cfg = nlohmann::json::parse(read_all(kFixture + "/config.json"));
+    auto cfg = nlohmann::json::parse(read_all(fixture + "/config.json"));
     if (edit_config) edit_config(cfg);
     write_file(dir + "/config.json", cfg.dump());
-    std::string st = read_all(kFixture + "/model.safetensors");
+    std::string st = read_all(fixture + "/model.safetensors");
     if (edit_header) {
         uint64_t n;
         std::memcpy(&n, st.data(), 8);
@@ -123,6 +124,53 @@ TEST(ModelErrors, TruncatedWeights) {
     auto err = load_error(broken_copy("truncated", nullptr, nullptr, 1000));
     EXPECT_CONTAINS(err, "model.safetensors: tensor");
     EXPECT_CONTAINS(err, "file truncated?");
+}
+
+TEST(ModelErrors, GptOssBadConfigAndTensors) {
+    const std::string gpt = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/gpt_oss_swa_sinks_mxfp4";
+    auto cfg_error = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+        return load_error(broken_copy(name, edit, nullptr, 0, gpt));
+    };
+    EXPECT_CONTAINS(cfg_error("gpt_layer_types", [](auto& c) { c["layer_types"] = {"sliding_attention"}; }),
+                    "layer_types has 1 entries for 3 layers");
+    EXPECT_CONTAINS(cfg_error("gpt_layer_kind", [](auto& c) { c["layer_types"][1] = "chunked_attention"; }),
+                    "layer_types[1] is 'chunked_attention'");
+    EXPECT_CONTAINS(cfg_error("gpt_heads", [](auto& c) { c["num_key_value_heads"] = 3; }),
+                    "must be a positive multiple of num_key_value_heads (3)");
+    EXPECT_CONTAINS(cfg_error("gpt_topk", [](auto& c) { c["num_experts_per_tok"] = 9; }),
+                    "num_experts_per_tok (9) must be in [1, num_local_experts = 8]");
+    auto err = load_error(broken_copy("gpt_no_scales", nullptr, [](auto& h) {
+        h["x.scales"] = h["model.layers.2.mlp.experts.down_proj_scales"];
+        h.erase("model.layers.2.mlp.experts.down_proj_scales");
+    }, 0, gpt));
+    EXPECT_CONTAINS(err, "tensor 'model.layers.2.mlp.experts.down_proj_scales' not found");
+    err = load_error(broken_copy("gpt_dequantised", nullptr, [](auto& h) {
+        h["model.layers.0.mlp.experts.gate_up_proj"] = h["model.layers.0.mlp.experts.gate_up_proj_blocks"];
+        h.erase("model.layers.0.mlp.experts.gate_up_proj_blocks");
+    }, 0, gpt));
+    EXPECT_CONTAINS(err, "only the hub's MXFP4");
+    err = load_error(broken_copy("gpt_blocks_dtype", nullptr, [](auto& h) {
+        h["model.layers.1.mlp.experts.gate_up_proj_blocks"]["dtype"] = "I8";
+    }, 0, gpt));
+    EXPECT_CONTAINS(err, "tensor 'model.layers.1.mlp.experts.gate_up_proj_blocks' has dtype I8, expected U8");
+}
+
+// compressed-tensors' weight_shape must agree with the shape the model expects.
+TEST(ModelErrors, Int4WeightShapeDisagrees) {
+    const std::string src = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/k2_thinking_int4";
+    const std::string dir = temp_dir("int4_weight_shape");
+    write_file(dir + "/config.json", read_all(src + "/config.json"));
+    std::string st = read_all(src + "/model.safetensors");
+    uint64_t n;
+    std::memcpy(&n, st.data(), 8);
+    const auto h = nlohmann::json::parse(st.substr(8, n));
+    const std::string name = "model.layers.1.mlp.experts.5.down_proj.weight_shape";
+    ASSERT_EQ(h[name]["dtype"], "I32");
+    const uint64_t off = 8 + n + h[name]["data_offsets"][0].get<uint64_t>();
+    const int32_t bogus = 77;
+    std::memcpy(st.data() + off, &bogus, 4);
+    write_file(dir + "/model.safetensors", st);
+    EXPECT_CONTAINS(load_error(dir), "tensor '" + name + "' says [77, 96], the model expects [128, 96]");
 }
 
 TEST(ModelErrors, TokenOutsideVocabulary) {

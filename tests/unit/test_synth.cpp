@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "formats/checkpoint.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors_writer.h"
+#include "models/model.h"
 #include "models/synth.h"
 #include "models/model.h"
 #include "models/synth_tokenizer.h"
@@ -490,4 +492,51 @@ TEST(Synth, Qwen3MoeAndMixtralLoadAndRun) {
         EXPECT_EQ(prompt_logits(*streamed, ids, 4096), logits);
         fs::remove_all(dir);
     }
+
+TEST(Synth, GptOssMxfp4PlanAndLoad) {
+    // Full gpt-oss-20b dimensions (planned only): hidden 2880, 64/8 heads of 64, vocab 201088, 32 experts top-4.
+    SynthOptions full = small("gpt-oss", "", temp_dir("unused"));
+    full.layers = 24;
+    full.experts = 32;
+    full.scale_down = 1;
+    const SynthPlan plan = plan_synth(full);
+    EXPECT_EQ(plan.dtype, SynthDType::Mxfp4);
+    EXPECT_EQ(plan.dims.hidden_size, 2880);
+    EXPECT_EQ(plan.dims.num_attention_heads, 64);
+    EXPECT_EQ(plan.dims.num_key_value_heads, 8);
+    EXPECT_EQ(plan.dims.head_dim, 64);
+    EXPECT_EQ(plan.dims.vocab_size, 201088);
+    EXPECT_EQ(plan.dims.num_experts_per_tok, 4);
+    EXPECT_EQ(plan.dims.sliding_window, 128);
+    bool found = false;
+    for (const auto& t : plan.tensors)
+        if (t.name == "model.layers.23.mlp.experts.gate_up_proj_blocks") {
+            EXPECT_EQ(t.shape, (std::vector<int64_t>{32, 5760, 90, 16}));
+            found = true;
+        }
+    EXPECT_TRUE(found);
+    const auto cfg = nlohmann::json::parse(plan.config_json);
+    EXPECT_EQ(cfg["layer_types"][0], "sliding_attention");
+    EXPECT_EQ(cfg["layer_types"][23], "full_attention");
+    full.expert_dtype = "bf16";
+    EXPECT_THROW(plan_synth(full), Error);
+
+    // A small one loads through the gpt-oss model and streams.
+    const fs::path dir = temp_dir("gptoss");
+    SynthOptions o = small("gpt-oss", "", dir);
+    o.layers = 3;
+    synth_checkpoint(o);
+    Checkpoint ck(dir.string());
+    EXPECT_EQ(ck.get("model.layers.1.mlp.experts.down_proj_scales", {4, 96, 3}).dtype(), DType::U8);
+    auto s = ck.get("model.layers.0.mlp.experts.gate_up_proj_scales");
+    for (uint64_t i = 0; i < s.nbytes(); ++i) EXPECT_TRUE(s.data[i] > 115 && s.data[i] < 127) << int(s.data[i]);
+    auto model = load_model(dir.string(), {.n_threads = 2});
+    EXPECT_EQ(model->info().architecture, "GptOssForCausalLM");
+    const std::vector<int32_t> ids = {5, 17, 300, 42, 9, 77, 120, 3, 8, 250, 11, 60};
+    const auto logits = prompt_logits(*model, ids, 5);
+    ASSERT_EQ(logits.size(), ids.size() * size_t(model->info().vocab_size));
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    auto streamed = load_model(dir.string(), {.n_threads = 2, .stream_experts = true});
+    EXPECT_EQ(prompt_logits(*streamed, ids, 4096), logits);
+    fs::remove_all(dir);
 }

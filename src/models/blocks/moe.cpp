@@ -126,9 +126,8 @@ Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x,
     return r;
 }
 
-void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
-                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
-                 const GluActivation& act) {
+void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
+                      const float* x, int64_t n, int64_t hidden, float* out, MoeStats* stats) {
     const int64_t K = routing.top_k;
     // union of experts -> the (row, slot) pairs that use each
     std::map<int32_t, std::vector<int64_t>> users;  // expert -> slots (row * K + k)
@@ -146,9 +145,7 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
         ys.resize(size_t(m * hidden));
         for (int64_t j = 0; j < m; ++j)
             std::copy_n(x + (slots[size_t(j)] / K) * hidden, hidden, xs.data() + j * hidden);
-        SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", experts[i],
-                     ": weight shapes do not match hidden size ", hidden);
-        swiglu_forward({w.gate, w.up, w.down}, xs.data(), m, ys.data(), pool, act);
+        expert_fn(experts[i], w, xs.data(), m, ys.data());
         for (int64_t j = 0; j < m; ++j)
             std::copy_n(ys.data() + j * hidden, hidden, y_slots.data() + slots[size_t(j)] * hidden);
     });
@@ -162,15 +159,26 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
             for (int64_t j = 0; j < hidden; ++j) o[j] += y[j] * w;
         }
     }
-    if (shared) {
-        std::vector<float> s(static_cast<size_t>(n * hidden));
-        swiglu_forward(*shared, x, n, s.data(), pool, act);
-        for (int64_t i = 0; i < n * hidden; ++i) out[i] += s[size_t(i)];
-    }
     if (stats) {
         stats->rows += uint64_t(n);
         stats->expert_rows += uint64_t(n * K);
         stats->distinct_experts += experts.size();
+    }
+}
+
+void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
+                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
+                 const GluActivation& act) {
+    auto swiglu = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
+        SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", e,
+                     ": weight shapes do not match hidden size ", hidden);
+        swiglu_forward({w.gate, w.up, w.down}, xs, m, ys, pool, act);
+    };
+    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, stats);
+    if (shared) {
+        std::vector<float> s(static_cast<size_t>(n * hidden));
+        swiglu_forward(*shared, x, n, s.data(), pool, act);
+        for (int64_t i = 0; i < n * hidden; ++i) out[i] += s[size_t(i)];
     }
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -64,6 +65,14 @@ struct MoeStats {
     uint64_t expert_rows = 0;       // sum over experts of rows routed to it
     uint64_t distinct_experts = 0;  // per call, summed
 };
+
+// Computes one routed expert for the m rows routed to it: y[m, hidden] = expert(x[m, hidden]).
+using ExpertFn = std::function<void(int32_t expert, const ExpertWeights& w, const float* x, int64_t m, float* y)>;
+
+// out[n, H] = sum_k w_k * expert_k(x), each expert computed by `expert_fn` (architectures whose experts are not a
+// plain gated MLP, e.g. gpt-oss's fused clamped SwiGLU with biases).
+void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
+                      const float* x, int64_t n, int64_t hidden, float* out, MoeStats* stats = nullptr);
 
 // out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
