@@ -492,6 +492,7 @@ TEST(Synth, Qwen3MoeAndMixtralLoadAndRun) {
         EXPECT_EQ(prompt_logits(*streamed, ids, 4096), logits);
         fs::remove_all(dir);
     }
+}
 
 TEST(Synth, GptOssMxfp4PlanAndLoad) {
     // Full gpt-oss-20b dimensions (planned only): hidden 2880, 64/8 heads of 64, vocab 201088, 32 experts top-4.
