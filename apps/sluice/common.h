@@ -23,6 +23,8 @@ struct ModelArgs {
     unsigned queue_depth = 32;
     int64_t ctx = 4096;
     bool stats = false;
+    std::string experts_dir;    // packed expert store folder(s), comma-separated
+    bool verify_reads = false;
 
     LoadOptions to_options() const;
 };

@@ -6,6 +6,8 @@
 #include <deque>
 #include <mutex>
 
+#include <xxhash.h>
+
 #include "core/error.h"
 #include "core/log.h"
 
@@ -14,47 +16,26 @@ namespace sluice {
 namespace {
 using Clock = std::chrono::steady_clock;
 double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-
-// Bytes of each of the 6 parts (gate, up, down x payload, scales).
-const Weight& weight_of(const ExpertWeights& w, int k) { return k == 0 ? w.gate : k == 1 ? w.up : w.down; }
 }  // namespace
 
 StreamingExpertSource::StreamingExpertSource(const Checkpoint& ck, const std::vector<std::vector<ExpertWeights>>& views,
-                                             const StreamingOptions& options) {
-    std::vector<std::string> paths;
-    for (const auto& f : ck.files()) paths.push_back(f->path());
-    where_.resize(views.size());
-    for (size_t l = 0; l < views.size(); ++l) {
-        for (const auto& w : views[l]) {
-            Location loc;
-            loc.shape = w;
-            uint64_t off = 0;
-            for (int k = 0; k < 3; ++k) {
-                const Weight& m = weight_of(w, k);
-                const uint8_t* ptrs[2] = {m.data, m.scales};
-                const uint64_t lens[2] = {m.data_bytes(), m.scale_bytes()};
-                for (int s = 0; s < 2; ++s) {
-                    if (!ptrs[s] || lens[s] == 0) continue;
-                    Part& p = loc.parts[size_t(loc.n_parts++)];
-                    ck.locate(ptrs[s], &p.file, &p.offset);
-                    p.length = lens[s];
-                    p.slot_offset = off;
-                    off += io::padded_bytes(p.offset, p.length);
-                }
-            }
-            slot_bytes_ = std::max(slot_bytes_, off);
-            where_[l].push_back(loc);
-        }
-    }
-    SLUICE_CHECK(slot_bytes_ > 0, ck.dir(), ": no routed experts to stream");
-    cache_ = std::make_unique<ExpertCache>(options.cache_bytes, slot_bytes_, int64_t(views.size()),
+                                             const StreamingOptions& options)
+    : StreamingExpertSource(locate_in_checkpoint(ck, views), options) {}
+
+StreamingExpertSource::StreamingExpertSource(ExpertLayout layout, const StreamingOptions& options)
+    : layout_(std::move(layout)), verify_reads_(options.verify_reads) {
+    for (const auto& bank : layout_.where)
+        for (const auto& loc : bank) slot_bytes_ = std::max(slot_bytes_, loc.slot_end());
+    SLUICE_CHECK(slot_bytes_ > 0, layout_.origin, ": no routed experts to stream");
+    const int64_t n_layers = int64_t(layout_.where.size());
+    cache_ = std::make_unique<ExpertCache>(options.cache_bytes, slot_bytes_, n_layers,
                                            make_cache_policy(options.policy, size_t(options.cache_bytes / slot_bytes_)));
     slot_bytes_ = cache_->slot_bytes();
     for (int64_t i = 0; i < std::max<int64_t>(1, options.staging_experts); ++i) staging_.emplace_back(slot_bytes_);
-    reader_ = std::make_unique<io::DirectReader>(paths, options.reader);
+    reader_ = std::make_unique<io::DirectReader>(layout_.paths, options.reader);
     if (!reader_->fallback_reason().empty()) log_info("expert reads: ", reader_->fallback_reason());
-    log_debug("expert streaming: backend ", io::backend_name(reader_->backend()), ", slot ", slot_bytes_, " bytes, ",
-              cache_->n_slots(), " cache slots, ", staging_.size(), " staging slots");
+    log_debug("expert streaming from ", layout_.origin, ": backend ", io::backend_name(reader_->backend()), ", slot ",
+              slot_bytes_, " bytes, ", cache_->n_slots(), " cache slots, ", staging_.size(), " staging slots");
 }
 
 StreamingExpertSource::~StreamingExpertSource() = default;
@@ -68,7 +49,7 @@ ExpertWeights StreamingExpertSource::weights_in(const Location& loc, const uint8
     int part = 0;
     for (int k = 0; k < 3; ++k) {
         Weight& m = k == 0 ? w.gate : k == 1 ? w.up : w.down;
-        const Weight& src = weight_of(loc.shape, k);
+        const Weight& src = expert_matrix(loc.shape, k);
         if (src.data && src.data_bytes() > 0) {
             const Part& p = loc.parts[size_t(part++)];
             m.data = slot + p.slot_offset + io::head_bytes(p.offset);
@@ -81,11 +62,20 @@ ExpertWeights StreamingExpertSource::weights_in(const Location& loc, const uint8
     return w;
 }
 
+std::string StreamingExpertSource::check_landed(const Location& loc, const uint8_t* slot) const {
+    if (!verify_reads_ || !loc.has_checksum) return {};
+    const uint64_t got = XXH3_64bits(slot, loc.checksum_bytes);
+    if (got == loc.checksum) return {};
+    const Part& r = loc.reads[0];
+    return cat("checksum mismatch in ", reader_->path(r.file), " at offset ", r.offset, " (", loc.checksum_bytes,
+               " bytes: xxh3 ", hex64(got), ", manifest says ", hex64(loc.checksum), ")");
+}
+
 void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> experts,
                                   const std::function<void(size_t i, const ExpertWeights&)>& on_ready) {
     const auto t_start = Clock::now();
-    SLUICE_ASSERT(layer >= 0 && size_t(layer) < where_.size(), "layer ", layer);
-    const auto& bank = where_[size_t(layer)];
+    SLUICE_ASSERT(layer >= 0 && size_t(layer) < layout_.where.size(), "layer ", layer);
+    const auto& bank = layout_.where[size_t(layer)];
     ++stats_.fetch_calls;
     stats_.experts_requested += experts.size();
 
@@ -157,12 +147,12 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
             std::vector<io::ReadExtent> extents;
             for (size_t w = 0; w < wave.size(); ++w) {
                 const Location& loc = bank[size_t(experts[wave[w].i])];
-                parts_left[w].store(loc.n_parts);
-                for (int k = 0; k < loc.n_parts; ++k) {
-                    const Part& p = loc.parts[size_t(k)];
+                parts_left[w].store(loc.n_reads);
+                for (int k = 0; k < loc.n_parts; ++k) stats_.bytes_read += loc.parts[size_t(k)].length;
+                for (int k = 0; k < loc.n_reads; ++k) {
+                    const Part& p = loc.reads[size_t(k)];
                     extents.push_back({p.file, p.offset, p.length, wave[w].slot + p.slot_offset,
                                        slot_bytes_ - p.slot_offset, w});
-                    stats_.bytes_read += p.length;
                     stats_.device_bytes_read += io::padded_bytes(p.offset, p.length);
                 }
             }
@@ -201,6 +191,8 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
                     arrived.pop_front();
                 }
                 const Pending& p = wave[w];
+                if (wave_errors[w].empty())
+                    wave_errors[w] = check_landed(bank[size_t(experts[p.i])], p.slot);
                 if (!wave_errors[w].empty()) {
                     if (p.cached) {
                         cache_->drop({int32_t(layer), experts[p.i]});
