@@ -38,10 +38,16 @@ struct Entry {
     uint64_t xxh3 = 0;
 };
 
+// Writes are O_DIRECT where the filesystem allows (buffers, offsets and lengths are 4 KiB multiples), which on
+// some systems is several times faster than going through the page cache; on EINVAL the file falls back.
 void pwrite_all(int fd, const uint8_t* p, uint64_t n, uint64_t offset, const std::string& path) {
     while (n > 0) {
         const ssize_t w = ::pwrite(fd, p, size_t(std::min<uint64_t>(n, uint64_t(1) << 30)), off_t(offset));
         if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EINVAL && (::fcntl(fd, F_GETFL) & O_DIRECT)) {
+            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT);
+            continue;
+        }
         SLUICE_CHECK(w > 0, path, ": write at offset ", offset, " failed: ", w < 0 ? std::strerror(errno) : "no space");
         p += w;
         n -= uint64_t(w);
@@ -171,7 +177,9 @@ PackResult pack_experts(const PackOptions& o) {
         std::snprintf(name, sizeof name, "experts-%02zu.bin", d);
         out.final_paths.push_back((fs::path(dirs[d]) / name).string());
         out.tmp_paths.push_back(out.final_paths.back() + ".tmp");
-        const int fd = ::open(out.tmp_paths.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+        int fd = ::open(out.tmp_paths.back().c_str(), flags | O_DIRECT, 0644);
+        if (fd < 0 && errno == EINVAL) fd = ::open(out.tmp_paths.back().c_str(), flags, 0644);
         SLUICE_CHECK(fd >= 0, out.tmp_paths.back(), ": cannot create: ", std::strerror(errno));
         out.fds.push_back(fd);
         m.files.push_back({uint32_t(d), name, next[d]});
