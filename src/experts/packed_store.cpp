@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,7 +14,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <xxhash.h>
 
 #include "core/error.h"
 #include "formats/checkpoint.h"
@@ -168,8 +168,8 @@ PackedManifest parse_manifest(const std::string& text, const std::string& what) 
         f.name = get_str(files[i], "name", p, what);
         f.bytes = get_u64(files[i], "bytes", p, what);
         SLUICE_CHECK(f.dir < m.dirs.size(), what, ": ", p, ".dir is ", f.dir, " but only ", m.dirs.size(), " dirs");
-        SLUICE_CHECK(!f.name.empty() && f.name.find('/') == std::string::npos && f.name != "." && f.name != "..",
-                     what, ": ", p, ".name '", f.name, "' must be a plain file name");
+        SLUICE_CHECK(!f.name.empty() && f.name.find('/') == std::string::npos && f.name != "." && f.name != "..", what,
+                     ": ", p, ".name '", f.name, "' must be a plain file name");
         m.files.push_back(f);
     }
     const json& layers = get_array(j, "layers", "", what);
@@ -327,7 +327,8 @@ ExpertLayout bind_packed_store(const PackedStore& store, const Checkpoint& ck,
     for (size_t l = 0; l < views.size(); ++l) {
         if (views[l].empty()) continue;
         auto it = layer_of.find(int64_t(l));
-        SLUICE_CHECK(it != layer_of.end(), what, ": layers has no entry for layer ", l, " (the model routes experts there)");
+        SLUICE_CHECK(it != layer_of.end(), what, ": layers has no entry for layer ", l,
+                     " (the model routes experts there)");
         const PackedLayer& L = *it->second;
         SLUICE_CHECK(size_t(L.n_experts) == views[l].size(), what, ": layer ", l, " n_experts is ", L.n_experts,
                      ", the model has ", views[l].size());
@@ -346,9 +347,10 @@ ExpertLayout bind_packed_store(const PackedStore& store, const Checkpoint& ck,
         const PackedExpert& e = m.experts[i];
         SLUICE_CHECK(e.layer >= 0 && size_t(e.layer) < views.size() && e.expert >= 0 &&
                          size_t(e.expert) < views[size_t(e.layer)].size(),
-                     what, ": experts[", i, "] (layer ", e.layer, ", expert ", e.expert, ") is not an expert of this model");
-        SLUICE_CHECK(!seen[size_t(e.layer)][size_t(e.expert)], what, ": experts[", i, "] (layer ", e.layer,
-                     ", expert ", e.expert, ") repeats");
+                     what, ": experts[", i, "] (layer ", e.layer, ", expert ", e.expert,
+                     ") is not an expert of this model");
+        SLUICE_CHECK(!seen[size_t(e.layer)][size_t(e.expert)], what, ": experts[", i, "] (layer ", e.layer, ", expert ",
+                     e.expert, ") repeats");
         seen[size_t(e.layer)][size_t(e.expert)] = 1;
         const ExpertWeights& w = views[size_t(e.layer)][size_t(e.expert)];
         const auto lens = expert_part_lengths(w);

@@ -48,9 +48,9 @@ struct PackedFile {
 
 struct PackedManifest {
     int version = k_packed_format_version;
-    std::string source_dir;         // the model folder packed (absolute); spine tensors stay there
-    uint64_t config_xxh3 = 0;       // of its config.json bytes
-    uint64_t tensor_names_xxh3 = 0; // of its sorted tensor names joined by '\n'
+    std::string source_dir;          // the model folder packed (absolute); spine tensors stay there
+    uint64_t config_xxh3 = 0;        // of its config.json bytes
+    uint64_t tensor_names_xxh3 = 0;  // of its sorted tensor names joined by '\n'
     uint64_t n_tensors = 0;
     std::vector<std::string> dirs;  // data folders (absolute, as written)
     std::vector<PackedFile> files;

@@ -1,8 +1,8 @@
 // Experts streamed from SSD: each (layer, expert) is located as byte extents in the checkpoint files (no
-// conversion needed) or in a packed expert store (one aligned read per expert), read with the DirectReader (O_DIRECT + io_uring when the system allows) into slots of the
-// byte-budgeted ExpertCache, or into a small staging pool when the cache is full of pinned experts. One fetch
-// issues every miss at once and hands experts to the caller as their bytes land; cache hits are handed out first
-// so compute overlaps the reads.
+// conversion needed) or in a packed expert store (one aligned read per expert), read with the DirectReader
+// (O_DIRECT + io_uring when the system allows) into slots of the byte-budgeted ExpertCache, or into a small
+// staging pool when the cache is full of pinned experts. One fetch issues every miss at once and hands experts to
+// the caller as their bytes land; cache hits are handed out first so compute overlaps the reads.
 #pragma once
 
 #include <array>

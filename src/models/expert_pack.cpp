@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,7 +13,6 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
-#include <xxhash.h>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -146,8 +146,8 @@ PackResult pack_experts(const PackOptions& o) {
             L.matrices[size_t(k)] = {w.format, w.rows, w.cols};
         }
         for (int k = 0; k < src.where[l][0].n_parts; ++k)
-            L.tensors.push_back(tensors.name_at(src.where[l][0].parts[size_t(k)].file,
-                                                src.where[l][0].parts[size_t(k)].offset));
+            L.tensors.push_back(
+                tensors.name_at(src.where[l][0].parts[size_t(k)].file, src.where[l][0].parts[size_t(k)].offset));
         m.layers.push_back(L);
         for (size_t x = 0; x < src.where[l].size(); ++x) {
             Entry e;
@@ -264,7 +264,8 @@ PackResult pack_experts(const PackOptions& o) {
 
     PackResult r;
     for (size_t d = 0; d < dirs.size(); ++d) {
-        if (o.sync) SLUICE_CHECK(::fdatasync(out.fds[d]) == 0, out.tmp_paths[d], ": fdatasync failed: ", std::strerror(errno));
+        if (o.sync)
+            SLUICE_CHECK(::fdatasync(out.fds[d]) == 0, out.tmp_paths[d], ": fdatasync failed: ", std::strerror(errno));
         ::close(out.fds[d]);
         out.fds[d] = -1;
         SLUICE_CHECK(std::rename(out.tmp_paths[d].c_str(), out.final_paths[d].c_str()) == 0, out.final_paths[d],
@@ -331,7 +332,8 @@ VerifyResult verify_packed_store(const std::vector<std::string>& dirs, const io:
         }
         const uint8_t* base = buffers[(b0 / per_batch) % 2].data();
         pool.parallel_for(int64_t(b1 - b0), [&](int64_t lo, int64_t hi) {
-            for (int64_t j = lo; j < hi; ++j) got[size_t(j)] = XXH3_64bits(base + size_t(j) * slot, experts[b0 + size_t(j)].length);
+            for (int64_t j = lo; j < hi; ++j)
+                got[size_t(j)] = XXH3_64bits(base + size_t(j) * slot, experts[b0 + size_t(j)].length);
         });
         for (size_t i = b0; i < b1; ++i) {
             const PackedExpert& e = experts[i];

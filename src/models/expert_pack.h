@@ -14,10 +14,10 @@
 namespace sluice {
 
 struct PackOptions {
-    std::string src_dir;                 // the model folder
-    std::string dst_dir;                 // receives manifest.json (and the data when data_dirs is empty)
-    std::vector<std::string> data_dirs;  // one per drive; experts striped round-robin (empty: dst_dir)
-    io::ReaderOptions reader;            // how the source is read
+    std::string src_dir;                        // the model folder
+    std::string dst_dir;                        // receives manifest.json (and the data when data_dirs is empty)
+    std::vector<std::string> data_dirs;         // one per drive; experts striped round-robin (empty: dst_dir)
+    io::ReaderOptions reader;                   // how the source is read
     uint64_t batch_bytes = uint64_t(64) << 20;  // experts read, packed and written per step
     int n_threads = 0;                          // copy + checksum workers (0: all cores)
     bool sync = true;                           // fdatasync data files before renaming them

@@ -107,8 +107,8 @@ TEST_P(PackTest, VerifiesAndStreamsBitIdentical) {
     EXPECT_TRUE(fs::exists(tmp + "/d1/experts-01.bin"));
     EXPECT_FALSE(fs::exists(tmp + "/man/experts-00.bin"));
     verify_packed_store({tmp + "/man"});
-    for (const auto& dirs : {std::vector<std::string>{tmp + "/man"},
-                             std::vector<std::string>{tmp + "/man", tmp + "/d0", tmp + "/d1"}}) {
+    for (const auto& dirs :
+         {std::vector<std::string>{tmp + "/man"}, std::vector<std::string>{tmp + "/man", tmp + "/d0", tmp + "/d1"}}) {
         auto streamed = load_model(dir, packed_options(dirs, 3 * (resident->info().expert_bytes + 6 * 8192)));
         EXPECT_EQ(prompt_logits(*streamed, ids, 8), want) << dirs.size() << " folders";
         EXPECT_EQ(streamed->streaming()->reader().n_files(), 2u);
@@ -220,7 +220,9 @@ TEST(Pack, CliPackAndVerify) {
     };
     EXPECT_EQ(run("pack " + kK2 + " " + tmp + "/s --dirs " + tmp + "/a," + tmp + "/b -t 1"), 0);
     EXPECT_EQ(run("pack --verify " + tmp + "/s"), 0);
-    EXPECT_EQ(run("logits -m " + kK2 + " --ids 1,2,3 -o " + tmp + "/l.npy -t 1 --experts-dir " + tmp + "/s --verify-reads"), 0);
+    EXPECT_EQ(
+        run("logits -m " + kK2 + " --ids 1,2,3 -o " + tmp + "/l.npy -t 1 --experts-dir " + tmp + "/s --verify-reads"),
+        0);
     fs::resize_file(tmp + "/b/experts-01.bin", 4096);
     EXPECT_NE(run("pack --verify " + tmp + "/s"), 0);
     EXPECT_NE(run("pack --verify " + tmp + "/nowhere"), 0);
