@@ -15,5 +15,6 @@ void register_bench(CLI::App& app);
 void register_bench_io(CLI::App& app);
 void register_tokenize(CLI::App& app);  // tokenize and detokenize
 void register_template(CLI::App& app);
+void register_pack(CLI::App& app);
 
 }  // namespace sluice::cli

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "experts/packed_store.h"
 #include "experts/residency.h"
 
 namespace sluice::cli {
@@ -45,6 +46,10 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
     sub->add_option("--ctx", a.ctx, "context tokens reserved in the memory plan")->capture_default_str();
     sub->add_flag("--stats", a.stats, "print I/O and cache statistics to stderr");
     sub->add_flag("--no-prefetch", a.no_prefetch, "do not read the next layer's likely experts ahead");
+    sub->add_option("--experts-dir", a.experts_dir,
+                    "read routed experts from a packed store (sluice pack): its folder, then any data folders, "
+                    "comma-separated");
+    sub->add_flag("--verify-reads", a.verify_reads, "check each packed expert's checksum as it is read");
 }
 
 LoadOptions ModelArgs::to_options() const {
@@ -57,6 +62,9 @@ LoadOptions ModelArgs::to_options() const {
     o.streaming.reader.queue_depth = queue_depth;
     o.max_context_tokens = ctx;
     if (!memory.empty()) o.memory_budget_bytes = parse_size(memory);
+    o.streaming.experts_dirs = split_dir_list(experts_dir);
+    SLUICE_CHECK(!verify_reads || !o.streaming.experts_dirs.empty(), "--verify-reads needs --experts-dir");
+    o.streaming.verify_reads = verify_reads;
     return o;
 }
 

@@ -24,6 +24,8 @@ struct ModelArgs {
     int64_t ctx = 4096;
     bool stats = false;
     bool no_prefetch = false;
+    std::string experts_dir;    // packed expert store folder(s), comma-separated
+    bool verify_reads = false;
 
     LoadOptions to_options() const;
 };

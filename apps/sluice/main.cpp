@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     sluice::cli::register_bench_io(app);
     sluice::cli::register_tokenize(app);
     sluice::cli::register_template(app);
+    sluice::cli::register_pack(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -6,6 +6,8 @@
 #include <deque>
 #include <mutex>
 
+#include <xxhash.h>
+
 #include "core/error.h"
 #include "core/log.h"
 
@@ -14,9 +16,6 @@ namespace sluice {
 namespace {
 using Clock = std::chrono::steady_clock;
 double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
-
-// Bytes of each of the 6 parts (gate, up, down x payload, scales).
-const Weight& weight_of(const ExpertWeights& w, int k) { return k == 0 ? w.gate : k == 1 ? w.up : w.down; }
 }  // namespace
 
 struct StreamingExpertSource::Prefetch {
@@ -27,45 +26,28 @@ struct StreamingExpertSource::Prefetch {
     bool done = false;
     std::string error;
     io::ReadBatch batch;
+    uint8_t* slot = nullptr;
+    const ExpertLocation* loc = nullptr;
 };
 
 StreamingExpertSource::StreamingExpertSource(const Checkpoint& ck, const std::vector<std::vector<ExpertWeights>>& views,
                                              const StreamingOptions& options)
-    : options_(options) {
-    std::vector<std::string> paths;
-    for (const auto& f : ck.files()) paths.push_back(f->path());
-    where_.resize(views.size());
-    for (size_t l = 0; l < views.size(); ++l) {
-        for (const auto& w : views[l]) {
-            Location loc;
-            loc.shape = w;
-            uint64_t off = 0;
-            for (int k = 0; k < 3; ++k) {
-                const Weight& m = weight_of(w, k);
-                const uint8_t* ptrs[2] = {m.data, m.scales};
-                const uint64_t lens[2] = {m.data_bytes(), m.scale_bytes()};
-                for (int s = 0; s < 2; ++s) {
-                    if (!ptrs[s] || lens[s] == 0) continue;
-                    Part& p = loc.parts[size_t(loc.n_parts++)];
-                    ck.locate(ptrs[s], &p.file, &p.offset);
-                    p.length = lens[s];
-                    p.slot_offset = off;
-                    off += io::padded_bytes(p.offset, p.length);
-                }
-            }
-            slot_bytes_ = std::max(slot_bytes_, off);
-            where_[l].push_back(loc);
-        }
-    }
-    SLUICE_CHECK(slot_bytes_ > 0, ck.dir(), ": no routed experts to stream");
-    cache_ = std::make_unique<ExpertCache>(options.cache_bytes, slot_bytes_, int64_t(views.size()),
-                                           make_cache_policy(options.policy, size_t(options.cache_bytes / slot_bytes_)));
+    : StreamingExpertSource(locate_in_checkpoint(ck, views), options) {}
+
+StreamingExpertSource::StreamingExpertSource(ExpertLayout layout, const StreamingOptions& options)
+    : layout_(std::move(layout)), verify_reads_(options.verify_reads), options_(options) {
+    for (const auto& bank : layout_.where)
+        for (const auto& loc : bank) slot_bytes_ = std::max(slot_bytes_, loc.slot_end());
+    SLUICE_CHECK(slot_bytes_ > 0, layout_.origin, ": no routed experts to stream");
+    const int64_t n_layers = int64_t(layout_.where.size());
+    auto policy = make_cache_policy(options.policy, size_t(options.cache_bytes / slot_bytes_));
+    cache_ = std::make_unique<ExpertCache>(options.cache_bytes, slot_bytes_, n_layers, std::move(policy));
     slot_bytes_ = cache_->slot_bytes();
     for (int64_t i = 0; i < std::max<int64_t>(1, options.staging_experts); ++i) staging_.emplace_back(slot_bytes_);
-    reader_ = std::make_unique<io::DirectReader>(paths, options.reader);
+    reader_ = std::make_unique<io::DirectReader>(layout_.paths, options.reader);
     if (!reader_->fallback_reason().empty()) log_info("expert reads: ", reader_->fallback_reason());
-    log_debug("expert streaming: backend ", io::backend_name(reader_->backend()), ", slot ", slot_bytes_, " bytes, ",
-              cache_->n_slots(), " cache slots, ", staging_.size(), " staging slots");
+    log_debug("expert streaming from ", layout_.origin, ": backend ", io::backend_name(reader_->backend()), ", slot ",
+              slot_bytes_, " bytes, ", cache_->n_slots(), " cache slots, ", staging_.size(), " staging slots");
 }
 
 StreamingExpertSource::~StreamingExpertSource() {
@@ -80,7 +62,7 @@ StreamingExpertSource::~StreamingExpertSource() {
 void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> experts) {
     if (!options_.prefetch) return;
     reap_prefetches();
-    const auto& bank = where_.at(size_t(layer));
+    const auto& bank = layout_.where.at(size_t(layer));
     for (int32_t e : experts) {
         const ExpertKey key{int32_t(layer), e};
         if (cache_->contains(key) || prefetching_.count(key.packed())) continue;
@@ -88,13 +70,15 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
         if (!slot) return;                     // every slot is pinned: nothing to read ahead into
         auto p = std::make_shared<Prefetch>();
         p->key = key;
+        p->slot = slot;
         const Location& loc = bank[size_t(e)];
-        p->parts_left.store(loc.n_parts);
+        p->loc = &loc;
+        p->parts_left.store(loc.n_reads);
         std::vector<io::ReadExtent> extents;
-        for (int k = 0; k < loc.n_parts; ++k) {
-            const Part& part = loc.parts[size_t(k)];
+        for (int k = 0; k < loc.n_parts; ++k) stats_.bytes_read += loc.parts[size_t(k)].length;
+        for (int k = 0; k < loc.n_reads; ++k) {
+            const Part& part = loc.reads[size_t(k)];
             extents.push_back({part.file, part.offset, part.length, slot + part.slot_offset, slot_bytes_ - part.slot_offset, 0});
-            stats_.bytes_read += part.length;
             stats_.device_bytes_read += io::padded_bytes(part.offset, part.length);
         }
         ++stats_.experts_read;
@@ -135,6 +119,7 @@ void StreamingExpertSource::finish_prefetch(uint64_t packed, bool wait) {
     } catch (const Error&) {
     }
     prefetching_.erase(it);
+    if (p->error.empty()) p->error = check_landed(*p->loc, p->slot);
     if (!p->error.empty())
         cache_->drop(p->key);  // a failed read-ahead is forgotten; a later fetch reads it again and reports
     else
@@ -156,7 +141,7 @@ ExpertWeights StreamingExpertSource::weights_in(const Location& loc, const uint8
     int part = 0;
     for (int k = 0; k < 3; ++k) {
         Weight& m = k == 0 ? w.gate : k == 1 ? w.up : w.down;
-        const Weight& src = weight_of(loc.shape, k);
+        const Weight& src = expert_matrix(loc.shape, k);
         if (src.data && src.data_bytes() > 0) {
             const Part& p = loc.parts[size_t(part++)];
             m.data = slot + p.slot_offset + io::head_bytes(p.offset);
@@ -169,11 +154,20 @@ ExpertWeights StreamingExpertSource::weights_in(const Location& loc, const uint8
     return w;
 }
 
+std::string StreamingExpertSource::check_landed(const Location& loc, const uint8_t* slot) const {
+    if (!verify_reads_ || !loc.has_checksum) return {};
+    const uint64_t got = XXH3_64bits(slot, loc.checksum_bytes);
+    if (got == loc.checksum) return {};
+    const Part& r = loc.reads[0];
+    return cat("checksum mismatch in ", reader_->path(r.file), " at offset ", r.offset, " (", loc.checksum_bytes,
+               " bytes: xxh3 ", hex64(got), ", manifest says ", hex64(loc.checksum), ")");
+}
+
 void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> experts,
                                   const std::function<void(size_t i, const ExpertWeights&)>& on_ready) {
     const auto t_start = Clock::now();
-    SLUICE_ASSERT(layer >= 0 && size_t(layer) < where_.size(), "layer ", layer);
-    const auto& bank = where_[size_t(layer)];
+    SLUICE_ASSERT(layer >= 0 && size_t(layer) < layout_.where.size(), "layer ", layer);
+    const auto& bank = layout_.where[size_t(layer)];
     ++stats_.fetch_calls;
     stats_.experts_requested += experts.size();
 
@@ -253,12 +247,12 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
             std::vector<io::ReadExtent> extents;
             for (size_t w = 0; w < wave.size(); ++w) {
                 const Location& loc = bank[size_t(experts[wave[w].i])];
-                parts_left[w].store(loc.n_parts);
-                for (int k = 0; k < loc.n_parts; ++k) {
-                    const Part& p = loc.parts[size_t(k)];
+                parts_left[w].store(loc.n_reads);
+                for (int k = 0; k < loc.n_parts; ++k) stats_.bytes_read += loc.parts[size_t(k)].length;
+                for (int k = 0; k < loc.n_reads; ++k) {
+                    const Part& p = loc.reads[size_t(k)];
                     extents.push_back({p.file, p.offset, p.length, wave[w].slot + p.slot_offset,
                                        slot_bytes_ - p.slot_offset, w});
-                    stats_.bytes_read += p.length;
                     stats_.device_bytes_read += io::padded_bytes(p.offset, p.length);
                 }
             }
@@ -297,6 +291,8 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
                     arrived.pop_front();
                 }
                 const Pending& p = wave[w];
+                if (wave_errors[w].empty())
+                    wave_errors[w] = check_landed(bank[size_t(experts[p.i])], p.slot);
                 if (!wave_errors[w].empty()) {
                     if (p.cached) {
                         cache_->drop({int32_t(layer), experts[p.i]});

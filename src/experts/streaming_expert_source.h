@@ -1,8 +1,8 @@
 // Experts streamed from SSD: each (layer, expert) is located as byte extents in the checkpoint files (no
-// conversion needed), read with the DirectReader (O_DIRECT + io_uring when the system allows) into slots of the
-// byte-budgeted ExpertCache, or into a small staging pool when the cache is full of pinned experts. One fetch
-// issues every miss at once and hands experts to the caller as their bytes land; cache hits are handed out first
-// so compute overlaps the reads.
+// conversion needed) or in a packed expert store (one aligned read per expert), read with the DirectReader
+// (O_DIRECT + io_uring when the system allows) into slots of the byte-budgeted ExpertCache, or into a small
+// staging pool when the cache is full of pinned experts. One fetch issues every miss at once and hands experts to
+// the caller as their bytes land; cache hits are handed out first so compute overlaps the reads.
 #pragma once
 
 #include <array>
@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "experts/expert_cache.h"
+#include "experts/expert_location.h"
 #include "experts/expert_source.h"
 #include "formats/checkpoint.h"
 #include "io/direct_reader.h"
@@ -23,6 +24,10 @@ struct StreamingOptions {
     int64_t staging_experts = 4;   // experts readable at once when no cache slot is free
     bool prefetch = true;          // honour prefetch() hints (look-ahead reads into the cache)
     io::ReaderOptions reader;
+    // Packed expert stores written by `sluice pack` (the manifest's folder, and the folders of its data files
+    // when they moved); empty: read the experts from the checkpoint files.
+    std::vector<std::string> experts_dirs;
+    bool verify_reads = false;  // check each packed expert's xxh3 after it lands (fails the request on mismatch)
 };
 
 struct ExpertIoStats {
@@ -43,6 +48,8 @@ public:
     // locations are used, their bytes are never touched through the map.
     StreamingExpertSource(const Checkpoint& ck, const std::vector<std::vector<ExpertWeights>>& views,
                           const StreamingOptions& options);
+    // Experts wherever `layout` says (checkpoint extents or a packed store); the one read path for both.
+    StreamingExpertSource(ExpertLayout layout, const StreamingOptions& options);
     ~StreamingExpertSource() override;
 
     void fetch(int64_t layer, std::span<const int32_t> experts,
@@ -54,18 +61,10 @@ public:
     const io::DirectReader& reader() const { return *reader_; }
     uint64_t slot_bytes() const { return slot_bytes_; }
     uint64_t memory_bytes() const;  // cache + staging
+    const ExpertLayout& layout() const { return layout_; }
 
-    // Where one expert lives: up to 6 parts (gate, up, down; payload and scales), each placed at a 4 KiB-aligned
-    // offset of its slot.
-    struct Part {
-        uint32_t file = 0;
-        uint64_t offset = 0, length = 0, slot_offset = 0;
-    };
-    struct Location {
-        std::array<Part, 6> parts;
-        int n_parts = 0;
-        ExpertWeights shape;  // formats and dims; pointers replaced per slot
-    };
+    using Part = ExpertPart;
+    using Location = ExpertLocation;
 
 private:
     ExpertWeights weights_in(const Location& loc, const uint8_t* slot) const;
@@ -75,9 +74,12 @@ private:
     void reap_prefetches();                          // finish those already complete
 
     std::unordered_map<uint64_t, std::shared_ptr<Prefetch>> prefetching_;
-    StreamingOptions options_;
+    // Empty when the landed bytes match the location's checksum (or it has none), else the error text.
+    std::string check_landed(const Location& loc, const uint8_t* slot) const;
 
-    std::vector<std::vector<Location>> where_;
+    ExpertLayout layout_;
+    bool verify_reads_ = false;
+    StreamingOptions options_;
     uint64_t slot_bytes_ = 0;
     std::unique_ptr<ExpertCache> cache_;
     std::unique_ptr<io::DirectReader> reader_;

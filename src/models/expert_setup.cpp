@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+#include "experts/packed_store.h"
+
 namespace sluice {
 
 ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWeights>> experts, const LoadOptions& opt,
@@ -12,7 +15,9 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
             s.expert_bytes = bank[0].size_bytes();
             break;
         }
-    if ((!opt.stream_experts && opt.memory_budget_bytes == 0) || s.expert_bytes == 0) {
+    const bool packed = !opt.streaming.experts_dirs.empty();
+    SLUICE_CHECK(!packed || s.expert_bytes > 0, ck.dir(), ": the model has no routed experts to read from --experts-dir");
+    if ((!opt.stream_experts && opt.memory_budget_bytes == 0 && !packed) || s.expert_bytes == 0) {
         s.source = std::make_unique<ResidentExpertSource>(std::move(experts));
         return s;
     }
@@ -24,7 +29,10 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
         s.plan = plan_residency(opt.memory_budget_bytes, spine_bytes, state, staging);
         so.cache_bytes = s.plan->expert_cache_bytes;
     }
-    auto streaming = std::make_unique<StreamingExpertSource>(ck, experts, so);
+    // One read path: the locations come from the packed store's manifest or from the checkpoint itself.
+    ExpertLayout layout = packed ? bind_packed_store(open_packed_store(so.experts_dirs), ck, experts)
+                                 : locate_in_checkpoint(ck, experts);
+    auto streaming = std::make_unique<StreamingExpertSource>(std::move(layout), so);
     s.streaming = streaming.get();
     s.source = std::move(streaming);
     return s;

@@ -1,6 +1,7 @@
 // Where a model's routed experts come from, decided once for every MoE architecture: the memory map (resident),
 // or SSD through the streaming source with an expert cache sized by the residency plan when a memory budget is
-// given. Architectures bind their experts as views, then hand them here.
+// given, or a packed expert store (--experts-dir) validated against the bound views. Architectures bind their
+// experts as views, then hand them here.
 #pragma once
 
 #include <memory>

@@ -49,7 +49,7 @@ struct ModelInfo {
 struct LoadOptions {
     int n_threads = 0;            // 0 = all cores
     bool stream_experts = false;  // read routed experts from SSD on demand instead of the memory map
-    StreamingOptions streaming;
+    StreamingOptions streaming;  // streaming.experts_dirs set: experts stream from that packed store
     // One budget for everything (0: no budget, experts served from the memory map). When set, experts stream
     // and the expert cache gets what the residency plan leaves (streaming.cache_bytes is then ignored).
     uint64_t memory_budget_bytes = 0;
