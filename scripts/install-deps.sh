@@ -3,7 +3,7 @@
 # Safe to run repeatedly. Needs root (or sudo) for apt-get.
 set -euo pipefail
 packages=(
-    build-essential cmake ninja-build pkg-config git
+    build-essential cmake ninja-build pkg-config git ccache
     nlohmann-json3-dev libcli11-dev liburing-dev libxxhash-dev libpcre2-dev zlib1g-dev
     libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
     clang-14 libclang-rt-14-dev
