@@ -158,7 +158,7 @@ std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDTy
             r.linear(a + "f_b_proj", P, KD, false);
             r.linear(a + "b_proj", KH, h, false);
             for (const char* n : {"q_conv1d", "k_conv1d", "v_conv1d"})
-                r.plain(a + n, DType::F32, {P, 1, 4}, 0.0f, std::sqrt(3.0f / 4.0f));
+                r.plain(a + n + ".weight", DType::F32, {P, 1, 4}, 0.0f, std::sqrt(3.0f / 4.0f));
             // Per-head values padded with zeros to a multiple of 128, as the release stores 96 heads in [128].
             const int64_t n_alog = (KH + 127) / 128 * 128;
             const auto alog_fill = uniform_fill(DType::F32, tensor_key(seed, a + "A_log"), 0.5f, 0.5f);

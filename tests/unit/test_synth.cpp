@@ -431,7 +431,7 @@ TEST(Synth, KimiK3Mxfp4RosterAndSchedule) {
     EXPECT_TRUE(ck.has(g + "2.self_attn.A_log"));
     EXPECT_FALSE(ck.has(g + "3.self_attn.A_log"));
     EXPECT_TRUE(ck.has(g + "3.self_attn.kv_b_proj.weight"));
-    EXPECT_EQ(ck.get(g + "1.self_attn.q_conv1d").dtype(), DType::F32);
+    EXPECT_EQ(ck.get(g + "1.self_attn.q_conv1d.weight").dtype(), DType::F32);
     EXPECT_EQ(ck.get(g + "4.block_sparse_moe.experts.3.w1.weight_packed", {w, lat / 2}).dtype(), DType::U8);
     EXPECT_EQ(ck.get(g + "4.block_sparse_moe.experts.3.w2.weight_scale", {lat, w / 32}).dtype(), DType::U8);
     ck.get(g + "4.block_sparse_moe.routed_expert_down_proj.weight", {lat, h});
