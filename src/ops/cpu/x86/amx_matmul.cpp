@@ -29,7 +29,7 @@ namespace {
 constexpr int64_t kPanelRows = 16;     // weight rows per A tile
 constexpr int64_t kBlockCols = 32;     // columns per tile product (one MXFP4/INT4 scale block)
 constexpr int64_t kGroupInputs = 5;    // inputs per B tile: 3 columns (hi, mid, lo) each, column 15 unused
-constexpr int64_t kBatchGroups = 5;    // C tiles 3..7
+constexpr int64_t kBatchGroups = 2;    // groups per pass: two C tiles each (tmm3..tmm6)
 constexpr int64_t kChunkBlocks = 16;   // blocks decoded at once per panel (16 KiB of A tiles, L1 resident)
 constexpr int64_t kTileBytes = 1024;
 constexpr int64_t kDecodeTiles = 16;     // k-tiles decoded before their products are issued (even)
@@ -187,32 +187,40 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
             const __mmask16 ok = _mm256_mask_cmple_epu16_mask(vm, _mm256_sub_epi16(e, _mm256_set1_epi16(2)),
                                                               _mm256_set1_epi16(250));
             const bool fast = ok == vm;
-            for (int64_t t = t0; t < t0 + tc; t += 2) {
-                __m512i tab;
-                if (fast) {
-                    tab = _mm512_mask_add_epi16(k.table, k.nonzero, k.table, _mm512_set1_epi32(int(adj[(t - t0) / 2])));
-                } else {
-                    const __m512 f0 = _mm512_mul_ps(e2m1, _mm512_set1_ps(e8m0(s[t - t0])));
-                    const __m512 f1 = t + 1 < nb ? _mm512_mul_ps(e2m1, _mm512_set1_ps(e8m0(s[t - t0 + 1]))) : e2m1;
-                    tab = _mm512_permutexvar_epi16(k.interleave, (__m512i)_mm512_cvtne2ps_pbh(f1, f0));
-                }
+            // Whole pairs inside the row take the branch-free loop; a last half pair or odd scales go below.
+            const int64_t full = fast ? (valid / 2) * 2 : 0;
+            const __m512i table = k.table, c1e = k.c1e, blk = k.blk;
+            const __mmask32 nz = k.nonzero;
+            uint8_t* dst = abuf + m * 64;
+            const uint8_t* src = q + t0 * 16;
+            for (int64_t t = 0; t < full; t += 2) {
+                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj[t / 2])));
+                const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + t * 16)));
+                const __m512i il = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 1), c1e, blk, 0xEA);
+                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
+                _mm512_store_si512(dst + t * kTileBytes, _mm512_permutexvar_epi16(il, tab));
+                _mm512_store_si512(dst + (t + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+            }
+            for (int64_t t = t0 + full; t < t0 + tc; t += 2) {
+                const __m512 f0 = _mm512_mul_ps(e2m1, _mm512_set1_ps(e8m0(s[t - t0])));
+                const __m512 f1 = t + 1 < nb ? _mm512_mul_ps(e2m1, _mm512_set1_ps(e8m0(s[t - t0 + 1]))) : e2m1;
+                const __m512i tab = _mm512_permutexvar_epi16(k.interleave, (__m512i)_mm512_cvtne2ps_pbh(f1, f0));
                 const __m512i v = pair_bytes(q + t * 16, row_bytes - t * 16);
-                const __m512i il = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 1), k.c1e, k.blk, 0xEA);
-                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), k.c1e, k.blk, 0xEA);
-                uint8_t* dst = abuf + (t - t0) * kTileBytes + m * 64;
-                _mm512_store_si512(dst, _mm512_permutexvar_epi16(il, tab));
-                _mm512_store_si512(dst + kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+                const __m512i il = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 1), c1e, blk, 0xEA);
+                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
+                _mm512_store_si512(dst + (t - t0) * kTileBytes, _mm512_permutexvar_epi16(il, tab));
+                _mm512_store_si512(dst + (t - t0 + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
             }
         }
     }
 };
 
-struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits: hi = bf16(q*s), lo = q*s - hi exact
+struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits, split exactly into bf16 hi + lo
     static constexpr int kParts = 2;
     static constexpr bool kPaired = true;
     static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
         const __m512 table = _mm512_loadu_ps(kInt4Table);
-        const __m512i c0f = _mm512_set1_epi16(0x0F);
+        const __m512i c0f = _mm512_set1_epi16(0x0F), top = _mm512_set1_epi32(int(0xFFFF0000u));
         const __m512i blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
         const int64_t valid = nb - t0 < tc ? nb - t0 : tc;
@@ -222,24 +230,29 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits: hi
             const uint8_t* q = w.data + uint64_t(r + m) * uint64_t(row_bytes);
             const uint8_t* s = w.scales + (uint64_t(r + m) * uint64_t(nb) + uint64_t(t0)) * 2;
             _mm512_store_ps(sc, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(vm, s)), 16)));
-            for (int64_t t = t0; t < t0 + tc; t += 2) {
+            const float* scm = sc;
+            asm volatile("" : "+r"(scm) : : "memory");  // broadcast the scales from memory (load ports, not p5)
+            uint8_t* dst = abuf + m * 64;
+            for (int64_t t = 0; t < tc; t += 2) {
                 // Table word v + 16b: code v of block b, as hi (hb) and lo (lb) parts.
-                const __m512 f0 = _mm512_mul_ps(table, _mm512_set1_ps(sc[t - t0]));
-                const __m512 f1 = _mm512_mul_ps(table, _mm512_set1_ps(sc[t - t0 + 1]));
-                const __m512i hb = (__m512i)_mm512_cvtne2ps_pbh(f1, f0);
-                const __m512 h0 =
-                    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hb)), 16));
-                const __m512 h1 =
-                    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hb, 1)), 16));
+                const __m512 f0 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t]));
+                const __m512 f1 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t + 1]));
+                // hi: the top 8 significant bits (truncated, so exact as bf16); lo = f - hi has the other <= 4.
+                const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(f0), top));
+                const __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(f1), top));
+                const __m512i hb = (__m512i)_mm512_cvtne2ps_pbh(h1, h0);
                 const __m512i lb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(f1, h1), _mm512_sub_ps(f0, h0));
-                const __m512i v = pair_bytes(q + t * 16, row_bytes - t * 16);
+                const int64_t left = row_bytes - (t0 + t) * 16;
+                const __m512i v = left >= 32 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                                                   reinterpret_cast<const __m256i*>(q + (t0 + t) * 16)))
+                                             : pair_bytes(q + (t0 + t) * 16, left);
                 const __m512i il = _mm512_ternarylogic_epi32(v, c0f, blk, 0xEA);
                 const __m512i ih = _mm512_or_si512(_mm512_srli_epi16(v, 4), blk);
-                uint8_t* dst = abuf + 2 * (t - t0) * kTileBytes + m * 64;
-                _mm512_store_si512(dst, _mm512_permutexvar_epi16(il, hb));
-                _mm512_store_si512(dst + kTileBytes, _mm512_permutexvar_epi16(il, lb));
-                _mm512_store_si512(dst + 2 * kTileBytes, _mm512_permutexvar_epi16(ih, hb));
-                _mm512_store_si512(dst + 3 * kTileBytes, _mm512_permutexvar_epi16(ih, lb));
+                uint8_t* d = dst + 2 * t * kTileBytes;
+                _mm512_store_si512(d, _mm512_permutexvar_epi16(il, hb));
+                _mm512_store_si512(d + kTileBytes, _mm512_permutexvar_epi16(il, lb));
+                _mm512_store_si512(d + 2 * kTileBytes, _mm512_permutexvar_epi16(ih, hb));
+                _mm512_store_si512(d + 3 * kTileBytes, _mm512_permutexvar_epi16(ih, lb));
             }
         }
     }
@@ -257,13 +270,21 @@ struct Bf16Decoder {  // copies rows block by block (sequential reads the prefet
     }
 };
 
-// Tile numbers must be literals (GCC's tile intrinsics paste them into the asm): A is tmm0 (and tmm1 for INT4's lo
-// part), C tile 3 + j accumulates group b0 + j, B tiles alternate between tmm1 and tmm2 when tmm1 is free.
-#define SLUICE_AMX_GROUP(j, ctile, btile)                                          \
+// Tile numbers must be literals (GCC's tile intrinsics paste them into the asm). A is tmm0 (tmm1 holds INT4's lo
+// part, else it alternates with tmm2 as B); group b0 + j accumulates in two C tiles, 3 + 2j and 4 + 2j, so two
+// independent chains of tile products are in flight: INT4 sends hi to the first and lo to the second, the other
+// formats send even k-tiles to the first and odd ones to the second.
+#define SLUICE_AMX_GROUP(j, ca, cb, btile)                                         \
     if (nb > (j)) {                                                                \
         _tile_loadd(btile, xp + ((b0 + (j)) * kbs + kb) * bbytes, bbytes / 16);    \
-        _tile_dpbf16ps(ctile, 0, btile);                                           \
-        if constexpr (D::kParts == 2) _tile_dpbf16ps(ctile, 1, btile);             \
+        if constexpr (D::kParts == 2) {                                            \
+            _tile_dpbf16ps(ca, 0, btile);                                          \
+            _tile_dpbf16ps(cb, 1, btile);                                          \
+        } else if (kb % 2 == 0) {                                                  \
+            _tile_dpbf16ps(ca, 0, btile);                                          \
+        } else {                                                                   \
+            _tile_dpbf16ps(cb, 0, btile);                                          \
+        }                                                                          \
     }
 
 template <class D>
@@ -274,39 +295,34 @@ void run_batch_chunk(const uint8_t* abuf, const uint8_t* xp, int64_t bbytes, int
         _tile_loadd(0, abuf + b * D::kParts * kTileBytes, 64);
         if constexpr (D::kParts == 2) {
             _tile_loadd(1, abuf + (2 * b + 1) * kTileBytes, 64);
-            SLUICE_AMX_GROUP(0, 3, 2)
-            SLUICE_AMX_GROUP(1, 4, 2)
-            SLUICE_AMX_GROUP(2, 5, 2)
-            SLUICE_AMX_GROUP(3, 6, 2)
-            SLUICE_AMX_GROUP(4, 7, 2)
+            SLUICE_AMX_GROUP(0, 3, 4, 2)
+            SLUICE_AMX_GROUP(1, 5, 6, 2)
         } else {
-            SLUICE_AMX_GROUP(0, 3, 2)
-            SLUICE_AMX_GROUP(1, 4, 1)
-            SLUICE_AMX_GROUP(2, 5, 2)
-            SLUICE_AMX_GROUP(3, 6, 1)
-            SLUICE_AMX_GROUP(4, 7, 2)
+            SLUICE_AMX_GROUP(0, 3, 4, 2)
+            SLUICE_AMX_GROUP(1, 5, 6, 1)
         }
     }
 }
 #undef SLUICE_AMX_GROUP
 
-#define SLUICE_AMX_FOR_C(M) M(0, 3) M(1, 4) M(2, 5) M(3, 6) M(4, 7)
+// C tiles of groups [b0, b0 + nb): slot s (tile 3 + s) lives at cb + 256 s.
+#define SLUICE_AMX_FOR_C(M) M(0, 3) M(1, 4) M(2, 5) M(3, 6)
 
 void load_c(int64_t nb, bool zero, const float* cb) {
-#define SLUICE_AMX_C(j, t) \
-    if (nb > (j)) {        \
-        if (zero)          \
-            _tile_zero(t); \
-        else               \
-            _tile_loadd(t, cb + (j) * 256, 64); \
+#define SLUICE_AMX_C(s, t)                       \
+    if (2 * nb > (s)) {                          \
+        if (zero)                                \
+            _tile_zero(t);                       \
+        else                                     \
+            _tile_loadd(t, cb + (s) * 256, 64);  \
     }
     SLUICE_AMX_FOR_C(SLUICE_AMX_C)
 #undef SLUICE_AMX_C
 }
 
 void store_c(int64_t nb, float* cb) {
-#define SLUICE_AMX_C(j, t) \
-    if (nb > (j)) _tile_stored(t, cb + (j) * 256, 64);
+#define SLUICE_AMX_C(s, t) \
+    if (2 * nb > (s)) _tile_stored(t, cb + (s) * 256, 64);
     SLUICE_AMX_FOR_C(SLUICE_AMX_C)
 #undef SLUICE_AMX_C
 }
@@ -320,7 +336,7 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
     build_xpanel(x, n, cols, D::kPaired, width, reinterpret_cast<uint32_t*>(xp));
     const size_t abytes = size_t(kChunkBlocks * D::kParts * kTileBytes);
     uint8_t* abuf = t_abuf.get(abytes);
-    float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t(groups * kTileBytes)));
+    float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t(2 * groups * kTileBytes)));
     std::memset(abuf, 0, abytes);  // rows past a short panel stay zero
 
     TileConfig cfg;
@@ -348,16 +364,19 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
             if (!resident || last) store_c(nb0, cbuf);
             for (int64_t b0 = kBatchGroups; b0 < groups; b0 += kBatchGroups) {
                 const int64_t nb = groups - b0 < kBatchGroups ? groups - b0 : kBatchGroups;
-                float* cb = cbuf + b0 * 256;
+                float* cb = cbuf + b0 * 512;
                 load_c(nb, first, cb);
                 run_batch_chunk<D>(abuf, xp, bbytes, kbs, kb0, kc, b0, nb);
                 store_c(nb, cb);
             }
         }
         for (int64_t i = 0; i < n; ++i) {
-            const float* c = cbuf + (i / kGroupInputs) * 256 + 3 * (i % kGroupInputs);
-            for (int64_t m = 0; m < mrows; ++m)
-                y[i * w.rows + r + m] = (c[m * 16] + c[m * 16 + 1]) + c[m * 16 + 2];
+            const float* a = cbuf + (i / kGroupInputs) * 512 + 3 * (i % kGroupInputs);
+            const float* b = a + 256;
+            for (int64_t m = 0; m < mrows; ++m) {
+                const int64_t o = m * 16;
+                y[i * w.rows + r + m] = ((a[o] + b[o]) + (a[o + 1] + b[o + 1])) + (a[o + 2] + b[o + 2]);
+            }
         }
     }
     _tile_release();
