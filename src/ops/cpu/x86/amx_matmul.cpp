@@ -393,6 +393,12 @@ bool request_permission() {
 
 }  // namespace
 
+// INT4 decodes two A tiles per block (hi + lo), which makes one-row calls about half as fast as avx512 on the
+// machine we measured, so it is opt-in (batched calls gain ~3x; see kernels.h).
+static bool g_int4 = false;  // __atomic builtins: no std:: inline code in ISA files (kernels.h)
+
+void set_int4(bool on) { __atomic_store_n(&g_int4, on, __ATOMIC_RELAXED); }
+
 bool enable(bool cpu_has_amx) {
     static const bool ok = cpu_has_amx && request_permission();
     return ok;
@@ -400,8 +406,8 @@ bool enable(bool cpu_has_amx) {
 
 bool covers(const Weight& w) {
     switch (w.format) {
-        case WeightFormat::MXFP4:
-        case WeightFormat::INT4_G32: return true;
+        case WeightFormat::MXFP4: return true;
+        case WeightFormat::INT4_G32: return __atomic_load_n(&g_int4, __ATOMIC_RELAXED);
         case WeightFormat::BF16: return w.cols % kBlockCols == 0;
         default: return false;
     }
