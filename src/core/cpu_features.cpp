@@ -1,5 +1,6 @@
 // cpuid/xgetbv probing for CpuFeatures. Leaf 1 gives fma/f16c/osxsave, leaf 7 gives avx2/avx512*/amx,
-// leaf 7 sub-leaf 1 gives avx512_bf16; XCR0 says whether the OS saves ymm (bits 1-2) and zmm (bits 5-7).
+// leaf 7 sub-leaf 1 gives avx512_bf16; XCR0 says whether the OS saves ymm (bits 1-2), zmm (bits 5-7) and AMX
+// tiles (bits 17-18).
 #include "core/cpu_features.h"
 
 #include <cstdint>
@@ -46,7 +47,8 @@ CpuFeatures detect() {
         f.avx512vl = (b >> 31) & 1;
         f.avx512_vnni = (c >> 11) & 1;
     }
-    f.amx_bf16 = (d >> 22) & 1;
+    // AMX needs the OS to save tile state too (XCR0 bits 17-18); Linux also wants a per-process request.
+    f.amx_bf16 = os_zmm && (xcr0 & 0x60000) == 0x60000 && ((d >> 22) & 1) && ((d >> 24) & 1);
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
     __cpuid_count(7, 1, a1, b1, c1, d1);
     if (os_zmm) f.avx512_bf16 = (a1 >> 5) & 1;

@@ -16,7 +16,7 @@ struct CpuFeatures {
     bool avx512dq = false;
     bool avx512_bf16 = false;
     bool avx512_vnni = false;
-    bool amx_bf16 = false;  // reported only; no kernel uses AMX yet
+    bool amx_bf16 = false;  // amx-tile + amx-bf16 with OS tile state (ops ask Linux for permission on use)
 
     std::string describe() const;  // e.g. "avx2 fma f16c avx512f ..."
 };

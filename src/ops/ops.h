@@ -25,9 +25,10 @@ struct AttentionParams {
 
 namespace ops {
 
-// CPU kernel paths. The active one is the best the CPU supports unless SLUICE_CPU_PATH=portable|avx2|avx512 names
-// another (read on first use) or set_cpu_path() overrides it; tests use this to run every path.
-enum class CpuPath : uint8_t { Portable, Avx2, Avx512 };
+// CPU kernel paths. The active one is the best the CPU supports unless SLUICE_CPU_PATH=portable|avx2|avx512|amx
+// names another (read on first use) or set_cpu_path() overrides it; tests use this to run every path. Amx is
+// Avx512 with AMX-BF16 tile products for BF16/MXFP4/INT4 weights (exact: see ops/cpu/x86/amx_matmul.cpp).
+enum class CpuPath : uint8_t { Portable, Avx2, Avx512, Amx };
 std::string_view cpu_path_name(CpuPath p);
 std::optional<CpuPath> cpu_path_from_name(std::string_view name);
 bool cpu_path_available(CpuPath p);

@@ -19,7 +19,10 @@ std::atomic<int> g_path{kUnset};
 
 CpuPath best_path() {
     const auto& f = cpu_features();
-    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) return CpuPath::Avx512;
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) {
+        if (f.avx512_bf16 && cpu::amx::enable(f.amx_bf16)) return CpuPath::Amx;
+        return CpuPath::Avx512;
+    }
     if (f.avx2 && f.fma && f.f16c) return CpuPath::Avx2;
     return CpuPath::Portable;
 }
@@ -28,7 +31,7 @@ CpuPath initial_path() {
     const char* env = std::getenv("SLUICE_CPU_PATH");
     if (!env || !*env) return best_path();
     const auto p = cpu_path_from_name(env);
-    SLUICE_CHECK(p.has_value(), "SLUICE_CPU_PATH=", env, ": expected portable, avx2 or avx512");
+    SLUICE_CHECK(p.has_value(), "SLUICE_CPU_PATH=", env, ": expected portable, avx2, avx512 or amx");
     SLUICE_CHECK(cpu_path_available(*p), "SLUICE_CPU_PATH=", env, ": this CPU lacks it (has ",
                  cpu_features().describe(), ")");
     return *p;
@@ -41,6 +44,7 @@ struct PathFns {
 
 PathFns path_fns(CpuPath p) {
     switch (p) {
+        case CpuPath::Amx: return {cpu::amx::matmul_rows, cpu::avx512::dequantize_range};
         case CpuPath::Avx512: return {cpu::avx512::matmul_rows, cpu::avx512::dequantize_range};
         case CpuPath::Avx2: return {cpu::avx2::matmul_rows, cpu::avx2::dequantize_range};
         case CpuPath::Portable: break;
@@ -55,12 +59,13 @@ std::string_view cpu_path_name(CpuPath p) {
         case CpuPath::Portable: return "portable";
         case CpuPath::Avx2: return "avx2";
         case CpuPath::Avx512: return "avx512";
+        case CpuPath::Amx: return "amx";
     }
     return "?";
 }
 
 std::optional<CpuPath> cpu_path_from_name(std::string_view name) {
-    for (CpuPath p : {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512})
+    for (CpuPath p : {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Amx})
         if (cpu_path_name(p) == name) return p;
     return std::nullopt;
 }
@@ -69,7 +74,7 @@ bool cpu_path_available(CpuPath p) { return int(p) <= int(best_path()); }
 
 std::vector<CpuPath> available_cpu_paths() {
     std::vector<CpuPath> out;
-    for (CpuPath p : {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512})
+    for (CpuPath p : {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Amx})
         if (cpu_path_available(p)) out.push_back(p);
     return out;
 }

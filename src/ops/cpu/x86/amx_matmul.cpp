@@ -1,0 +1,425 @@
+// AMX-BF16 matmul for BF16, MXFP4 and INT4_G32 weights, used for every n so a row's output never depends on the
+// batch. Exactness: the tile unit multiplies bf16 pairs exactly and accumulates in f32, so both operands are made
+// exact bf16 values: weights are (BF16 as is; MXFP4 E2M1 times a power of two; INT4 q * scale split into hi + lo),
+// and each f32 activation is split by truncation into hi + mid + lo bf16 parts that sum to it exactly, held in
+// three B-tile columns whose f32 sums are added at the end. Subnormal parts are flushed by the hardware, so
+// products below ~2^-110 are lost (far under the f32 rounding of any real activation). Per output element the
+// order is fixed: one f32 accumulator per (row, part) over all 32-column blocks in order, whatever n, the thread
+// split or the tile a row lands in. Needs amx-tile/amx-bf16 + avx512-bf16 and Linux's XTILEDATA permission.
+// GCC 12 warns about the _mm512_undefined_* inside its own intrinsic headers (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "ops/cpu/kernels.h"
+#include "ops/reference/dequantize_detail.h"
+
+namespace sluice::ops::cpu::amx {
+
+namespace {
+
+constexpr int64_t kPanelRows = 16;     // weight rows per A tile
+constexpr int64_t kBlockCols = 32;     // columns per tile product (one MXFP4/INT4 scale block)
+constexpr int64_t kGroupInputs = 5;    // inputs per B tile: 3 columns (hi, mid, lo) each, column 15 unused
+constexpr int64_t kBatchGroups = 2;    // groups per pass: two C tiles each (tmm3..tmm6)
+constexpr int64_t kChunkBlocks = 16;   // blocks decoded at once per panel (16 KiB of A tiles, L1 resident)
+constexpr int64_t kTileBytes = 1024;
+constexpr int64_t kDecodeTiles = 16;     // k-tiles decoded before their products are issued (even)
+
+constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
+struct alignas(64) TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Thread-local buffer grown on demand (no std::vector here: see kernels.h).
+struct Buffer {
+    uint8_t* p = nullptr;
+    size_t bytes = 0;
+    uint8_t* get(size_t need) {
+        if (need > bytes) {
+            std::free(p);
+            bytes = (need + 4095) / 4096 * 4096;
+            p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+            if (!p) {
+                bytes = 0;
+                throw std::bad_alloc();
+            }
+        }
+        return p;
+    }
+    ~Buffer() { std::free(p); }
+};
+thread_local Buffer t_xpanel, t_abuf, t_cbuf;
+
+inline float bits_f32(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+inline float e8m0(uint8_t v) { return bits_f32(v == 0 ? 0x00400000u : v == 0xFF ? 0x7fc00000u : uint32_t(v) << 23); }
+
+// Column of word j (0..31) of k-tile t. Natural order: 32t + j. Paired order (nibble formats): tiles 2P and 2P+1
+// hold the even and odd columns of the 64 columns of scale blocks 2P and 2P+1 (the low and high nibbles of those
+// 32 bytes), so a decoder turns 32 bytes into two tiles with no shuffling; with an odd block count the last pair's
+// missing half is zero on both sides.
+inline int64_t ktiles(int64_t cols, bool paired) {
+    const int64_t kbs = cols / kBlockCols;
+    return paired ? (kbs + 1) / 2 * 2 : kbs;
+}
+
+// Activations as B tiles: tile (g, t) holds k-tile t of inputs 5g..5g+4; row kp, column 3*ii + part is the bf16
+// pair (part of x at word 2kp, part of x at word 2kp+1) of input 5g + ii. Unused columns are zero. Tiles are
+// `width` columns wide: 16, or 3n for n < 5 (so one input reads 192-byte B tiles that stay in L1).
+void build_xpanel(const float* x, int64_t n, int64_t cols, bool paired, int64_t width, uint32_t* panel) {
+    const int64_t kts = ktiles(cols, paired), groups = (n + kGroupInputs - 1) / kGroupInputs;
+    std::memset(panel, 0, size_t(groups * kts * 64 * width));
+    alignas(64) uint16_t odd_words[32];
+    alignas(64) int32_t row_offsets[16], even_floats[16], odd_floats[16];
+    for (int w = 0; w < 32; ++w) odd_words[w] = uint16_t(2 * w + 1);
+    for (int r = 0; r < 16; ++r) {
+        row_offsets[r] = int32_t(width * r);
+        even_floats[r] = 2 * r;
+        odd_floats[r] = 2 * r + 1;
+    }
+    const __m512i odd = _mm512_load_si512(odd_words), rows = _mm512_load_si512(row_offsets);
+    const __m512i ev = _mm512_load_si512(even_floats), od = _mm512_load_si512(odd_floats);
+    const __m512i top = _mm512_set1_epi32(int(0xFFFF0000u));
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t g = i / kGroupInputs, col = 3 * (i % kGroupInputs);
+        const float* xi = x + i * cols;
+        for (int64_t t = 0; t < kts; ++t) {
+            __m512 v[2];  // the tile's 32 x values in word order
+            if (!paired) {
+                v[0] = _mm512_loadu_ps(xi + t * kBlockCols);
+                v[1] = _mm512_loadu_ps(xi + t * kBlockCols + 16);
+            } else {
+                const int64_t c0 = (t / 2) * 64;
+                __m512 q[4];
+                for (int h = 0; h < 4; ++h) {
+                    const int64_t c = c0 + 16 * h;
+                    q[h] = c < cols ? _mm512_loadu_ps(xi + c) : _mm512_setzero_ps();
+                }
+                const __m512i sel = t % 2 ? od : ev;
+                v[0] = _mm512_permutex2var_ps(q[0], sel, q[1]);
+                v[1] = _mm512_permutex2var_ps(q[2], sel, q[3]);
+            }
+            __m512 hi[2], mid[2], lo[2];
+            for (int h = 0; h < 2; ++h) {
+                hi[h] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[h]), top));
+                // x - hi is exact; Inf/NaN keep everything in hi.
+                const __mmask16 finite = __mmask16(~_mm512_fpclass_ps_mask(v[h], 0x99));
+                const __m512 r = _mm512_maskz_sub_ps(finite, v[h], hi[h]);
+                mid[h] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r), top));
+                lo[h] = _mm512_sub_ps(r, mid[h]);
+            }
+            uint32_t* tile = panel + (g * kts + t) * 16 * width + col;
+            const __m512 parts[3][2] = {{hi[0], hi[1]}, {mid[0], mid[1]}, {lo[0], lo[1]}};
+            for (int p = 0; p < 3; ++p) {
+                const __m512i pairs = _mm512_permutex2var_epi16(_mm512_castps_si512(parts[p][0]), odd,
+                                                                _mm512_castps_si512(parts[p][1]));
+                _mm512_i32scatter_epi32(tile + p, rows, pairs, 4);
+            }
+        }
+    }
+}
+
+// Decoders write A tiles for rows [r, r + mrows) and k-tiles [t0, t0 + tc) (t0 even): abuf[(t - t0) * kParts +
+// part] is a 16 x 32 bf16 tile (rows past mrows are left as they are; their outputs are never read).
+
+// 32 bytes of a pair of blocks (fewer at the end of a row) as 32 words.
+inline __m512i pair_bytes(const uint8_t* q, int64_t bytes) {
+    if (bytes >= 32) return _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    return _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(__mmask32((1u << bytes) - 1u), q));
+}
+
+struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
+    static constexpr int kParts = 1;
+    static constexpr bool kPaired = true;
+    // Table word 2v + b is E2M1 code v of block b of the pair; the scale 2^(e-127) is added to the bf16 exponent
+    // of the non-zero entries, exact while e is in [2, 252]; other scales take the f32 route (same values).
+    struct Consts {
+        __m512i table, c1e, blk, interleave;
+        __mmask32 nonzero;
+        Consts() {
+            alignas(64) uint16_t tab[32], il[32];
+            __mmask32 nz = 0;
+            for (int k = 0; k < 32; ++k) {
+                uint32_t bits;
+                std::memcpy(&bits, &ref::kE2M1Values[k / 2], 4);
+                tab[k] = uint16_t(bits >> 16);
+                if ((k / 2) % 8 != 0) nz |= __mmask32(1u << k);
+                il[k] = uint16_t(16 * (k % 2) + k / 2);
+            }
+            table = _mm512_load_si512(tab);
+            interleave = _mm512_load_si512(il);
+            nonzero = nz;
+            c1e = _mm512_set1_epi16(0x1E);
+            blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
+        }
+    };
+    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
+        static const Consts k;
+        const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
+        const int64_t valid = nb - t0 < tc ? nb - t0 : tc;  // blocks of the chunk inside the row
+        const __mmask16 vm = __mmask16((1u << valid) - 1u);
+        const __m512 e2m1 = _mm512_loadu_ps(ref::kE2M1Values);
+        alignas(64) uint32_t adj[kChunkBlocks / 2];
+        for (int64_t m = 0; m < mrows; ++m) {
+            const uint8_t* q = w.data + uint64_t(r + m) * uint64_t(row_bytes);
+            const uint8_t* s = w.scales + uint64_t(r + m) * uint64_t(nb) + t0;
+            // Exponent offsets (e - 127) << 7 as words, block 2p and 2p+1 in dword p.
+            const __m256i e = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(vm, s));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(adj),
+                               _mm256_slli_epi16(_mm256_sub_epi16(e, _mm256_set1_epi16(127)), 7));
+            const __mmask16 ok = _mm256_mask_cmple_epu16_mask(vm, _mm256_sub_epi16(e, _mm256_set1_epi16(2)),
+                                                              _mm256_set1_epi16(250));
+            const bool fast = ok == vm;
+            // Whole pairs inside the row take the branch-free loop; a last half pair or odd scales go below.
+            const int64_t full = fast ? (valid / 2) * 2 : 0;
+            const __m512i table = k.table, c1e = k.c1e, blk = k.blk;
+            const __mmask32 nz = k.nonzero;
+            uint8_t* dst = abuf + m * 64;
+            const uint8_t* src = q + t0 * 16;
+            for (int64_t t = 0; t < full; t += 2) {
+                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj[t / 2])));
+                const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + t * 16)));
+                const __m512i il = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 1), c1e, blk, 0xEA);
+                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
+                _mm512_store_si512(dst + t * kTileBytes, _mm512_permutexvar_epi16(il, tab));
+                _mm512_store_si512(dst + (t + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+            }
+            for (int64_t t = t0 + full; t < t0 + tc; t += 2) {
+                const __m512 f0 = _mm512_mul_ps(e2m1, _mm512_set1_ps(e8m0(s[t - t0])));
+                const __m512 f1 = t + 1 < nb ? _mm512_mul_ps(e2m1, _mm512_set1_ps(e8m0(s[t - t0 + 1]))) : e2m1;
+                const __m512i tab = _mm512_permutexvar_epi16(k.interleave, (__m512i)_mm512_cvtne2ps_pbh(f1, f0));
+                const __m512i v = pair_bytes(q + t * 16, row_bytes - t * 16);
+                const __m512i il = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 1), c1e, blk, 0xEA);
+                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
+                _mm512_store_si512(dst + (t - t0) * kTileBytes, _mm512_permutexvar_epi16(il, tab));
+                _mm512_store_si512(dst + (t - t0 + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+            }
+        }
+    }
+};
+
+struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits, split exactly into bf16 hi + lo
+    static constexpr int kParts = 2;
+    static constexpr bool kPaired = true;
+    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
+        const __m512 table = _mm512_loadu_ps(kInt4Table);
+        const __m512i c0f = _mm512_set1_epi16(0x0F), top = _mm512_set1_epi32(int(0xFFFF0000u));
+        const __m512i blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
+        const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
+        const int64_t valid = nb - t0 < tc ? nb - t0 : tc;
+        const __mmask16 vm = __mmask16((1u << valid) - 1u);
+        alignas(64) float sc[kChunkBlocks];
+        for (int64_t m = 0; m < mrows; ++m) {
+            const uint8_t* q = w.data + uint64_t(r + m) * uint64_t(row_bytes);
+            const uint8_t* s = w.scales + (uint64_t(r + m) * uint64_t(nb) + uint64_t(t0)) * 2;
+            _mm512_store_ps(sc, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(vm, s)), 16)));
+            const float* scm = sc;
+            asm volatile("" : "+r"(scm) : : "memory");  // broadcast the scales from memory (load ports, not p5)
+            uint8_t* dst = abuf + m * 64;
+            for (int64_t t = 0; t < tc; t += 2) {
+                // Table word v + 16b: code v of block b, as hi (hb) and lo (lb) parts.
+                const __m512 f0 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t]));
+                const __m512 f1 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t + 1]));
+                // hi: the top 8 significant bits (truncated, so exact as bf16); lo = f - hi has the other <= 4.
+                const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(f0), top));
+                const __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(f1), top));
+                const __m512i hb = (__m512i)_mm512_cvtne2ps_pbh(h1, h0);
+                const __m512i lb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(f1, h1), _mm512_sub_ps(f0, h0));
+                const int64_t left = row_bytes - (t0 + t) * 16;
+                const __m512i v = left >= 32 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                                                   reinterpret_cast<const __m256i*>(q + (t0 + t) * 16)))
+                                             : pair_bytes(q + (t0 + t) * 16, left);
+                const __m512i il = _mm512_ternarylogic_epi32(v, c0f, blk, 0xEA);
+                const __m512i ih = _mm512_or_si512(_mm512_srli_epi16(v, 4), blk);
+                uint8_t* d = dst + 2 * t * kTileBytes;
+                _mm512_store_si512(d, _mm512_permutexvar_epi16(il, hb));
+                _mm512_store_si512(d + kTileBytes, _mm512_permutexvar_epi16(il, lb));
+                _mm512_store_si512(d + 2 * kTileBytes, _mm512_permutexvar_epi16(ih, hb));
+                _mm512_store_si512(d + 3 * kTileBytes, _mm512_permutexvar_epi16(ih, lb));
+            }
+        }
+    }
+};
+
+struct Bf16Decoder {  // copies rows block by block (sequential reads the prefetchers follow)
+    static constexpr int kParts = 1;
+    static constexpr bool kPaired = false;
+    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t kb0, int64_t kc, uint8_t* abuf) {
+        for (int64_t m = 0; m < mrows; ++m) {
+            const uint8_t* p = w.data + (uint64_t(r + m) * uint64_t(w.cols) + uint64_t(kb0 * kBlockCols)) * 2;
+            for (int64_t b = 0; b < kc; ++b)
+                _mm512_store_si512(abuf + b * kTileBytes + m * 64, _mm512_loadu_si512(p + b * 64));
+        }
+    }
+};
+
+// Tile numbers must be literals (GCC's tile intrinsics paste them into the asm). A is tmm0 (tmm1 holds INT4's lo
+// part, else it alternates with tmm2 as B); group b0 + j accumulates in two C tiles, 3 + 2j and 4 + 2j, so two
+// independent chains of tile products are in flight: INT4 sends hi to the first and lo to the second, the other
+// formats send even k-tiles to the first and odd ones to the second.
+#define SLUICE_AMX_GROUP(j, ca, cb, btile)                                         \
+    if (nb > (j)) {                                                                \
+        _tile_loadd(btile, xp + ((b0 + (j)) * kbs + kb) * bbytes, bbytes / 16);    \
+        if constexpr (D::kParts == 2) {                                            \
+            _tile_dpbf16ps(ca, 0, btile);                                          \
+            _tile_dpbf16ps(cb, 1, btile);                                          \
+        } else if (kb % 2 == 0) {                                                  \
+            _tile_dpbf16ps(ca, 0, btile);                                          \
+        } else {                                                                   \
+            _tile_dpbf16ps(cb, 0, btile);                                          \
+        }                                                                          \
+    }
+
+template <class D>
+void run_batch_chunk(const uint8_t* abuf, const uint8_t* xp, int64_t bbytes, int64_t kbs, int64_t kb0, int64_t kc,
+                     int64_t b0, int64_t nb) {
+    for (int64_t b = 0; b < kc; ++b) {
+        const int64_t kb = kb0 + b;
+        _tile_loadd(0, abuf + b * D::kParts * kTileBytes, 64);
+        if constexpr (D::kParts == 2) {
+            _tile_loadd(1, abuf + (2 * b + 1) * kTileBytes, 64);
+            SLUICE_AMX_GROUP(0, 3, 4, 2)
+            SLUICE_AMX_GROUP(1, 5, 6, 2)
+        } else {
+            SLUICE_AMX_GROUP(0, 3, 4, 2)
+            SLUICE_AMX_GROUP(1, 5, 6, 1)
+        }
+    }
+}
+#undef SLUICE_AMX_GROUP
+
+// C tiles of groups [b0, b0 + nb): slot s (tile 3 + s) lives at cb + 256 s.
+#define SLUICE_AMX_FOR_C(M) M(0, 3) M(1, 4) M(2, 5) M(3, 6)
+
+void load_c(int64_t nb, bool zero, const float* cb) {
+#define SLUICE_AMX_C(s, t)                       \
+    if (2 * nb > (s)) {                          \
+        if (zero)                                \
+            _tile_zero(t);                       \
+        else                                     \
+            _tile_loadd(t, cb + (s) * 256, 64);  \
+    }
+    SLUICE_AMX_FOR_C(SLUICE_AMX_C)
+#undef SLUICE_AMX_C
+}
+
+void store_c(int64_t nb, float* cb) {
+#define SLUICE_AMX_C(s, t) \
+    if (2 * nb > (s)) _tile_stored(t, cb + (s) * 256, 64);
+    SLUICE_AMX_FOR_C(SLUICE_AMX_C)
+#undef SLUICE_AMX_C
+}
+#undef SLUICE_AMX_FOR_C
+
+template <class D>
+void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+    const int64_t cols = w.cols, kbs = ktiles(cols, D::kPaired), groups = (n + kGroupInputs - 1) / kGroupInputs;
+    const int64_t width = n < kGroupInputs ? 3 * n : 16, bbytes = 64 * width;
+    uint8_t* xp = t_xpanel.get(size_t(groups * kbs * bbytes));
+    build_xpanel(x, n, cols, D::kPaired, width, reinterpret_cast<uint32_t*>(xp));
+    const size_t abytes = size_t(kChunkBlocks * D::kParts * kTileBytes);
+    uint8_t* abuf = t_abuf.get(abytes);
+    float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t(2 * groups * kTileBytes)));
+    std::memset(abuf, 0, abytes);  // rows past a short panel stay zero
+
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+        cfg.colsb[t] = uint16_t(t < 1 || (t == 1 && D::kParts == 2) ? 64 : 4 * width);
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    const bool resident = groups <= kBatchGroups;  // C tiles stay in registers across chunks
+    const int64_t nb0 = groups < kBatchGroups ? groups : kBatchGroups;
+    for (int64_t r = r0; r < r1; r += kPanelRows) {
+        const int64_t mrows = r1 - r < kPanelRows ? r1 - r : kPanelRows;
+        if (mrows < kPanelRows) std::memset(abuf, 0, abytes);
+        for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
+            const int64_t kc = kbs - kb0 < kChunkBlocks ? kbs - kb0 : kChunkBlocks;
+            const bool first = kb0 == 0, last = kb0 + kc == kbs;
+            // The first batch of groups runs right behind the decoder (a chunk at a time).
+            if (!resident || first) load_c(nb0, first, cbuf);
+            for (int64_t t = kb0; t < kb0 + kc; t += kDecodeTiles) {
+                const int64_t ts = kb0 + kc - t < kDecodeTiles ? kb0 + kc - t : kDecodeTiles;
+                uint8_t* a = abuf + (t - kb0) * D::kParts * kTileBytes;
+                D::decode(w, r, mrows, t, ts, a);
+                run_batch_chunk<D>(a, xp, bbytes, kbs, t, ts, 0, nb0);
+            }
+            if (!resident || last) store_c(nb0, cbuf);
+            for (int64_t b0 = kBatchGroups; b0 < groups; b0 += kBatchGroups) {
+                const int64_t nb = groups - b0 < kBatchGroups ? groups - b0 : kBatchGroups;
+                float* cb = cbuf + b0 * 512;
+                load_c(nb, first, cb);
+                run_batch_chunk<D>(abuf, xp, bbytes, kbs, kb0, kc, b0, nb);
+                store_c(nb, cb);
+            }
+        }
+        for (int64_t i = 0; i < n; ++i) {
+            const float* a = cbuf + (i / kGroupInputs) * 512 + 3 * (i % kGroupInputs);
+            const float* b = a + 256;
+            for (int64_t m = 0; m < mrows; ++m) {
+                const int64_t o = m * 16;
+                y[i * w.rows + r + m] = ((a[o] + b[o]) + (a[o + 1] + b[o + 1])) + (a[o + 2] + b[o + 2]);
+            }
+        }
+    }
+    _tile_release();
+}
+
+bool request_permission() {
+#if defined(__linux__)
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+    return false;
+#endif
+}
+
+}  // namespace
+
+// INT4 decodes two A tiles per block (hi + lo), which makes one-row calls about half as fast as avx512 on the
+// machine we measured, so it is opt-in (batched calls gain ~3x; see kernels.h).
+static bool g_int4 = false;  // __atomic builtins: no std:: inline code in ISA files (kernels.h)
+
+void set_int4(bool on) { __atomic_store_n(&g_int4, on, __ATOMIC_RELAXED); }
+
+bool enable(bool cpu_has_amx) {
+    static const bool ok = cpu_has_amx && request_permission();
+    return ok;
+}
+
+bool covers(const Weight& w) {
+    switch (w.format) {
+        case WeightFormat::MXFP4: return true;
+        case WeightFormat::INT4_G32: return __atomic_load_n(&g_int4, __ATOMIC_RELAXED);
+        case WeightFormat::BF16: return w.cols % kBlockCols == 0;
+        default: return false;
+    }
+}
+
+void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch) {
+    switch (covers(w) ? w.format : WeightFormat::F32) {
+        case WeightFormat::MXFP4: return matmul_panels<MxDecoder>(w, x, n, y, r0, r1);
+        case WeightFormat::INT4_G32: return matmul_panels<Int4Decoder>(w, x, n, y, r0, r1);
+        case WeightFormat::BF16: return matmul_panels<Bf16Decoder>(w, x, n, y, r0, r1);
+        default: return avx512::matmul_rows(w, x, n, y, r0, r1, scratch);
+    }
+}
+
+}  // namespace sluice::ops::cpu::amx

@@ -1,0 +1,145 @@
+// Matmul accuracy and batch invariance on every CPU path, aimed at the kernels that use bf16 hardware (the AMX
+// path splits each f32 activation into three exact bf16 parts): results against a double-precision dot product
+// of the dequantised weights with a bound (2e-6 of sum |w*x|) that a two-part split (~2^-17 per product) breaks,
+// and bit-identical outputs for a row whatever n, its place in the batch and the thread count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/cpu/kernels.h"
+#include "ops/ops.h"
+#include "ops/quantize.h"
+
+namespace sluice {
+namespace {
+
+// Restores the CPU path; also routes INT4 through the AMX kernels (off by default) while the test runs, so its
+// exact split is checked too.
+struct PathGuard {
+    ops::CpuPath saved = ops::cpu_path();
+    PathGuard() { ops::cpu::amx::set_int4(true); }
+    ~PathGuard() {
+        ops::set_cpu_path(saved);
+        ops::cpu::amx::set_int4(false);
+    }
+};
+
+const WeightFormat kFormats[] = {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::INT4_G32,
+                                 WeightFormat::FP8_E4M3_B128, WeightFormat::F32};
+
+std::string label(WeightFormat f, ops::CpuPath p) {
+    return std::string(weight_format_name(f)) + " " + std::string(ops::cpu_path_name(p));
+}
+
+// Positive weights and activations with all 24 mantissa bits in use: truncation errors of an inexact split would
+// all have the same sign and add up instead of cancelling.
+TEST(MatmulExact, FullMantissaActivationsWithinF32Rounding) {
+    PathGuard guard;
+    ThreadPool pool(2);
+    const int64_t rows = 40, cols = 512, n = 3;
+    std::mt19937 rng(21);
+    std::uniform_real_distribution<float> wd(0.05f, 2.0f), xd(1.0f, 2.0f);
+    std::uniform_int_distribution<int> ed(-20, 20);
+    std::vector<float> src(size_t(rows * cols)), x(size_t(n * cols));
+    for (auto& v : src) v = wd(rng);
+    for (auto& v : x) v = std::ldexp(xd(rng), ed(rng)) * (1.0f + 0x1p-23f * float(rng() % 1024));
+    for (WeightFormat f : kFormats) {
+        const auto q = quantize(src.data(), rows, cols, f);
+        const Weight w = q.view();
+        std::vector<float> wrow(static_cast<size_t>(cols));
+        for (auto p : ops::available_cpu_paths()) {
+            ops::set_cpu_path(p);
+            std::vector<float> y(size_t(n * rows));
+            ops::matmul(w, x.data(), n, y.data(), pool);
+            for (int64_t r = 0; r < rows; ++r) {
+                ops::ref::dequantize_row(w, r, wrow.data());
+                for (int64_t i = 0; i < n; ++i) {
+                    double exact = 0, mag = 0;
+                    for (int64_t c = 0; c < cols; ++c) {
+                        const double t = double(wrow[size_t(c)]) * double(x[size_t(i * cols + c)]);
+                        exact += t;
+                        mag += std::fabs(t);
+                    }
+                    ASSERT_LE(std::fabs(double(y[size_t(i * rows + r)]) - exact), 2e-6 * mag)
+                        << label(f, p) << " row " << r << " input " << i;
+                }
+            }
+        }
+    }
+}
+
+// MXFP4 scales across the E8M0 range (kernels may fold the scale into the exponent only inside a safe range and
+// take another route elsewhere), with an odd block count; against the reference within the usual bound.
+TEST(MatmulExact, Mxfp4ExtremeScalesMatchReference) {
+    PathGuard guard;
+    ThreadPool pool(2);
+    const int64_t rows = 21, cols = 96, n = 2;
+    const uint8_t exps[] = {1, 2, 3, 60, 126, 127, 128, 200, 250, 252};
+    std::mt19937 rng(8);
+    std::vector<uint8_t> data(size_t(rows * cols / 2)), scales(size_t(rows * cols / 32));
+    for (auto& b : data) b = uint8_t(rng());
+    for (size_t i = 0; i < scales.size(); ++i) scales[i] = exps[rng() % (i % 3 == 0 ? 10 : 7) + (i % 3 == 0 ? 0 : 3)];
+    Weight w;
+    w.format = WeightFormat::MXFP4;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = data.data();
+    w.scales = scales.data();
+    std::vector<float> x(size_t(n * cols)), ref(size_t(n * rows)), wrow(static_cast<size_t>(cols));
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    for (auto& v : x) v = d(rng) * 1e-3f;
+    ops::ref::matmul(w, x.data(), n, ref.data());
+    for (auto p : ops::available_cpu_paths()) {
+        ops::set_cpu_path(p);
+        std::vector<float> y(size_t(n * rows));
+        ops::matmul(w, x.data(), n, y.data(), pool);
+        for (int64_t r = 0; r < rows; ++r) {
+            ops::ref::dequantize_row(w, r, wrow.data());
+            for (int64_t i = 0; i < n; ++i) {
+                double mag = 0;
+                for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(wrow[size_t(c)]) * x[size_t(i * cols + c)]);
+                ASSERT_LE(std::fabs(double(y[size_t(i * rows + r)]) - ref[size_t(i * rows + r)]), 1e-5 * mag + 1e-30)
+                    << ops::cpu_path_name(p) << " row " << r << " input " << i;
+            }
+        }
+    }
+}
+
+// Every row of a 37-row batch equals the same row computed alone, inside a 32-row batch at another position,
+// and with one or two threads; rows = 300 leaves a short 12-row panel at the end.
+TEST(MatmulExact, RowsBitIdenticalWhateverBatchAndThreads) {
+    PathGuard guard;
+    const int64_t rows = 300, cols = 1024, n = 37;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> src(size_t(rows * cols)), x(size_t(n * cols));
+    for (auto& v : src) v = d(rng);
+    for (auto& v : x) v = d(rng);
+    ThreadPool one(1), two(2);
+    for (WeightFormat f : kFormats) {
+        const auto q = quantize(src.data(), rows, cols, f);
+        for (auto p : ops::available_cpu_paths()) {
+            ops::set_cpu_path(p);
+            std::vector<float> all(size_t(n * rows)), all1(size_t(n * rows)), sub(size_t(32 * rows));
+            ops::matmul(q.view(), x.data(), n, all.data(), two);
+            ops::matmul(q.view(), x.data(), n, all1.data(), one);
+            EXPECT_EQ(0, std::memcmp(all.data(), all1.data(), all.size() * 4)) << label(f, p) << " threads";
+            ops::matmul(q.view(), x.data() + 5 * cols, 32, sub.data(), two);
+            EXPECT_EQ(0, std::memcmp(sub.data(), all.data() + 5 * rows, sub.size() * 4)) << label(f, p) << " n=32";
+            for (int64_t i : {0, 4, 5, 17, 36}) {
+                std::vector<float> alone(static_cast<size_t>(rows));
+                ops::matmul(q.view(), x.data() + i * cols, 1, alone.data(), two);
+                EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + i * rows, size_t(rows) * 4))
+                    << label(f, p) << " n=1 row " << i;
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace sluice
