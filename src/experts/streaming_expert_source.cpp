@@ -84,7 +84,10 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
         ++stats_.experts_read;
         ++stats_.prefetch_issued;
         try {
-            p->batch = reader_->submit(extents, [p](const io::ReadCompletion& c) {
+            // a weak reference: the batch (held by p) must not own p back, or neither is ever freed
+            p->batch = reader_->submit(extents, [wp = std::weak_ptr<Prefetch>(p)](const io::ReadCompletion& c) {
+                auto p = wp.lock();
+                if (!p) return;
                 if (!c.ok()) {
                     std::lock_guard<std::mutex> lock(p->mu);
                     if (p->error.empty()) p->error = c.error;

@@ -32,6 +32,7 @@ Interpreter::Interpreter(const Program& program, Limits limits) : program_(progr
 }
 
 std::string Interpreter::render(const std::map<std::string, Value>& vars) {
+    ContainerArena arena;  // breaks reference cycles the template builds (see jinja_value.h)
     globals_.vars.clear();
     install_globals(*this, globals_.vars);
     for (const auto& [k, v] : vars) globals_.vars[k] = v;

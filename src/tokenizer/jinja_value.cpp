@@ -247,17 +247,36 @@ Value Value::string(std::string s) {
     v.s = std::move(s);
     return v;
 }
+namespace {
+thread_local ContainerArena* t_arena = nullptr;
+}  // namespace
+
+ContainerArena::ContainerArena() : outer_(t_arena) { t_arena = this; }
+
+ContainerArena::~ContainerArena() {
+    t_arena = outer_;
+    // Move the contents out before they are destroyed, so no destructor runs while a container is half-cleared.
+    std::vector<List> dead_lists;
+    std::vector<std::vector<std::pair<Value, Value>>> dead_dicts;
+    for (auto& w : lists_)
+        if (auto p = w.lock()) dead_lists.push_back(std::move(*p)), p->clear();
+    for (auto& w : dicts_)
+        if (auto p = w.lock()) dead_dicts.push_back(std::move(p->items)), p->items.clear();
+}
+
 Value Value::make_list(List items, bool tuple) {
     Value v;
     v.kind = Kind::List;
     v.is_tuple = tuple;
     v.list = std::make_shared<List>(std::move(items));
+    if (t_arena) t_arena->lists_.push_back(v.list);
     return v;
 }
 Value Value::make_dict() {
     Value v;
     v.kind = Kind::Dict;
     v.dict = std::make_shared<Dict>();
+    if (t_arena) t_arena->dicts_.push_back(v.dict);
     return v;
 }
 Value Value::make_namespace() {

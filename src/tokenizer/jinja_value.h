@@ -29,6 +29,23 @@ struct Dict {
     void set(const Value& key, Value value);
 };
 
+// Containers created while an arena is active on this thread are emptied when it ends. Templates can build
+// reference cycles (`{% set ns.a = ns %}`, a list appended to itself) that shared ownership alone would leak on
+// every render; emptying what the render created breaks them. Containers that existed before are untouched.
+class ContainerArena {
+public:
+    ContainerArena();
+    ~ContainerArena();
+    ContainerArena(const ContainerArena&) = delete;
+    ContainerArena& operator=(const ContainerArena&) = delete;
+
+private:
+    friend struct Value;
+    ContainerArena* outer_;
+    std::vector<std::weak_ptr<List>> lists_;
+    std::vector<std::weak_ptr<Dict>> dicts_;
+};
+
 struct CallArgs {
     std::vector<Value> positional;
     std::vector<std::pair<std::string, Value>> keyword;

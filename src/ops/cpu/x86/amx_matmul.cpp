@@ -274,13 +274,18 @@ struct Bf16Decoder {  // copies rows block by block (sequential reads the prefet
 // part, else it alternates with tmm2 as B); group b0 + j accumulates in two C tiles, 3 + 2j and 4 + 2j, so two
 // independent chains of tile products are in flight: INT4 sends hi to the first and lo to the second, the other
 // formats send even k-tiles to the first and odd ones to the second.
-#define SLUICE_AMX_GROUP(j, ca, cb, btile)                                         \
+// Two macros, not one with `if constexpr`: clang checks tile numbers even in a discarded branch, and the one-part
+// form uses tmm1 as a B tile, which the two-part form reads as A.
+#define SLUICE_AMX_GROUP2(j, ca, cb, btile)                                        \
     if (nb > (j)) {                                                                \
         _tile_loadd(btile, xp + ((b0 + (j)) * kbs + kb) * bbytes, bbytes / 16);    \
-        if constexpr (D::kParts == 2) {                                            \
-            _tile_dpbf16ps(ca, 0, btile);                                          \
-            _tile_dpbf16ps(cb, 1, btile);                                          \
-        } else if (kb % 2 == 0) {                                                  \
+        _tile_dpbf16ps(ca, 0, btile);                                              \
+        _tile_dpbf16ps(cb, 1, btile);                                              \
+    }
+#define SLUICE_AMX_GROUP1(j, ca, cb, btile)                                        \
+    if (nb > (j)) {                                                                \
+        _tile_loadd(btile, xp + ((b0 + (j)) * kbs + kb) * bbytes, bbytes / 16);    \
+        if (kb % 2 == 0) {                                                         \
             _tile_dpbf16ps(ca, 0, btile);                                          \
         } else {                                                                   \
             _tile_dpbf16ps(cb, 0, btile);                                          \
@@ -295,15 +300,16 @@ void run_batch_chunk(const uint8_t* abuf, const uint8_t* xp, int64_t bbytes, int
         _tile_loadd(0, abuf + b * D::kParts * kTileBytes, 64);
         if constexpr (D::kParts == 2) {
             _tile_loadd(1, abuf + (2 * b + 1) * kTileBytes, 64);
-            SLUICE_AMX_GROUP(0, 3, 4, 2)
-            SLUICE_AMX_GROUP(1, 5, 6, 2)
+            SLUICE_AMX_GROUP2(0, 3, 4, 2)
+            SLUICE_AMX_GROUP2(1, 5, 6, 2)
         } else {
-            SLUICE_AMX_GROUP(0, 3, 4, 2)
-            SLUICE_AMX_GROUP(1, 5, 6, 1)
+            SLUICE_AMX_GROUP1(0, 3, 4, 2)
+            SLUICE_AMX_GROUP1(1, 5, 6, 1)
         }
     }
 }
-#undef SLUICE_AMX_GROUP
+#undef SLUICE_AMX_GROUP1
+#undef SLUICE_AMX_GROUP2
 
 // C tiles of groups [b0, b0 + nb): slot s (tile 3 + s) lives at cb + 256 s.
 #define SLUICE_AMX_FOR_C(M) M(0, 3) M(1, 4) M(2, 5) M(3, 6)
