@@ -36,7 +36,7 @@ void register_generate(CLI::App& app) {
         float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
         int64_t top_k = 0;
         uint64_t seed = 0;
-        bool json = false, ignore_eos = false, chat = false;
+        bool json = false, ignore_eos = false, chat = false, dry_run = false;
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("generate", "Generate tokens from a prompt");
@@ -54,7 +54,13 @@ void register_generate(CLI::App& app) {
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(CLI::PositiveNumber);
     sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
     sub->add_flag("--json", a->json, "print one JSON object as the last line of stdout");
+    sub->add_flag("--dry-run", a->dry_run, "print the memory plan and what a token must read, then exit");
     sub->callback([a] {
+        if (a->dry_run) {
+            auto model = load_model(a->m.model, a->m.to_options());
+            print_plan(*model, 0, stdout);
+            return;
+        }
         SLUICE_CHECK(!a->ids.empty() || !a->prompt.empty(), "generate: give a prompt with --ids or -p");
         std::unique_ptr<Tokenizer> tok;
         if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common.h"
 #include "models/model.h"
 
 namespace sluice::cli {
@@ -36,15 +37,19 @@ std::string human_bytes(double v) {
 
 void register_inspect(CLI::App& app) {
     struct Args {
-        std::string model;
+        ModelArgs m;
         bool json = false;
+        double drive_gbps = 0;
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("inspect", "Describe a model folder: architecture, parameters, experts, bytes");
-    sub->add_option("-m,--model", a->model, "model folder (Hugging Face layout)")->required();
+    add_model_args(sub, a->m);
     sub->add_flag("--json", a->json, "print JSON");
+    sub->add_option("--drive-gbps", a->drive_gbps, "drive read bandwidth for the tokens/s estimate (with --memory)");
     sub->callback([a] {
-        auto model = load_model(a->model, {.n_threads = 1});
+        LoadOptions lo = a->m.to_options();
+        lo.n_threads = 1;
+        auto model = load_model(a->m.model, lo);
         const ModelInfo& i = model->info();
         const uint64_t expert_read_per_token = i.expert_bytes * uint64_t(i.num_experts_per_tok) * uint64_t(i.n_moe_layers);
         if (a->json) {
@@ -84,6 +89,7 @@ void register_inspect(CLI::App& app) {
         std::printf("dtypes          ");
         for (const auto& [k, v] : i.bytes_by_dtype) std::printf(" %s %s;", k.c_str(), human_bytes(double(v)).c_str());
         std::printf("\n");
+        if (model->residency() || a->drive_gbps > 0) print_plan(*model, a->drive_gbps, stdout);
     });
 }
 

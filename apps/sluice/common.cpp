@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
@@ -66,6 +67,34 @@ LoadOptions ModelArgs::to_options() const {
     SLUICE_CHECK(!verify_reads || !o.streaming.experts_dirs.empty(), "--verify-reads needs --experts-dir");
     o.streaming.verify_reads = verify_reads;
     return o;
+}
+
+void print_plan(const Model& model, double drive_gbps, FILE* out) {
+    const ModelInfo& i = model.info();
+    const ResidencyPlan* plan = model.residency();
+    if (plan) std::fprintf(out, "%s", plan->describe().c_str());
+    if (i.n_routed_experts == 0 || i.expert_bytes == 0) {
+        std::fprintf(out, "no routed experts: everything is spine\n");
+        return;
+    }
+    const double E = double(i.n_routed_experts), k = double(i.num_experts_per_tok), L = double(i.n_moe_layers);
+    const double cache_fraction =
+        model.streaming() ? std::min(1.0, double(model.streaming()->cache().allocated_bytes()) /
+                                              double(std::max<uint64_t>(1, i.routed_expert_bytes_total)))
+                          : 1.0;
+    std::fprintf(out, "experts: %s each, %lld of %lld per layer per token, %lld MoE layers; cache holds %.1f%% of them\n",
+                 format_bytes(i.expert_bytes).c_str(), (long long)k, (long long)E, (long long)L, 100 * cache_fraction);
+    std::fprintf(out, "%8s %16s %18s %18s%s\n", "rows", "experts/layer", "MB/token cold", "MB/token cached",
+                 drive_gbps > 0 ? "   tok/s at drive" : "");
+    for (int rows : {1, 8, 32, 128, 512}) {
+        const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(rows)));
+        const double cold = distinct * L * double(i.expert_bytes) / double(rows);
+        // with a cache holding a fraction f of experts and roughly uniform routing, a fraction f of reads hit
+        const double cached = cold * (1.0 - cache_fraction);
+        std::fprintf(out, "%8d %16.1f %18.2f %18.2f", rows, distinct, cold / 1e6, cached / 1e6);
+        if (drive_gbps > 0) std::fprintf(out, "   %14.2f", cached > 0 ? drive_gbps * 1e9 / cached : INFINITY);
+        std::fprintf(out, "\n");
+    }
 }
 
 void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out) {

@@ -30,6 +30,10 @@ struct ModelArgs {
     LoadOptions to_options() const;
 };
 void add_model_args(CLI::App* sub, ModelArgs& a);
+// The residency plan and what it implies: cold bytes a token reads, bytes per token with the expert cache and with
+// batches of rows (distinct experts per layer for B rows = E(1 - (1 - k/E)^B)), and the tokens/s a drive allows.
+void print_plan(const Model& model, double drive_gbps, FILE* out);
+
 // The --stats report: bytes read, hit rate, GB/s, I/O wait vs compute, and the residency plan.
 void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out);
 
