@@ -62,6 +62,12 @@ StreamingExpertSource::~StreamingExpertSource() {
 void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> experts) {
     if (!options_.prefetch) return;
     reap_prefetches();
+    ++hint_calls_;
+    const double seen = guess_used_ + guess_wasted_;
+    if (seen > 32 && guess_used_ < 0.4 * seen && hint_calls_ % 16 != 0) {
+        ++stats_.prefetch_skipped;
+        return;
+    }
     const auto& bank = layout_.where.at(size_t(layer));
     for (int32_t e : experts) {
         const ExpertKey key{int32_t(layer), e};
@@ -179,14 +185,20 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
         uint8_t* slot;
         bool cached;  // slot belongs to the cache (else staging)
     };
-    // read-aheads of these experts: wait for them to land (they then count as cache hits)
+    // read-aheads of these experts: wait for them to land (they then count as cache hits); the read-aheads of this
+    // layer that nobody asked for were wrong guesses
+    guess_used_ *= 0.98;
+    guess_wasted_ *= 0.98;
     for (size_t i = 0; i < experts.size(); ++i) {
         const uint64_t k = ExpertKey{int32_t(layer), experts[i]}.packed();
         if (prefetching_.count(k)) {
             ++stats_.prefetch_used;
+            guess_used_ += 1;
             finish_prefetch(k, true);
         }
     }
+    for (const auto& [k, p] : prefetching_)
+        if (p->key.layer == int32_t(layer)) guess_wasted_ += 1;
     std::vector<Pending> hits;
     std::vector<size_t> misses;
     for (size_t i = 0; i < experts.size(); ++i) {

@@ -40,6 +40,7 @@ struct ExpertIoStats {
     double fetch_ms = 0;            // total time inside fetch (compute of on_ready included)
     uint64_t prefetch_issued = 0;   // experts read ahead on a hint (counted in experts_read and bytes_read too)
     uint64_t prefetch_used = 0;     // ... of which a later fetch asked for
+    uint64_t prefetch_skipped = 0;  // hints ignored because recent guesses were mostly wrong
 };
 
 class StreamingExpertSource : public ExpertSource {
@@ -74,6 +75,11 @@ private:
     void reap_prefetches();                          // finish those already complete
 
     std::unordered_map<uint64_t, std::shared_ptr<Prefetch>> prefetching_;
+    // Recent accuracy of read-ahead guesses (decaying counts): when most guesses go unused, hints are mostly
+    // ignored so wrong guesses neither waste the drive nor evict useful experts; a few still go through to notice
+    // when guessing works again.
+    double guess_used_ = 0, guess_wasted_ = 0;
+    uint64_t hint_calls_ = 0;
     // Empty when the landed bytes match the location's checksum (or it has none), else the error text.
     std::string check_landed(const Location& loc, const uint8_t* slot) const;
 
