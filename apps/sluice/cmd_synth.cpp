@@ -68,6 +68,7 @@ void register_synth(CLI::App& app) {
         "weight_scale_inv), int4 (Kimi-K2-Thinking compressed-tensors pack-quantized experts, group 32) or\n"
         "mxfp4 (kimi-k3: the K3 release's E2M1 + E8M0 experts, the vision tower is not synthesized; gpt-oss:\n"
         "its release layout, stacked _blocks/_scales + biases, the default and only format for gpt-oss).\n"
+        "kimi-linear, qwen3-moe and mixtral take bf16, f32 or fp8.\n"
         "--scale-down K divides widths, heads, LoRA ranks and vocab by K (kept valid). A small byte-level\n"
         "tokenizer is written too. Example: sluice synth --like kimi-k2 --layers 2 --experts 8 --scale-down 16 -o m");
     sub->add_option("--like", args->opts.like, "Model layout to copy: " + synth_model_names())->required();

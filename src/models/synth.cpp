@@ -44,6 +44,8 @@ const std::vector<ModelInfo>& models() {
          163840, 1, "4.33.1"},
         // K3's own dimensions live in synth_k3.cpp; this entry only names it.
         {SynthModel::KimiK3, "kimi-k3", "kimi_k3", {}, 1.0, 0.0, nullptr, 1048576, 0, ""},
+        // Kimi-Linear-48B-A3B: dimensions in synth_kimi_linear.cpp.
+        {SynthModel::KimiLinear, "kimi-linear", "kimi_linear", {}, 2.446, 10000.0, nullptr, 1048576, 0, "4.56.2"},
         // Qwen3-30B-A3B and Mixtral-8x7B: dimensions in synth_gqa.cpp.
         {SynthModel::Qwen3Moe, "qwen3-moe", "qwen3_moe", {}, 1.0, 1e6, nullptr, 40960, 0, "4.51.0"},
         {SynthModel::Mixtral, "mixtral", "mixtral", {}, 1.0, 1e6, nullptr, 32768, 0, "4.36.0"},
@@ -292,6 +294,15 @@ SynthPlan plan_synth(const SynthOptions& o) {
         SynthPlan p{*model, *dtype, synth::k3_dims(o), "", {}, 0};
         p.config_json = synth::k3_config_json(p.dims, p.dtype);
         p.tensors = synth::k3_roster(p.dims, o.seed, p.dtype);
+        for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
+        return p;
+    }
+    if (*model == SynthModel::KimiLinear) {
+        SLUICE_CHECK(*dtype == SynthDType::Bf16 || *dtype == SynthDType::F32 || *dtype == SynthDType::Fp8,
+                     "synth: kimi-linear experts are bf16, f32 or fp8, not ", dtype_name);
+        SynthPlan p{*model, *dtype, synth::kimi_linear_dims(o), "", {}, 0};
+        p.config_json = synth::kimi_linear_config_json(p.dims, p.dtype);
+        p.tensors = synth::kimi_linear_roster(p.dims, o.seed, p.dtype);
         for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
         return p;
     }

@@ -16,7 +16,7 @@ namespace sluice {
 
 class ThreadPool;
 
-enum class SynthModel { KimiK2, DeepseekV3, KimiK3, Qwen3Moe, Mixtral, GptOss };
+enum class SynthModel { KimiK2, DeepseekV3, KimiK3, KimiLinear, Qwen3Moe, Mixtral, GptOss };
 // Bf16 / F32: routed experts in that dtype, everything else BF16. Fp8: the DeepSeek/Kimi-K2 hub layout (every
 // Linear except router, embeddings and lm_head in F8_E4M3 with F32 128x128 weight_scale_inv). Int4: the
 // Kimi-K2-Thinking compressed-tensors pack-quantized layout for routed experts only. Mxfp4: the Kimi K3 release
@@ -24,7 +24,7 @@ enum class SynthModel { KimiK2, DeepseekV3, KimiK3, Qwen3Moe, Mixtral, GptOss };
 // gpt-oss release layout (stacked `_blocks` [E, rows, cols/32, 16] + `_scales` E8M0) for gpt-oss, its only format.
 enum class SynthDType { Bf16, F32, Fp8, Int4, Mxfp4 };
 
-std::optional<SynthModel> synth_model_from_name(std::string_view name);  // "kimi-k2", ..., "mixtral", "gpt-oss"
+std::optional<SynthModel> synth_model_from_name(std::string_view name);  // "kimi-k2", "kimi-linear", ..., "gpt-oss"
 std::optional<SynthDType> synth_dtype_from_name(std::string_view name);  // "bf16", "f32", "fp8", "int4", "mxfp4"
 std::string synth_model_names();  // "kimi-k2, deepseek-v3" (for help and error text)
 std::string synth_dtype_names();
@@ -50,7 +50,7 @@ struct SynthDims {
     int64_t hidden_size, num_attention_heads, q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
         v_head_dim, intermediate_size, moe_intermediate_size, vocab_size, n_routed_experts, num_experts_per_tok,
         n_shared_experts, n_group, topk_group, first_k_dense_replace, num_hidden_layers;
-    // Kimi K3 only: latent width of the routed experts and the KDA (linear attention) heads.
+    // Kimi K3 (latent width of the routed experts) and Kimi Linear / K3 (the KDA linear-attention heads).
     int64_t routed_expert_hidden_size = 0, linear_num_heads = 0, linear_head_dim = 0;
     // Qwen3-MoE / Mixtral / gpt-oss: grouped-query attention; gpt-oss also a sliding window.
     int64_t num_key_value_heads = 0, head_dim = 0, sliding_window = 0;

@@ -66,6 +66,11 @@ SynthDims k3_dims(const SynthOptions& o);
 std::string k3_config_json(const SynthDims& d, SynthDType t);
 std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDType t);
 
+// Kimi Linear (models/synth_kimi_linear.cpp).
+SynthDims kimi_linear_dims(const SynthOptions& o);
+std::string kimi_linear_config_json(const SynthDims& d, SynthDType t);
+std::vector<TensorToWrite> kimi_linear_roster(const SynthDims& d, uint64_t seed, SynthDType t);
+
 // Qwen3-MoE and Mixtral (models/synth_gqa.cpp).
 SynthDims gqa_dims(SynthModel m, const SynthOptions& o);
 std::string gqa_config_json(SynthModel m, const SynthDims& d, SynthDType t);

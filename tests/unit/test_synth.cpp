@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -540,4 +541,69 @@ TEST(Synth, GptOssMxfp4PlanAndLoad) {
     auto streamed = load_model(dir.string(), {.n_threads = 2, .stream_experts = true});
     EXPECT_EQ(prompt_logits(*streamed, ids, 4096), logits);
     fs::remove_all(dir);
+}
+
+// Kimi Linear: the release's dimensions and layer schedule at full size (planned only), and a scaled-down folder
+// that loads through KimiLinearForCausalLM, runs with finite logits and streams experts to the same bits.
+TEST(Synth, KimiLinearPlanLoadAndRun) {
+    SynthOptions full = small("kimi-linear", "", temp_dir("unused"));
+    full.layers = 27;
+    full.experts = 256;
+    full.scale_down = 1;
+    const SynthPlan plan = plan_synth(full);
+    EXPECT_EQ(plan.dims.hidden_size, 2304);
+    EXPECT_EQ(plan.dims.vocab_size, 163840);
+    EXPECT_EQ(plan.dims.num_experts_per_tok, 8);
+    const auto fc = nlohmann::json::parse(plan.config_json);
+    EXPECT_EQ(fc["architectures"], nlohmann::json({"KimiLinearForCausalLM"}));
+    EXPECT_EQ(fc["linear_attn_config"]["full_attn_layers"], nlohmann::json({4, 8, 12, 16, 20, 24, 27}));
+    EXPECT_EQ(fc["linear_attn_config"]["kda_layers"].size(), 20u);
+    EXPECT_TRUE(fc["q_lora_rank"].is_null());
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& t : plan.tensors) shapes[t.name] = t.shape;
+    const std::string l0 = "model.layers.0.self_attn.", l3 = "model.layers.3.self_attn.";
+    EXPECT_EQ(shapes[l0 + "q_proj.weight"], (std::vector<int64_t>{4096, 2304}));
+    EXPECT_EQ(shapes[l0 + "q_conv1d.weight"], (std::vector<int64_t>{4096, 1, 4}));
+    EXPECT_EQ(shapes[l0 + "A_log"], (std::vector<int64_t>{1, 1, 32, 1}));
+    EXPECT_EQ(shapes[l0 + "g_a_proj.weight"], (std::vector<int64_t>{128, 2304}));
+    EXPECT_EQ(shapes[l3 + "q_proj.weight"], (std::vector<int64_t>{32 * 192, 2304}));
+    EXPECT_EQ(shapes[l3 + "kv_a_proj_with_mqa.weight"], (std::vector<int64_t>{576, 2304}));
+    EXPECT_EQ(shapes[l3 + "kv_b_proj.weight"], (std::vector<int64_t>{32 * 256, 512}));
+    EXPECT_EQ(shapes["model.layers.0.mlp.gate_proj.weight"], (std::vector<int64_t>{9216, 2304}));
+    EXPECT_EQ(shapes["model.layers.26.block_sparse_moe.experts.255.w2.weight"], (std::vector<int64_t>{2304, 1024}));
+    EXPECT_EQ(shapes["model.layers.26.block_sparse_moe.shared_experts.up_proj.weight"],
+              (std::vector<int64_t>{1024, 2304}));
+    EXPECT_FALSE(shapes.count(l3 + "A_log"));
+    full.expert_dtype = "mxfp4";
+    EXPECT_THROW(plan_synth(full), Error);
+
+    for (const char* dtype : {"bf16", "f32", "fp8"}) {
+        SCOPED_TRACE(dtype);
+        const std::string dt = dtype;
+        const fs::path dir = temp_dir("kl" + dt);
+        SynthOptions o = small("kimi-linear", dtype, dir);
+        o.layers = 5;
+        o.experts = 16;
+        o.scale_down = 16;
+        synth_checkpoint(o);
+        const auto cfg = nlohmann::json::parse(read_file(dir / "config.json"));
+        EXPECT_EQ(cfg["linear_attn_config"]["kda_layers"], nlohmann::json({1, 2, 3}));
+        EXPECT_EQ(cfg["linear_attn_config"]["full_attn_layers"], nlohmann::json({4, 5}));  // every 4th plus the last
+        Checkpoint ck(dir.string());
+        EXPECT_EQ(ck.get("model.layers.2.block_sparse_moe.experts.15.w1.weight", {64, 160}).dtype(),
+                  dt == "f32" ? DType::F32 : dt == "fp8" ? DType::F8_E4M3 : DType::BF16);
+        EXPECT_EQ(ck.has("model.layers.0.self_attn.g_b_proj.weight_scale_inv"), dt == "fp8");
+        auto model = load_model(dir.string(), {.n_threads = 2});
+        EXPECT_EQ(model->info().architecture, "KimiLinearForCausalLM");
+        EXPECT_EQ(model->info().n_moe_layers, 4);
+        EXPECT_EQ(model->info().n_routed_experts, 16);
+        EXPECT_EQ(model->info().vocab_size, 10240);
+        const std::vector<int32_t> ids = {5, 17, 300, 42, 9, 511, 3};
+        const auto logits = prompt_logits(*model, ids, 3);
+        ASSERT_EQ(logits.size(), ids.size() * size_t(10240));
+        for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+        auto streamed = load_model(dir.string(), {.n_threads = 2, .stream_experts = true});
+        EXPECT_EQ(prompt_logits(*streamed, ids, 3), logits);
+        fs::remove_all(dir);
+    }
 }
