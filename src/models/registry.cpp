@@ -1,12 +1,15 @@
 // config.json -> architecture. Multimodal wrappers keep the text model in text_config; the architecture is
 // chosen by `architectures[0]` when known, else by `model_type`.
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
 #include "models/architectures.h"
 
 namespace sluice {
+
+void check_quantization(const JsonObject& cfg);
 
 namespace {
 using Factory = std::unique_ptr<Model> (*)(const std::string&, const JsonObject&, const LoadOptions&);
@@ -28,12 +31,34 @@ const std::vector<Entry>& registry() {
 }
 }  // namespace
 
+// Weight formats are recognised from the tensors themselves (models/weights.h); a quantisation scheme we do not
+// implement must fail at load, not be misread as something else.
+void check_quantization(const JsonObject& cfg) {
+    for (const JsonObject* level : {&cfg}) {
+        std::optional<JsonObject> q = level->get_object("quantization_config");
+        if (!q) {
+            if (auto text = level->get_object("text_config")) q = text->get_object("quantization_config");
+        }
+        if (!q) continue;
+        const std::string method = q->get_string("quant_method", "");
+        if (method != "fp8" && method != "compressed-tensors" && method != "mxfp4")
+            fail(q->what(), ": quant_method '", method,
+                 "' is not supported (fp8 block-scaled, compressed-tensors pack-quantized/mxfp4, mxfp4)");
+        if (method == "fp8" && q->has("weight_block_size")) {
+            const auto b = q->get_int_list("weight_block_size");
+            if (b.size() != 2 || b[0] != 128 || b[1] != 128)
+                fail(q->what(), ": weight_block_size must be [128, 128] (other FP8 block shapes are not supported)");
+        }
+    }
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
     namespace fs = std::filesystem;
     if (!fs::is_directory(dir)) fail(dir, ": not a directory (expected a Hugging Face model folder)");
     const std::string path = (fs::path(dir) / "config.json").string();
     if (!fs::exists(path)) fail(path, ": not found (a model folder needs config.json)");
     JsonObject cfg = JsonObject::load_file(path);
+    check_quantization(cfg);
     std::string arch;
     if (cfg.has("architectures")) {
         auto list = cfg.get_string_list("architectures");

@@ -92,6 +92,17 @@ TEST(ModelErrors, MalformedConfigField) {
                     "config.json: field 'hidden_size' is missing");
 }
 
+TEST(ModelErrors, UnsupportedQuantization) {
+    EXPECT_CONTAINS(load_error(broken_copy("awq", [](auto& c) {
+                        c["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+                    })),
+                    "config.json: quantization_config: quant_method 'awq' is not supported");
+    EXPECT_CONTAINS(load_error(broken_copy("fp8_block", [](auto& c) {
+                        c["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {64, 64}}};
+                    })),
+                    "weight_block_size must be [128, 128]");
+}
+
 TEST(ModelErrors, ConfigDisagreesWithTensors) {
     auto err = load_error(broken_copy("wrong_hidden", [](auto& c) { c["hidden_size"] = 96; }));
     EXPECT_CONTAINS(err, "model.safetensors: tensor 'model.embed_tokens.weight' has shape [256, 64], expected [256, 96]");
