@@ -1,5 +1,6 @@
 #include "experts/streaming_expert_source.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -64,7 +65,7 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
     reap_prefetches();
     ++hint_calls_;
     const double seen = guess_used_ + guess_wasted_;
-    if (seen > 32 && guess_used_ < 0.4 * seen && hint_calls_ % 16 != 0) {
+    if (seen > 16 && guess_used_ < 0.4 * seen && hint_calls_ % 16 != 0) {
         ++stats_.prefetch_skipped;
         return;
     }
@@ -109,6 +110,7 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
             throw;
         }
         prefetching_[key.packed()] = std::move(p);
+        guesses_[layer].push_back(e);
     }
 }
 
@@ -187,18 +189,20 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
     };
     // read-aheads of these experts: wait for them to land (they then count as cache hits); the read-aheads of this
     // layer that nobody asked for were wrong guesses
-    guess_used_ *= 0.98;
-    guess_wasted_ *= 0.98;
     for (size_t i = 0; i < experts.size(); ++i) {
         const uint64_t k = ExpertKey{int32_t(layer), experts[i]}.packed();
-        if (prefetching_.count(k)) {
-            ++stats_.prefetch_used;
-            guess_used_ += 1;
-            finish_prefetch(k, true);
-        }
+        if (prefetching_.count(k)) finish_prefetch(k, true);
     }
-    for (const auto& [k, p] : prefetching_)
-        if (p->key.layer == int32_t(layer)) guess_wasted_ += 1;
+    if (auto g = guesses_.find(layer); g != guesses_.end()) {
+        guess_used_ *= 0.85;
+        guess_wasted_ *= 0.85;
+        for (int32_t e : g->second) {
+            const bool used = std::find(experts.begin(), experts.end(), e) != experts.end();
+            (used ? guess_used_ : guess_wasted_) += 1;
+            if (used) ++stats_.prefetch_used;
+        }
+        guesses_.erase(g);
+    }
     std::vector<Pending> hits;
     std::vector<size_t> misses;
     for (size_t i = 0; i < experts.size(); ++i) {

@@ -79,6 +79,7 @@ private:
     // ignored so wrong guesses neither waste the drive nor evict useful experts; a few still go through to notice
     // when guessing works again.
     double guess_used_ = 0, guess_wasted_ = 0;
+    std::unordered_map<int64_t, std::vector<int32_t>> guesses_;  // layer -> experts read ahead, not yet judged
     uint64_t hint_calls_ = 0;
     // Empty when the landed bytes match the location's checksum (or it has none), else the error text.
     std::string check_landed(const Location& loc, const uint8_t* slot) const;
