@@ -53,6 +53,7 @@ std::string ensure_default_model() {
                  dir.string().c_str());
     o.progress = [](uint64_t done, uint64_t total) {
         std::fprintf(stderr, "\rdemo: synth %.0f / %.0f MB", double(done) / 1e6, double(total) / 1e6);
+        std::fflush(stderr);
     };
     synth_checkpoint(o);
     std::fprintf(stderr, "\n");
@@ -110,6 +111,7 @@ void register_demo(CLI::App& app) {
         });
         const std::string rest = dec.finish();
         std::printf("%s\n", rest.c_str());
+        std::fflush(stdout);
         const int64_t steps = int64_t(r.ids.size()) - 1;
         std::fprintf(stderr, "prompt %lld tokens: %.1f tok/s; generated %zu tokens: %.2f tok/s decode\n",
                      (long long)r.n_prompt, r.prefill_ms > 0 ? 1000.0 * double(r.n_prompt) / r.prefill_ms : 0.0,
