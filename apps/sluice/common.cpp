@@ -120,26 +120,5 @@ void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out)
                  total_ms - st.io_wait_ms, read_s > 0 ? double(st.device_bytes_read) / 1e9 / read_s : 0.0);
 }
 
-std::string json_escape(const std::string& s) {
-    std::string o;
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': o += "\\\""; break;
-            case '\\': o += "\\\\"; break;
-            case '\n': o += "\\n"; break;
-            case '\r': o += "\\r"; break;
-            case '\t': o += "\\t"; break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                    o += buf;
-                } else {
-                    o += char(c);
-                }
-        }
-    }
-    return o;
-}
 
 }  // namespace sluice::cli

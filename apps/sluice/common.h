@@ -40,6 +40,4 @@ void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out)
 // "5,17,3" -> {5, 17, 3}; errors name the offending item.
 std::vector<int32_t> parse_ids(const std::string& text);
 
-std::string json_escape(const std::string& s);
-
 }  // namespace sluice::cli
