@@ -14,6 +14,7 @@
 #include "models/blocks/moe.h"
 #include "models/deepseek_v3_config.h"
 #include "models/expert_setup.h"
+#include "models/forward_common.h"
 #include "models/model_info.h"
 #include "models/architectures.h"
 #include "models/weights.h"
@@ -164,26 +165,7 @@ public:
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
-        SLUICE_CHECK(n > 0, "forward: empty batch");
-        // validate rows and group them by sequence
-        std::map<int32_t, std::vector<int64_t>> rows_of;
-        for (int64_t i = 0; i < n; ++i) {
-            const int32_t t = batch.tokens[size_t(i)];
-            SLUICE_CHECK(t >= 0 && t < c.vocab_size, "token id ", t, " at batch row ", i, " is outside the vocabulary [0, ",
-                         c.vocab_size, ")");
-            const int32_t s = batch.seq[size_t(i)];
-            SLUICE_CHECK(s >= 0 && size_t(s) < seqs.size(), "batch row ", i, ": sequence index ", s, " out of range");
-            rows_of[s].push_back(i);
-        }
-        std::vector<DeepseekV3State*> states;
-        for (auto& [s, rows] : rows_of) {
-            auto* st = dynamic_cast<DeepseekV3State*>(seqs[size_t(s)]);
-            SLUICE_CHECK(st, "sequence ", s, " was not created by this model");
-            for (size_t j = 0; j < rows.size(); ++j)
-                SLUICE_CHECK(batch.positions[size_t(rows[j])] == st->n + int64_t(j), "sequence ", s,
-                             ": batch rows must continue the cache in order (expected position ", st->n + int64_t(j),
-                             ", got ", batch.positions[size_t(rows[j])], ")");
-        }
+        const auto rows_of = group_rows<DeepseekV3State>(batch, seqs, c.vocab_size);
 
         std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
         for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
@@ -212,15 +194,7 @@ public:
         }
         for (auto& [s, rows] : rows_of) static_cast<DeepseekV3State*>(seqs[size_t(s)])->n += int64_t(rows.size());
 
-        const int64_t nl = batch.n_logits();
-        std::vector<float> hl(static_cast<size_t>(nl * d));
-        for (int64_t i = 0, j = 0; i < n; ++i)
-            if (batch.want_logits[size_t(i)]) {
-                ops::rms_norm(x.data() + i * d, norm_.data(), 1, d, float(c.rms_norm_eps), hl.data() + j * d);
-                ++j;
-            }
-        logits.resize(size_t(nl * c.vocab_size));
-        if (nl > 0) ops::matmul(lm_head_, hl.data(), nl, logits.data(), pool_);
+        head_logits(x.data(), batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, logits);
     }
 
 private:

@@ -224,28 +224,5 @@ uint64_t KimiState::size_bytes() const {
     return b;
 }
 
-std::map<int32_t, std::vector<int64_t>> group_rows(const Batch& batch, std::span<SequenceState* const> seqs,
-                                                   int64_t vocab_size) {
-    const int64_t n = batch.size();
-    SLUICE_CHECK(n > 0, "forward: empty batch");
-    std::map<int32_t, std::vector<int64_t>> rows_of;
-    for (int64_t i = 0; i < n; ++i) {
-        const int32_t t = batch.tokens[size_t(i)];
-        SLUICE_CHECK(t >= 0 && t < vocab_size, "token id ", t, " at batch row ", i, " is outside the vocabulary [0, ",
-                     vocab_size, ")");
-        const int32_t s = batch.seq[size_t(i)];
-        SLUICE_CHECK(s >= 0 && size_t(s) < seqs.size(), "batch row ", i, ": sequence index ", s, " out of range");
-        rows_of[s].push_back(i);
-    }
-    for (auto& [s, rows] : rows_of) {
-        auto* st = dynamic_cast<KimiState*>(seqs[size_t(s)]);
-        SLUICE_CHECK(st, "sequence ", s, " was not created by this model");
-        for (size_t j = 0; j < rows.size(); ++j)
-            SLUICE_CHECK(batch.positions[size_t(rows[j])] == st->n + int64_t(j), "sequence ", s,
-                         ": batch rows must continue the sequence in order (expected position ", st->n + int64_t(j),
-                         ", got ", batch.positions[size_t(rows[j])], ")");
-    }
-    return rows_of;
-}
 
 }  // namespace sluice

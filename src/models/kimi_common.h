@@ -73,9 +73,5 @@ private:
     KdaConfig kda_cfg_;
 };
 
-// Checks every batch row (token in vocab, known sequence, positions continuing each sequence) and groups the rows
-// by sequence (ascending sequence index, rows in batch order).
-std::map<int32_t, std::vector<int64_t>> group_rows(const Batch& batch, std::span<SequenceState* const> seqs,
-                                                   int64_t vocab_size);
 
 }  // namespace sluice

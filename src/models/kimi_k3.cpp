@@ -8,6 +8,7 @@
 #include "models/architectures.h"
 #include "models/blocks/attn_res.h"
 #include "models/expert_setup.h"
+#include "models/forward_common.h"
 #include "models/kimi_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
@@ -107,7 +108,7 @@ public:
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size, lat = c.routed_expert_hidden_size;
         const float eps = float(c.rms_norm_eps);
-        const auto rows_of = group_rows(batch, seqs, c.vocab_size);
+        const auto rows_of = group_rows<KimiState>(batch, seqs, c.vocab_size);
         auto state = [&](int32_t s) { return static_cast<KimiState*>(seqs[size_t(s)]); };
 
         // p: the running sum since the last snapshot; blocks: snapshots of p at layers l % block_size == 0
@@ -160,12 +161,7 @@ public:
         for (const auto& [s, rows] : rows_of) state(s)->n += int64_t(rows.size());
         attn_res(p.data(), blocks, out_res_, n, d, eps, t.data());
 
-        const int64_t nl = batch.n_logits();
-        std::vector<float> hl(size_t(nl * d));
-        for (int64_t i = 0, j = 0; i < n; ++i)
-            if (batch.want_logits[size_t(i)]) ops::rms_norm(t.data() + i * d, norm_.data(), 1, d, eps, hl.data() + d * j++);
-        logits.resize(size_t(nl * c.vocab_size));
-        if (nl > 0) ops::matmul(lm_head_, hl.data(), nl, logits.data(), pool_);
+        head_logits(t.data(), batch, d, norm_, eps, lm_head_, pool_, logits);
     }
 
 private:

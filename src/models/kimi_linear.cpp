@@ -7,6 +7,7 @@
 #include "formats/checkpoint.h"
 #include "models/architectures.h"
 #include "models/expert_setup.h"
+#include "models/forward_common.h"
 #include "models/kimi_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
@@ -100,7 +101,7 @@ public:
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
-        const auto rows_of = group_rows(batch, seqs, c.vocab_size);
+        const auto rows_of = group_rows<KimiState>(batch, seqs, c.vocab_size);
         auto state = [&](int32_t s) { return static_cast<KimiState*>(seqs[size_t(s)]); };
 
         std::vector<float> x(size_t(n * d)), h(size_t(n * d)), y(size_t(n * d));
@@ -134,13 +135,7 @@ public:
         }
         for (const auto& [s, rows] : rows_of) state(s)->n += int64_t(rows.size());
 
-        const int64_t nl = batch.n_logits();
-        std::vector<float> hl(size_t(nl * d));
-        for (int64_t i = 0, j = 0; i < n; ++i)
-            if (batch.want_logits[size_t(i)])
-                ops::rms_norm(x.data() + i * d, norm_.data(), 1, d, float(c.rms_norm_eps), hl.data() + d * j++);
-        logits.resize(size_t(nl * c.vocab_size));
-        if (nl > 0) ops::matmul(lm_head_, hl.data(), nl, logits.data(), pool_);
+        head_logits(x.data(), batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, logits);
     }
 
 private:

@@ -1,0 +1,48 @@
+// Pieces every architecture's forward pass shares: validating a batch and grouping its rows by sequence, and the
+// final norm + LM head over the rows that want logits.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "models/model.h"
+#include "ops/weight.h"
+
+namespace sluice {
+
+// Checks token ids, sequence indices, that each sequence was made by this model (State) and that its rows
+// continue its state in order; returns sequence index -> its batch rows (in batch order).
+template <class State>
+std::map<int32_t, std::vector<int64_t>> group_rows(const Batch& batch, std::span<SequenceState* const> seqs,
+                                                   int64_t vocab_size) {
+    const int64_t n = batch.size();
+    SLUICE_CHECK(n > 0, "forward: empty batch");
+    std::map<int32_t, std::vector<int64_t>> rows_of;
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t t = batch.tokens[size_t(i)];
+        SLUICE_CHECK(t >= 0 && t < vocab_size, "token id ", t, " at batch row ", i, " is outside the vocabulary [0, ",
+                     vocab_size, ")");
+        const int32_t s = batch.seq[size_t(i)];
+        SLUICE_CHECK(s >= 0 && size_t(s) < seqs.size(), "batch row ", i, ": sequence index ", s, " out of range");
+        rows_of[s].push_back(i);
+    }
+    for (const auto& [s, rows] : rows_of) {
+        SLUICE_CHECK(dynamic_cast<State*>(seqs[size_t(s)]), "sequence ", s, " was not created by this model");
+        const int64_t past = seqs[size_t(s)]->n_past();
+        for (size_t j = 0; j < rows.size(); ++j)
+            SLUICE_CHECK(batch.positions[size_t(rows[j])] == past + int64_t(j), "sequence ", s,
+                         ": batch rows must continue the cache in order (expected position ", past + int64_t(j),
+                         ", got ", batch.positions[size_t(rows[j])], ")");
+    }
+    return rows_of;
+}
+
+// logits[batch.n_logits(), vocab] = lm_head(rms_norm(x row)) for the rows that want logits; x is [n, d].
+void head_logits(const float* x, const Batch& batch, int64_t d, const std::vector<float>& norm, float eps,
+                 const Weight& lm_head, ThreadPool& pool, std::vector<float>& logits);
+
+}  // namespace sluice
