@@ -56,17 +56,8 @@ public:
 // Experts under the hub's per-expert names, or the fused tensors transformers 5 writes.
 std::vector<ExpertWeights> bind_experts(const Checkpoint& ck, const std::string& prefix, int64_t E, int64_t inter,
                                         int64_t hidden) {
+    if (auto fused_views = bind_fused_experts(ck, prefix, E, inter, hidden); !fused_views.empty()) return fused_views;
     std::vector<ExpertWeights> out(static_cast<size_t>(E));
-    if (ck.has(prefix + "gate_up_proj")) {
-        const Weight gu = bind_stacked(ck, prefix + "gate_up_proj", E, 2 * inter, hidden);
-        const Weight dn = bind_stacked(ck, prefix + "down_proj", E, hidden, inter);
-        for (int64_t e = 0; e < E; ++e) {
-            out[size_t(e)].gate = weight_rows(gu, e * 2 * inter, inter);
-            out[size_t(e)].up = weight_rows(gu, e * 2 * inter + inter, inter);
-            out[size_t(e)].down = weight_rows(dn, e * hidden, hidden);
-        }
-        return out;
-    }
     for (int64_t e = 0; e < E; ++e) {
         const std::string p = prefix + std::to_string(e) + ".";
         out[size_t(e)].gate = bind_linear(ck, p + "gate_proj", inter, hidden);
@@ -199,21 +190,9 @@ public:
 
 private:
     void fill_info() {
-        const auto& c = cfg_;
-        info_.architecture = "DeepseekV3ForCausalLM";
-        info_.model_type = c.model_type;
-        info_.vocab_size = c.vocab_size;
-        info_.hidden_size = c.hidden_size;
-        info_.num_hidden_layers = c.num_hidden_layers;
-        info_.n_routed_experts = c.n_routed_experts;
-        info_.num_experts_per_tok = c.num_experts_per_tok;
-        info_.n_shared_experts = c.n_shared_experts;
-        info_.bos_token_id = c.bos_token_id;
-        info_.eos_token_ids = c.eos_token_ids;
-        info_.max_position_embeddings = c.max_position_embeddings;
-        for (const auto& L : layers_) info_.n_moe_layers += L.moe ? 1 : 0;
-        fill_param_counts(ck_, info_, c.n_routed_experts, c.num_experts_per_tok, c.tie_word_embeddings, c.vocab_size,
-                          c.hidden_size);
+        int64_t n_moe = 0;
+        for (const auto& L : layers_) n_moe += L.moe ? 1 : 0;
+        fill_model_info(info_, ck_, "DeepseekV3ForCausalLM", cfg_.model_type, cfg_, n_moe);
     }
 
     Checkpoint ck_;

@@ -56,18 +56,9 @@ std::vector<float> optional_f32(const Checkpoint& ck, const std::string& name, i
 // Per-expert hub names, or the fused tensors transformers 5 holds in memory ([E, 2I, H] gate rows then up rows).
 std::vector<ExpertWeights> bind_experts(const Checkpoint& ck, const std::string& layer, const GqaMoeNames& nm, int64_t E,
                                         int64_t inter, int64_t hidden) {
-    std::vector<ExpertWeights> out(static_cast<size_t>(E));
     const std::string fused = layer + nm.fused_prefix + "experts.";
-    if (ck.has(fused + "gate_up_proj")) {
-        const Weight gu = bind_stacked(ck, fused + "gate_up_proj", E, 2 * inter, hidden);
-        const Weight dn = bind_stacked(ck, fused + "down_proj", E, hidden, inter);
-        for (int64_t e = 0; e < E; ++e) {
-            out[size_t(e)].gate = weight_rows(gu, e * 2 * inter, inter);
-            out[size_t(e)].up = weight_rows(gu, e * 2 * inter + inter, inter);
-            out[size_t(e)].down = weight_rows(dn, e * hidden, hidden);
-        }
-        return out;
-    }
+    if (auto fused_views = bind_fused_experts(ck, fused, E, inter, hidden); !fused_views.empty()) return fused_views;
+    std::vector<ExpertWeights> out(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
         const std::string p = layer + nm.moe_prefix + "experts." + std::to_string(e) + ".";
         out[size_t(e)].gate = bind_linear(ck, p + nm.expert_gate, inter, hidden);

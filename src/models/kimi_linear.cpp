@@ -140,21 +140,9 @@ public:
 
 private:
     void fill_info() {
-        const auto& c = cfg_;
-        info_.architecture = "KimiLinearForCausalLM";
-        info_.model_type = c.model_type;
-        info_.vocab_size = c.vocab_size;
-        info_.hidden_size = c.hidden_size;
-        info_.num_hidden_layers = c.num_hidden_layers;
-        info_.n_routed_experts = c.n_routed_experts;
-        info_.num_experts_per_tok = c.num_experts_per_tok;
-        info_.n_shared_experts = c.n_shared_experts;
-        info_.bos_token_id = c.bos_token_id;
-        info_.eos_token_ids = c.eos_token_ids;
-        info_.max_position_embeddings = c.max_position_embeddings;
-        for (const auto& L : layers_) info_.n_moe_layers += L.moe ? 1 : 0;
-        fill_param_counts(ck_, info_, c.n_routed_experts, c.num_experts_per_tok, c.tie_word_embeddings, c.vocab_size,
-                          c.hidden_size);
+        int64_t n_moe = 0;
+        for (const auto& L : layers_) n_moe += L.moe ? 1 : 0;
+        fill_model_info(info_, ck_, "KimiLinearForCausalLM", cfg_.model_type, cfg_, n_moe);
     }
 
     Checkpoint ck_;

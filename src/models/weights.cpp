@@ -135,6 +135,18 @@ Weight bind_mxfp4_stacked(const Checkpoint& ck, const std::string& prefix, int64
     return w;
 }
 
+std::vector<ExpertWeights> bind_fused_experts(const Checkpoint& ck, const std::string& prefix, int64_t n_experts,
+                                              int64_t inter, int64_t hidden) {
+    std::vector<ExpertWeights> out;
+    if (!ck.has(prefix + "gate_up_proj")) return out;
+    const Weight gu = bind_stacked(ck, prefix + "gate_up_proj", n_experts, 2 * inter, hidden);
+    const Weight dn = bind_stacked(ck, prefix + "down_proj", n_experts, hidden, inter);
+    for (int64_t e = 0; e < n_experts; ++e)
+        out.push_back({weight_rows(gu, e * 2 * inter, inter), weight_rows(gu, e * 2 * inter + inter, inter),
+                       weight_rows(dn, e * hidden, hidden)});
+    return out;
+}
+
 Weight weight_rows(const Weight& w, int64_t row0, int64_t n) {
     SLUICE_ASSERT(row0 >= 0 && n >= 0 && row0 + n <= w.rows, "rows ", row0, "+", n, " of ", w.rows);
     Weight out = w;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_source.h"
 #include "formats/checkpoint.h"
 #include "ops/weight.h"
 
@@ -23,6 +24,11 @@ Weight bind_stacked(const Checkpoint& ck, const std::string& name, int64_t n, in
 // gpt-oss MXFP4 experts: `<prefix>_blocks` U8 [n, rows, cols/32, 16] + `<prefix>_scales` U8 [n, rows, cols/32]
 // (E8M0) viewed as one MXFP4 Weight of [n*rows, cols]; each expert is a row slice (weight_rows).
 Weight bind_mxfp4_stacked(const Checkpoint& ck, const std::string& prefix, int64_t n, int64_t rows, int64_t cols);
+
+// The fused expert tensors transformers 5 writes under `prefix` (`gate_up_proj` [E, 2I, H]: gate rows, then up
+// rows; `down_proj` [E, H, I]) as per-expert views; empty if the checkpoint has no `prefix + "gate_up_proj"`.
+std::vector<ExpertWeights> bind_fused_experts(const Checkpoint& ck, const std::string& prefix, int64_t n_experts,
+                                              int64_t inter, int64_t hidden);
 
 // Rows [row0, row0 + n) of a bound weight, e.g. one expert's slice of a fused tensor. Only formats whose rows are
 // independent (not FP8 128-row blocks unless row0 and n are multiples of 128).
