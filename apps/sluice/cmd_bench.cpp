@@ -84,9 +84,12 @@ void register_bench(CLI::App& app) {
         std::vector<float> logits;
         Batch b;
 
+        // spine streamed layer by layer when the budget is below it (zeros otherwise)
+        const SpineStreamer* sp = model->spine_streamer();
+        auto spine_stats = [sp] { return sp ? sp->stats() : SpineStreamStats{}; };
         // prefill
+        const SpineStreamStats sp0 = spine_stats();
         auto io0 = s->stats();
-        auto c0 = s->cache().total_stats();
         auto t0 = Clock::now();
         for (int64_t i0 = 0; i0 < a->prompt_tokens; i0 += a->chunk) {
             b.clear();
@@ -95,6 +98,7 @@ void register_bench(CLI::App& app) {
             model->forward(b, seqs, logits);
         }
         auto t1 = Clock::now();
+        const SpineStreamStats sp1 = spine_stats();
         auto io1 = s->stats();
         auto c1 = s->cache().total_stats();
         // decode
@@ -105,6 +109,7 @@ void register_bench(CLI::App& app) {
             model->forward(b, seqs, logits);
         }
         auto t2 = Clock::now();
+        const SpineStreamStats sp2 = spine_stats();
         auto io2 = s->stats();
         auto c2 = s->cache().total_stats();
         const uint64_t rss = peak_rss_bytes();
@@ -134,9 +139,12 @@ void register_bench(CLI::App& app) {
         const auto pre = delta(io0, io1), dec = delta(io1, io2);
         const double prefill_ms = ms_between(t0, t1), decode_ms = ms_between(t1, t2);
         const double tok_per_s = 1000.0 * double(a->tokens) / decode_ms;
-        const double read_gbps = double(dec.device_bytes_read) / 1e6 / decode_ms;
-        const double io_time_ms = raw.gbps > 0 ? double(dec.device_bytes_read) / 1e6 / raw.gbps : 0;
-        const double compute_ms = decode_ms - dec.io_wait_ms;
+        const uint64_t spine_dec_bytes = sp2.bytes_read - sp1.bytes_read;
+        const double spine_dec_wait_ms = sp2.wait_ms - sp1.wait_ms;
+        const uint64_t dec_device_bytes = dec.device_bytes_read + spine_dec_bytes;
+        const double read_gbps = double(dec_device_bytes) / 1e6 / decode_ms;
+        const double io_time_ms = raw.gbps > 0 ? double(dec_device_bytes) / 1e6 / raw.gbps : 0;
+        const double compute_ms = decode_ms - dec.io_wait_ms - spine_dec_wait_ms;
         const double overlap = decode_ms / std::max(1e-9, std::max(io_time_ms, compute_ms));
         const uint64_t hits = c2.hits - c1.hits, misses = c2.misses - c1.misses;
         const double hit_rate = hits + misses ? double(hits) / double(hits + misses) : 0;
@@ -160,6 +168,11 @@ void register_bench(CLI::App& app) {
                      raw.gbps > 0 ? read_gbps / raw.gbps : 0.0, decode_ms / double(a->tokens),
                      io_time_ms / double(a->tokens), compute_ms / double(a->tokens), dec.io_wait_ms / double(a->tokens),
                      overlap, format_bytes(rss).c_str(), budget ? format_bytes(budget).c_str() : "none");
+        if (sp)
+            std::fprintf(stderr, "  spine   streamed from layer %lld: %.2f MB read per decoded token, %.2f per prompt token; waited %.1f ms per token\n",
+                         (long long)sp->first_streamed(), double(spine_dec_bytes) / 1e6 / double(a->tokens),
+                         double(sp1.bytes_read - sp0.bytes_read) / 1e6 / double(a->prompt_tokens),
+                         spine_dec_wait_ms / double(a->tokens));
         if (a->json) {
             nlohmann::json j;
             j["tok_per_s"] = tok_per_s;
@@ -168,7 +181,10 @@ void register_bench(CLI::App& app) {
             j["io_efficiency"] = raw.gbps > 0 ? read_gbps / raw.gbps : 0.0;
             j["overlap"] = overlap;
             j["hit_rate"] = hit_rate;
-            j["bytes_read_per_token"] = double(dec.bytes_read) / double(a->tokens);
+            j["bytes_read_per_token"] = double(dec.bytes_read + spine_dec_bytes) / double(a->tokens);
+            j["expert_bytes_read_per_token"] = double(dec.bytes_read) / double(a->tokens);
+            j["spine_bytes_read_per_token"] = double(spine_dec_bytes) / double(a->tokens);
+            j["spine_wait_ms_per_token"] = spine_dec_wait_ms / double(a->tokens);
             j["bytes_read_per_prompt_token"] = double(pre.bytes_read) / double(a->prompt_tokens);
             j["prefill_experts_read"] = pre.experts_read;
             j["prefill_experts_used"] = pre.experts_requested;

@@ -88,9 +88,11 @@ void print_plan(const Model& model, double drive_gbps, FILE* out) {
                  drive_gbps > 0 ? "   tok/s at drive" : "");
     for (int rows : {1, 8, 32, 128, 512}) {
         const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(rows)));
-        const double cold = distinct * L * double(i.expert_bytes) / double(rows);
+        // a streamed spine is read once per forward pass, shared by its rows
+        const double spine = plan ? double(plan->spine_streamed_bytes) / double(rows) : 0.0;
+        const double cold = distinct * L * double(i.expert_bytes) / double(rows) + spine;
         // with a cache holding a fraction f of experts and roughly uniform routing, a fraction f of reads hit
-        const double cached = cold * (1.0 - cache_fraction);
+        const double cached = (cold - spine) * (1.0 - cache_fraction) + spine;
         std::fprintf(out, "%8d %16.1f %18.2f %18.2f", rows, distinct, cold / 1e6, cached / 1e6);
         if (drive_gbps > 0) std::fprintf(out, "   %14.2f", cached > 0 ? drive_gbps * 1e9 / cached : INFINITY);
         std::fprintf(out, "\n");
@@ -99,6 +101,10 @@ void print_plan(const Model& model, double drive_gbps, FILE* out) {
 
 void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out) {
     if (const ResidencyPlan* p = model.residency()) std::fprintf(out, "%s", p->describe().c_str());
+    if (const SpineStreamer* sp = model.spine_streamer())
+        std::fprintf(out, "spine: layers %lld+ streamed: %llu layer reads, %s, waited %.1f ms\n",
+                     (long long)sp->first_streamed(), (unsigned long long)sp->stats().layers_read,
+                     format_bytes(sp->stats().bytes_read).c_str(), sp->stats().wait_ms);
     const StreamingExpertSource* s = model.streaming();
     if (!s) {
         std::fprintf(out, "experts: resident (memory-mapped); %lld tokens in %.1f ms\n", (long long)tokens, total_ms);

@@ -18,7 +18,7 @@ public:
 template <typename... Args>
 std::string cat(Args&&... args) {
     std::ostringstream os;
-    (os << ... << std::forward<Args>(args));
+    if constexpr (sizeof...(Args) > 0) (os << ... << std::forward<Args>(args));
     return os.str();
 }
 

@@ -1,5 +1,6 @@
 #include "experts/residency.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -46,20 +47,67 @@ uint64_t parse_size(const std::string& text) {
 std::string ResidencyPlan::describe() const {
     std::ostringstream os;
     os << "memory budget        " << format_bytes(budget_bytes) << "\n"
-       << "  spine (resident)   " << format_bytes(spine_bytes) << "\n"
-       << "  sequence state     " << format_bytes(state_bytes) << "\n"
+       << "  spine (resident)   " << format_bytes(spine_bytes) << "\n";
+    if (streams_spine())
+        os << "  spine (streamed)   " << format_bytes(spine_streamed_bytes) << " per forward pass: the matrices of layers "
+           << first_streamed_layer << "-" << n_layers - 1 << ", read ahead into 2 slots of "
+           << format_bytes(spine_slot_bytes / 2) << "\n";
+    os << "  sequence state     " << format_bytes(state_bytes) << "\n"
        << "  read staging       " << format_bytes(staging_bytes) << "\n"
        << "  expert cache       " << format_bytes(expert_cache_bytes) << "\n";
     return os.str();
 }
 
-ResidencyPlan plan_residency(uint64_t budget, uint64_t spine, uint64_t state, uint64_t staging) {
-    ResidencyPlan p{budget, spine, state, staging, 0};
-    if (budget < p.min_bytes())
-        fail("--memory ", format_bytes(budget), " is below the minimum working set of ", format_bytes(p.min_bytes()),
-             " (spine ", format_bytes(spine), " + sequence state ", format_bytes(state), " + read staging ",
-             format_bytes(staging), "); streaming the spine layer by layer is not implemented yet");
-    p.expert_cache_bytes = budget - p.min_bytes();
+ResidencyPlan plan_residency(uint64_t budget, uint64_t fixed, std::span<const uint64_t> layer_bytes, uint64_t state,
+                             uint64_t staging, int64_t force_first) {
+    const size_t L = layer_bytes.size();
+    uint64_t all_layers = 0;
+    for (uint64_t b : layer_bytes) all_layers += b;
+    ResidencyPlan p;
+    p.budget_bytes = budget;
+    p.state_bytes = state;
+    p.staging_bytes = staging;
+    p.n_layers = int64_t(L);
+    p.spine_fixed_bytes = fixed;
+    p.layer_bytes.assign(layer_bytes.begin(), layer_bytes.end());
+    p.spine_bytes = fixed + all_layers;
+    if (force_first >= int64_t(L)) force_first = -1;
+    if ((budget >= p.min_bytes() && force_first < 0) || L == 0) {
+        if (budget < p.min_bytes())
+            fail("--memory ", format_bytes(budget), " is below the minimum working set of ", format_bytes(p.min_bytes()),
+                 " (spine ", format_bytes(p.spine_bytes), " + sequence state ", format_bytes(state),
+                 " + read staging ", format_bytes(staging), ")");
+        p.expert_cache_bytes = budget - p.min_bytes();
+        return p;
+    }
+    // Keep layers [0, k) resident and stream [k, L) through two slots of the largest streamed layer; the largest
+    // k that fits. Spine residency comes before the expert cache: a resident spine byte is used on every pass.
+    std::vector<uint64_t> suffix_max(L + 1, 0);
+    for (size_t l = L; l-- > 0;) suffix_max[l] = std::max(suffix_max[l + 1], layer_bytes[l]);
+    uint64_t prefix = 0;
+    int64_t best = -1;
+    uint64_t best_cost = 0;
+    for (size_t k = 0; k < L; ++k) {
+        const uint64_t cost = fixed + prefix + 2 * suffix_max[k] + state + staging;
+        if (cost <= budget && (force_first < 0 || int64_t(k) == force_first)) {
+            best = int64_t(k);
+            best_cost = cost;
+        }
+        prefix += layer_bytes[k];
+    }
+    if (best < 0) {
+        const uint64_t min = fixed + 2 * suffix_max[0] + state + staging;
+        fail("--memory ", format_bytes(budget), " is below the minimum working set of ", format_bytes(min),
+             " (resident spine ", format_bytes(fixed), " + two layers of streamed spine ",
+             format_bytes(2 * suffix_max[0]), " + sequence state ", format_bytes(state), " + read staging ",
+             format_bytes(staging), ")");
+    }
+    p.first_streamed_layer = best;
+    p.spine_bytes = fixed;
+    for (int64_t l = 0; l < best; ++l) p.spine_bytes += layer_bytes[size_t(l)];
+    p.spine_streamed_bytes = all_layers - (p.spine_bytes - fixed);
+    p.spine_slot_bytes = 2 * suffix_max[size_t(best)];
+    p.expert_cache_bytes = budget - best_cost;
     return p;
 }
 

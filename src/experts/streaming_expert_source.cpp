@@ -41,8 +41,12 @@ StreamingExpertSource::StreamingExpertSource(ExpertLayout layout, const Streamin
         for (const auto& loc : bank) slot_bytes_ = std::max(slot_bytes_, loc.slot_end());
     SLUICE_CHECK(slot_bytes_ > 0, layout_.origin, ": no routed experts to stream");
     const int64_t n_layers = int64_t(layout_.where.size());
-    auto policy = make_cache_policy(options.policy, size_t(options.cache_bytes / slot_bytes_));
-    cache_ = std::make_unique<ExpertCache>(options.cache_bytes, slot_bytes_, n_layers, std::move(policy));
+    // never more slots than there are experts: a budget larger than the model leaves the rest unallocated
+    uint64_t n_experts = 0;
+    for (const auto& bank : layout_.where) n_experts += bank.size();
+    const uint64_t cache_bytes = std::min(options.cache_bytes, n_experts * io::align_up(slot_bytes_, 4096));
+    auto policy = make_cache_policy(options.policy, size_t(cache_bytes / slot_bytes_));
+    cache_ = std::make_unique<ExpertCache>(cache_bytes, slot_bytes_, n_layers, std::move(policy));
     slot_bytes_ = cache_->slot_bytes();
     for (int64_t i = 0; i < std::max<int64_t>(1, options.staging_experts); ++i) staging_.emplace_back(slot_bytes_);
     reader_ = std::make_unique<io::DirectReader>(layout_.paths, options.reader);

@@ -141,13 +141,20 @@ public:
         fill_info();
         const uint64_t state = uint64_t(c.num_hidden_layers) * uint64_t(mla_.cache_width()) * 4 *
                                uint64_t(opt.max_context_tokens);
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state);
+        SpineLayers spine;
+        for (Layer& L : layers_) {
+            auto& m = spine.emplace_back(L.attn.matrices());
+            append_matrices(m, L.mlp.matrices());
+            append_matrices(m, L.shared.matrices());
+        }
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state, std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
     }
 
     const ModelInfo& info() const override { return info_; }
     const StreamingExpertSource* streaming() const override { return experts_.streaming; }
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
+    SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
 
     std::unique_ptr<SequenceState> new_sequence() const override {
         return std::make_unique<DeepseekV3State>(cfg_.num_hidden_layers, mla_.cache_width());
@@ -162,6 +169,7 @@ public:
         for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
 
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+            experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
             ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
             std::vector<MlaSeqRows> seq_rows;

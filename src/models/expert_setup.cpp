@@ -8,7 +8,7 @@
 namespace sluice {
 
 ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWeights>> experts, const LoadOptions& opt,
-                          uint64_t spine_bytes, uint64_t state_bytes) {
+                          uint64_t spine_bytes, uint64_t state_bytes, SpineLayers spine_layers) {
     ExpertSetup s;
     for (const auto& bank : experts)
         if (!bank.empty()) {
@@ -17,17 +17,25 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
         }
     const bool packed = !opt.streaming.experts_dirs.empty();
     SLUICE_CHECK(!packed || s.expert_bytes > 0, ck.dir(), ": the model has no routed experts to read from --experts-dir");
-    if ((!opt.stream_experts && opt.memory_budget_bytes == 0 && !packed) || s.expert_bytes == 0) {
-        s.source = std::make_unique<ResidentExpertSource>(std::move(experts));
-        return s;
-    }
     StreamingOptions so = opt.streaming;
     if (opt.memory_budget_bytes > 0) {
         // activations of a prefill chunk and scratch: a fixed reserve on top of the per-sequence state
         const uint64_t state = state_bytes + (uint64_t(64) << 20);
-        const uint64_t staging = uint64_t(std::max<int64_t>(1, so.staging_experts)) * (s.expert_bytes + 6 * 8192);
-        s.plan = plan_residency(opt.memory_budget_bytes, spine_bytes, state, staging);
+        const uint64_t staging =
+            s.expert_bytes ? uint64_t(std::max<int64_t>(1, so.staging_experts)) * (s.expert_bytes + 6 * 8192) : 0;
+        auto spine = std::make_unique<SpineStreamer>(ck, std::move(spine_layers));
+        const uint64_t fixed = spine_bytes - std::min(spine_bytes, spine->weight_bytes_total());
+        s.plan = plan_residency(opt.memory_budget_bytes, fixed, spine->layer_bytes(), state, staging,
+                                opt.spine_stream_from);
         so.cache_bytes = s.plan->expert_cache_bytes;
+        if (s.plan->streams_spine()) {
+            spine->start(s.plan->first_streamed_layer, so.reader);
+            s.spine = std::move(spine);
+        }
+    }
+    if ((!opt.stream_experts && opt.memory_budget_bytes == 0 && !packed) || s.expert_bytes == 0) {
+        s.source = std::make_unique<ResidentExpertSource>(std::move(experts));
+        return s;
     }
     // One read path: the locations come from the packed store's manifest or from the checkpoint itself.
     ExpertLayout layout = packed ? bind_packed_store(open_packed_store(so.experts_dirs), ck, experts)

@@ -10,6 +10,7 @@
 
 #include "experts/expert_source.h"
 #include "experts/residency.h"
+#include "experts/spine_streamer.h"
 #include "experts/streaming_expert_source.h"
 #include "formats/checkpoint.h"
 #include "models/model.h"
@@ -21,11 +22,26 @@ struct ExpertSetup {
     StreamingExpertSource* streaming = nullptr;  // set when experts stream
     std::optional<ResidencyPlan> plan;           // set when a memory budget was given
     uint64_t expert_bytes = 0;                   // one routed expert (all matrices and scales)
+    std::unique_ptr<SpineStreamer> spine;        // set when the budget streams the matrices of some layers
+
+    // Every architecture calls this before layer l uses its weights (waits for a streamed layer's bytes).
+    void begin_layer(int64_t l) {
+        if (spine) spine->begin_layer(l);
+    }
 };
 
+// Each layer's streamable spine matrices (attention projections, dense MLP, shared experts, latent projections;
+// not routers or norms, which stay resident), for SpineStreamer.
+using SpineLayers = std::vector<std::vector<Weight*>>;
+inline void append_matrices(std::vector<Weight*>& out, const std::vector<Weight*>& more) {
+    out.insert(out.end(), more.begin(), more.end());
+}
+
 // spine_bytes: non-expert weight bytes; state_bytes: the per-sequence state reserved for
-// opt.max_context_tokens (the architecture knows its cache sizes). Throws Error when the budget is too small.
+// opt.max_context_tokens (the architecture knows its cache sizes); spine_layers: pointers into the model's own
+// layer structs, which must not move afterwards (they may be rebound into spine slots). Throws Error when the
+// budget is too small.
 ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWeights>> experts, const LoadOptions& opt,
-                          uint64_t spine_bytes, uint64_t state_bytes);
+                          uint64_t spine_bytes, uint64_t state_bytes, SpineLayers spine_layers);
 
 }  // namespace sluice

@@ -174,13 +174,17 @@ public:
         // The expert biases are named like experts (counted as routed) but stay resident: plan them as spine.
         const uint64_t state = uint64_t(c.num_hidden_layers) * uint64_t(2 * kv_width()) * 4 *
                                uint64_t(opt.max_context_tokens);
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes + resident_bias_bytes, state);
+        SpineLayers spine;
+        for (Layer& L : layers_) spine.push_back({&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj});
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes + resident_bias_bytes, state,
+                                 std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
     }
 
     const ModelInfo& info() const override { return info_; }
     const StreamingExpertSource* streaming() const override { return experts_.streaming; }
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
+    SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
 
     std::unique_ptr<SequenceState> new_sequence() const override {
         return std::make_unique<GptOssState>(cfg_.num_hidden_layers, kv_width());
@@ -195,6 +199,7 @@ public:
         for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
         const float eps = float(c.rms_norm_eps);
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
+            experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
             ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, eps, h.data());
             attention(il, L, h.data(), n, batch.positions.data(), rows_of, seqs, y.data());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "experts/residency.h"
+#include "experts/spine_streamer.h"
 #include "experts/streaming_expert_source.h"
 #include "runtime/batch.h"
 
@@ -57,6 +58,9 @@ struct LoadOptions {
     // Kimi Linear / K3: evaluate multi-token prefills of KDA layers in the chunked (WY) form instead of token by
     // token. Faster for long prompts, but no longer bit-identical under a different prefill chunking.
     bool kda_chunked_prefill = false;
+    // With a memory budget: stream the spine matrices of layers >= this even when they would fit (tests, and
+    // measuring spine streaming on a small model); -1: only what the budget requires.
+    int64_t spine_stream_from = -1;
 };
 
 class Model {
@@ -71,6 +75,8 @@ public:
     virtual const StreamingExpertSource* streaming() const { return nullptr; }
     // The residency plan when a memory budget was given, else null.
     virtual const ResidencyPlan* residency() const { return nullptr; }
+    // The spine streamer when the budget streams some layers' matrices, else null.
+    virtual SpineStreamer* spine_streamer() const { return nullptr; }
 };
 
 // Reads DIR/config.json, picks the architecture, binds the weights. Throws Error naming the file and field.

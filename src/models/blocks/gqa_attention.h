@@ -35,6 +35,7 @@ struct GqaWeights {
     std::vector<float> q_bias, k_bias, v_bias, o_bias;  // empty = no bias
     std::vector<float> q_norm, k_norm;                  // [head_dim] RMSNorm weights, empty = none
     std::vector<float> sinks;                           // [n_heads] sink logits, empty = none
+    std::vector<Weight*> matrices() { return {&q_proj, &k_proj, &v_proj, &o_proj}; }
 };
 
 // One sequence's cache for one layer: k and v as [n_tokens, n_kv_heads, head_dim] f32 (k after norm and RoPE).

@@ -37,6 +37,9 @@ struct KdaWeights {
     Weight g_proj;                          // full-rank output gate [P, hidden]
     std::vector<float> o_norm;              // [D]
     Weight o_proj;                          // [hidden, P]
+    std::vector<Weight*> matrices() {
+        return {&q_proj, &k_proj, &v_proj, &f_a_proj, &f_b_proj, &b_proj, &g_a_proj, &g_b_proj, &g_proj, &o_proj};
+    }
 };
 
 // One sequence's KDA state for one layer.

@@ -42,6 +42,7 @@ struct MlaWeights {
     Weight kv_b_proj;               // [H*(nope + v), kv_lora_rank]
     Weight g_proj;                  // optional output gate [H*v, hidden] (K3): o *= sigmoid(g_proj x); rows 0 = none
     Weight o_proj;                  // [hidden, H*v]
+    std::vector<Weight*> matrices() { return {&q_proj, &q_a_proj, &q_b_proj, &kv_a_proj_with_mqa, &kv_b_proj, &g_proj, &o_proj}; }
 };
 
 // One sequence's latent cache for one layer: [n_tokens, cache_width] f32.

@@ -17,6 +17,7 @@ namespace sluice {
 
 struct SwigluWeights {
     Weight gate, up, down;  // gate/up [I, H], down [H, I]
+    std::vector<Weight*> matrices() { return {&gate, &up, &down}; }
 };
 
 // The gated activation act(gate) * f(up): SiLU (SwiGLU), or K3's SiTU-GLU

@@ -1,0 +1,77 @@
+// SpineStreamer: the big matrices of spine layers that do not fit the memory budget are read from the checkpoint
+// layer by layer, ahead of use, into two slots. Each streamed layer owns a fixed slot (alternating), so its
+// Weights are rebound once, at load, to point into that slot; before a layer runs, begin_layer() waits for its
+// bytes and starts reading the next streamed layer into the other slot (the layer that used it has finished).
+// Reads are large, sequential and O_DIRECT (io/direct_reader); a failed read fails the forward pass with the
+// reader's error and leaves the slot empty, so the next pass reads it again.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "formats/checkpoint.h"
+#include "io/aligned_buffer.h"
+#include "io/direct_reader.h"
+#include "ops/weight.h"
+
+namespace sluice {
+
+struct SpineStreamStats {
+    uint64_t layers_read = 0;
+    uint64_t bytes_read = 0;   // device bytes, alignment padding included
+    double wait_ms = 0;        // time begin_layer() blocked on reads
+};
+
+class SpineStreamer {
+public:
+    // layers[l]: pointers to layer l's streamable Weights, bound to the checkpoint's memory map (empty Weights
+    // are ignored; several Weights may share a tensor). Nothing is read or rebound yet.
+    SpineStreamer(const Checkpoint& ck, std::vector<std::vector<Weight*>> layers);
+    ~SpineStreamer();
+
+    // Bytes layer l needs in a slot (its tensors' 4 KiB-aligned extents, neighbours merged).
+    const std::vector<uint64_t>& layer_bytes() const { return layer_bytes_; }
+    // Bytes of the distinct tensors behind all the layers' Weights (no padding, no gaps).
+    uint64_t weight_bytes_total() const { return weight_bytes_total_; }
+
+    // Streams layers [first, n_layers): allocates the two slots, rebinds those layers' Weights into them and
+    // starts reading the first streamed layer.
+    void start(int64_t first, const io::ReaderOptions& reader);
+
+    // Call before layer l's Weights are used (every architecture's forward loop does). A no-op for resident layers.
+    void begin_layer(int64_t l);
+
+    int64_t first_streamed() const { return first_; }
+    const SpineStreamStats& stats() const { return stats_; }
+    io::DirectReader& reader() { return *reader_; }
+
+private:
+    struct Region {  // one merged extent of a file; bytes [offset, offset + length)
+        uint32_t file = 0;
+        uint64_t offset = 0, length = 0;
+        uint64_t slot_pos = 0;  // 4 KiB-aligned position of its padded read in the slot
+    };
+    struct Slot {
+        io::AlignedBuffer buffer;
+        int64_t layer = -1;  // layer whose bytes are (being) read into it
+        io::ReadBatch batch;
+        bool pending = false;  // batch not yet waited for
+    };
+    void issue(int64_t l);
+    void wait(Slot& s);
+    int64_t next_streamed(int64_t l) const;
+    int slot_of(int64_t l) const { return int((l - first_) % 2); }
+
+    const Checkpoint& ck_;
+    std::vector<std::vector<Weight*>> layers_;
+    std::vector<std::vector<Region>> regions_;
+    std::vector<uint64_t> layer_bytes_;
+    uint64_t weight_bytes_total_ = 0;
+    int64_t first_ = -1;
+    std::unique_ptr<io::DirectReader> reader_;
+    Slot slots_[2];
+    SpineStreamStats stats_;
+};
+
+}  // namespace sluice
