@@ -23,9 +23,11 @@ class ExpertSource {
 public:
     virtual ~ExpertSource() = default;
     // Calls on_ready(i, weights) once for each experts[i] (distinct ids) of `layer`, in whatever order their bytes
-    // arrive, on the calling thread. `weights` is valid only during the call.
+    // arrive, on the calling thread. `weights` is valid only during the call. while_reading (optional) runs once
+    // on the calling thread after the reads are issued: work that needs no expert (the shared expert) overlaps I/O.
     virtual void fetch(int64_t layer, std::span<const int32_t> experts,
-                       const std::function<void(size_t i, const ExpertWeights&)>& on_ready) = 0;
+                       const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
+                       const std::function<void()>& while_reading = {}) = 0;
     // A hint that these experts of `layer` are likely needed soon: a streaming source starts reading them now.
     // Never changes results; a wrong guess only costs bandwidth.
     virtual void prefetch(int64_t layer, std::span<const int32_t> experts) {}
@@ -37,7 +39,8 @@ public:
     // experts[layer][e]; layers without routed experts have empty vectors.
     explicit ResidentExpertSource(std::vector<std::vector<ExpertWeights>> experts) : experts_(std::move(experts)) {}
     void fetch(int64_t layer, std::span<const int32_t> experts,
-               const std::function<void(size_t i, const ExpertWeights&)>& on_ready) override;
+               const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
+               const std::function<void()>& while_reading = {}) override;
     const std::vector<std::vector<ExpertWeights>>& all() const { return experts_; }
 
 private:

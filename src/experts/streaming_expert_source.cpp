@@ -179,7 +179,8 @@ std::string StreamingExpertSource::check_landed(const Location& loc, const uint8
 }
 
 void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> experts,
-                                  const std::function<void(size_t i, const ExpertWeights&)>& on_ready) {
+                                  const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
+                                  const std::function<void()>& while_reading) {
     const auto t_start = Clock::now();
     SLUICE_ASSERT(layer >= 0 && size_t(layer) < layout_.where.size(), "layer ", layer);
     const auto& bank = layout_.where[size_t(layer)];
@@ -300,7 +301,8 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
         };
 
         issue_wave();
-        // Compute cached experts while the reads are in flight.
+        // While the reads are in flight: the caller's work that needs no routed expert, then the cached experts.
+        if (while_reading) while_reading();
         for (const auto& h : hits) on_ready(h.i, weights_in(bank[size_t(experts[h.i])], h.slot));
         while (true) {
             for (size_t done = 0; done < wave.size(); ++done) {

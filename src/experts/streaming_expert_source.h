@@ -54,7 +54,8 @@ public:
     ~StreamingExpertSource() override;
 
     void fetch(int64_t layer, std::span<const int32_t> experts,
-               const std::function<void(size_t i, const ExpertWeights&)>& on_ready) override;
+               const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
+               const std::function<void()>& while_reading = {}) override;
     void prefetch(int64_t layer, std::span<const int32_t> experts) override;
 
     const ExpertIoStats& stats() const { return stats_; }

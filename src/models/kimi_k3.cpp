@@ -157,11 +157,13 @@ public:
                     prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h.data(), n, pool_);
                 }
                 std::vector<float> xl(size_t(n * lat)), yl(size_t(n * lat));
-                ops::matmul(L.latent_down, h.data(), n, xl.data(), pool_);
-                moe_forward(il, r, *experts_.source, nullptr, xl.data(), n, lat, yl.data(), pool_, nullptr, c.act);
+                // the down-projection and the shared experts run while the routed experts are read
+                moe_forward(il, r, *experts_.source, nullptr, xl.data(), n, lat, yl.data(), pool_, nullptr, c.act, [&] {
+                    ops::matmul(L.latent_down, h.data(), n, xl.data(), pool_);
+                    swiglu_forward(L.shared, h.data(), n, t.data(), pool_, c.act);
+                });
                 if (!L.latent_norm.empty()) ops::rms_norm(yl.data(), L.latent_norm.data(), n, lat, eps, yl.data());
                 ops::matmul(L.latent_up, yl.data(), n, y.data(), pool_);
-                swiglu_forward(L.shared, h.data(), n, t.data(), pool_, c.act);
                 for (int64_t i = 0; i < n * d; ++i) y[size_t(i)] += t[size_t(i)];
             } else {
                 swiglu_forward(L.mlp, h.data(), n, y.data(), pool_, c.act);

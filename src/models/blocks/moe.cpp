@@ -127,7 +127,8 @@ Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x,
 }
 
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
-                      const float* x, int64_t n, int64_t hidden, float* out, MoeStats* stats) {
+                      const float* x, int64_t n, int64_t hidden, float* out, MoeStats* stats,
+                      const std::function<void()>& while_reading) {
     const int64_t K = routing.top_k;
     // union of experts -> the (row, slot) pairs that use each
     std::map<int32_t, std::vector<int64_t>> users;  // expert -> slots (row * K + k)
@@ -148,7 +149,7 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
         expert_fn(experts[i], w, xs.data(), m, ys.data());
         for (int64_t j = 0; j < m; ++j)
             std::copy_n(ys.data() + j * hidden, hidden, y_slots.data() + slots[size_t(j)] * hidden);
-    });
+    }, while_reading);
 
     for (int64_t r = 0; r < n; ++r) {
         float* o = out + r * hidden;
@@ -168,18 +169,19 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
 
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
-                 const GluActivation& act) {
+                 const GluActivation& act, const std::function<void()>& while_reading) {
     auto swiglu = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
         SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", e,
                      ": weight shapes do not match hidden size ", hidden);
         swiglu_forward({w.gate, w.up, w.down}, xs, m, ys, pool, act);
     };
-    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, stats);
-    if (shared) {
-        std::vector<float> s(static_cast<size_t>(n * hidden));
-        swiglu_forward(*shared, x, n, s.data(), pool, act);
+    std::vector<float> s(shared ? static_cast<size_t>(n * hidden) : 0);
+    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, stats, [&] {
+        if (while_reading) while_reading();
+        if (shared) swiglu_forward(*shared, x, n, s.data(), pool, act);
+    });
+    if (shared)
         for (int64_t i = 0; i < n * hidden; ++i) out[i] += s[size_t(i)];
-    }
 }
 
 }  // namespace sluice

@@ -71,13 +71,16 @@ struct MoeStats {
 using ExpertFn = std::function<void(int32_t expert, const ExpertWeights& w, const float* x, int64_t m, float* y)>;
 
 // out[n, H] = sum_k w_k * expert_k(x), each expert computed by `expert_fn` (architectures whose experts are not a
-// plain gated MLP, e.g. gpt-oss's fused clamped SwiGLU with biases).
+// plain gated MLP, e.g. gpt-oss's fused clamped SwiGLU with biases). while_reading runs once after the misses are
+// issued and before any expert is computed, so it may still fill x: work that needs no routed expert overlaps
+// the reads without changing any result.
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
-                      const float* x, int64_t n, int64_t hidden, float* out, MoeStats* stats = nullptr);
+                      const float* x, int64_t n, int64_t hidden, float* out, MoeStats* stats = nullptr,
+                      const std::function<void()>& while_reading = {});
 
-// out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given).
+// out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given, computed while the experts are read and added last).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats = nullptr,
-                 const GluActivation& act = {});
+                 const GluActivation& act = {}, const std::function<void()>& while_reading = {});
 
 }  // namespace sluice
