@@ -160,6 +160,12 @@ void register_bench(CLI::App& app) {
                      raw.gbps > 0 ? read_gbps / raw.gbps : 0.0, decode_ms / double(a->tokens),
                      io_time_ms / double(a->tokens), compute_ms / double(a->tokens), dec.io_wait_ms / double(a->tokens),
                      overlap, format_bytes(rss).c_str(), budget ? format_bytes(budget).c_str() : "none");
+        const uint64_t held_hits = c2.held_hits - c1.held_hits;
+        if (!lo.streaming.usage_stats_path.empty())
+            std::fprintf(stderr, "  pinned  %llu experts from %s (%s), %llu decode hits on them, %llu released as stale\n",
+                         (unsigned long long)s->pin_stats().pinned_at_load, lo.streaming.usage_stats_path.c_str(),
+                         s->pin_stats().file_used ? "matched" : s->pin_stats().warning.empty() ? "no file yet" : "ignored",
+                         (unsigned long long)held_hits, (unsigned long long)s->pin_stats().released);
         if (a->json) {
             nlohmann::json j;
             j["tok_per_s"] = tok_per_s;
@@ -182,6 +188,9 @@ void register_bench(CLI::App& app) {
             j["queue_depth"] = po.queue_depth;
             j["prefetch_issued_per_token"] = double(dec.prefetch_issued) / double(a->tokens);
             j["prefetch_used_per_token"] = double(dec.prefetch_used) / double(a->tokens);
+            j["pinned_from_usage_stats"] = s->pin_stats().pinned_at_load;
+            j["pinned_hits"] = held_hits;
+            j["pins_released"] = s->pin_stats().released;
             std::printf("%s\n", j.dump().c_str());
         }
     });
