@@ -161,11 +161,14 @@ void register_bench(CLI::App& app) {
                      io_time_ms / double(a->tokens), compute_ms / double(a->tokens), dec.io_wait_ms / double(a->tokens),
                      overlap, format_bytes(rss).c_str(), budget ? format_bytes(budget).c_str() : "none");
         const uint64_t held_hits = c2.held_hits - c1.held_hits;
-        if (!lo.streaming.usage_stats_path.empty())
-            std::fprintf(stderr, "  pinned  %llu experts from %s (%s), %llu decode hits on them, %llu released as stale\n",
-                         (unsigned long long)s->pin_stats().pinned_at_load, lo.streaming.usage_stats_path.c_str(),
-                         s->pin_stats().file_used ? "matched" : s->pin_stats().warning.empty() ? "no file yet" : "ignored",
-                         (unsigned long long)held_hits, (unsigned long long)s->pin_stats().released);
+        if (!lo.streaming.usage_stats_path.empty()) {
+            const UsagePinStats& ps = s->pin_stats();
+            std::fprintf(stderr,
+                         "  pinned  %llu experts from %s (%s), %llu decode hits on them, %llu released as stale\n",
+                         (unsigned long long)ps.pinned_at_load, lo.streaming.usage_stats_path.c_str(),
+                         ps.file_used ? "matched" : ps.warning.empty() ? "no file yet" : "ignored",
+                         (unsigned long long)held_hits, (unsigned long long)ps.released);
+        }
         if (a->json) {
             nlohmann::json j;
             j["tok_per_s"] = tok_per_s;

@@ -130,7 +130,9 @@ void print_pin_stats(const StreamingExpertSource& s, FILE* out) {
     if (s.options().usage_stats_path.empty()) return;
     const UsagePinStats& p = s.pin_stats();
     const auto cs = s.cache().total_stats();
-    std::fprintf(out, "  pinned from usage stats: %llu experts (%s, %s read at load), %llu pinned hits, %llu released as stale, %zu still pinned\n",
+    std::fprintf(out,
+                 "  pinned from usage stats: %llu experts (%s, %s read at load), %llu pinned hits, "
+                 "%llu released as stale, %zu still pinned\n",
                  (unsigned long long)p.pinned_at_load,
                  p.file_used ? "file matched" : p.warning.empty() ? "no file yet" : "file ignored",
                  format_bytes(p.preload_bytes).c_str(), (unsigned long long)cs.held_hits,

@@ -43,7 +43,8 @@ void StreamingExpertSource::load_usage() {
         usage_file_ = std::move(s);
     } catch (const Error& e) {
         pin_stats_.warning = e.what();
-        log_info("warning: usage statistics ignored: ", e.what(), "; running without pinned experts (the file is rewritten at exit)");
+        log_info("warning: usage statistics ignored: ", e.what(),
+                 "; running without pinned experts (the file is rewritten at exit)");
         return;
     }
     pin_stats_.file_used = true;
@@ -90,10 +91,12 @@ void StreamingExpertSource::preload(const std::vector<ExpertKey>& keys) {
     std::string first_error;
     for (size_t i = 0; i < landing.size(); ++i) {
         const Landing& d = landing[i];
-        if (failed[i].empty()) failed[i] = check_landed(layout_.where[size_t(d.key.layer)][size_t(d.key.expert)], d.slot);
+        const Location& loc = layout_.where[size_t(d.key.layer)][size_t(d.key.expert)];
+        if (failed[i].empty()) failed[i] = check_landed(loc, d.slot);
         if (!failed[i].empty()) {
             cache_->drop(d.key);  // a later fetch reads it again (and reports the error if it persists)
-            if (first_error.empty()) first_error = cat("layer ", d.key.layer, " expert ", d.key.expert, ": ", failed[i]);
+            if (first_error.empty())
+                first_error = cat("layer ", d.key.layer, " expert ", d.key.expert, ": ", failed[i]);
             continue;
         }
         cache_->unpin(d.key);
@@ -129,7 +132,8 @@ void StreamingExpertSource::recheck_holds(int64_t layer) {
             }
         for (uint64_t r : window) all_rows += r;
         // what an unheld resident of this layer earns; with none, an even share of the layer's rows
-        const double typical = n_free > 0 ? double(free_rows) / double(n_free) : double(all_rows) / double(window.size());
+        const double typical =
+            n_free > 0 ? double(free_rows) / double(n_free) : double(all_rows) / double(window.size());
         for (const auto& [key, held] : residents)
             if (held && double(window[size_t(key.expert)]) < 0.5 * typical) {
                 cache_->release(key);
