@@ -173,6 +173,15 @@ void register_bench(CLI::App& app) {
                          (long long)sp->first_streamed(), double(spine_dec_bytes) / 1e6 / double(a->tokens),
                          double(sp1.bytes_read - sp0.bytes_read) / 1e6 / double(a->prompt_tokens),
                          spine_dec_wait_ms / double(a->tokens));
+        const uint64_t held_hits = c2.held_hits - c1.held_hits;
+        if (!lo.streaming.usage_stats_path.empty()) {
+            const UsagePinStats& ps = s->pin_stats();
+            std::fprintf(stderr,
+                         "  pinned  %llu experts from %s (%s), %llu decode hits on them, %llu released as stale\n",
+                         (unsigned long long)ps.pinned_at_load, lo.streaming.usage_stats_path.c_str(),
+                         ps.file_used ? "matched" : ps.warning.empty() ? "no file yet" : "ignored",
+                         (unsigned long long)held_hits, (unsigned long long)ps.released);
+        }
         if (a->json) {
             nlohmann::json j;
             j["tok_per_s"] = tok_per_s;
@@ -198,6 +207,9 @@ void register_bench(CLI::App& app) {
             j["queue_depth"] = po.queue_depth;
             j["prefetch_issued_per_token"] = double(dec.prefetch_issued) / double(a->tokens);
             j["prefetch_used_per_token"] = double(dec.prefetch_used) / double(a->tokens);
+            j["pinned_from_usage_stats"] = s->pin_stats().pinned_at_load;
+            j["pinned_hits"] = held_hits;
+            j["pins_released"] = s->pin_stats().released;
             std::printf("%s\n", j.dump().c_str());
         }
     });

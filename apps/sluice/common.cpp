@@ -51,6 +51,10 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
                     "read routed experts from a packed store (sluice pack): its folder, then any data folders, "
                     "comma-separated");
     sub->add_flag("--verify-reads", a.verify_reads, "check each packed expert's checksum as it is read");
+    sub->add_option("--usage-stats", a.usage_stats,
+                    "expert usage statistics file: its most-used experts are preloaded and pinned in the cache "
+                    "(a file for another model, or a damaged one, is ignored with a warning); this run's use is "
+                    "merged into it at exit");
 }
 
 LoadOptions ModelArgs::to_options() const {
@@ -66,6 +70,7 @@ LoadOptions ModelArgs::to_options() const {
     o.streaming.experts_dirs = split_dir_list(experts_dir);
     SLUICE_CHECK(!verify_reads || !o.streaming.experts_dirs.empty(), "--verify-reads needs --experts-dir");
     o.streaming.verify_reads = verify_reads;
+    o.streaming.usage_stats_path = usage_stats;
     return o;
 }
 
@@ -124,6 +129,20 @@ void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out)
                  (unsigned long long)st.prefetch_issued, (unsigned long long)st.prefetch_used, lookups > 0 ? 100.0 * double(cs.hits) / lookups : 0.0, format_bytes(st.bytes_read).c_str(),
                  tokens > 0 ? double(st.bytes_read) / 1e6 / double(tokens) : 0.0, st.fetch_ms, total_ms, st.io_wait_ms,
                  total_ms - st.io_wait_ms, read_s > 0 ? double(st.device_bytes_read) / 1e9 / read_s : 0.0);
+    print_pin_stats(*s, out);
+}
+
+void print_pin_stats(const StreamingExpertSource& s, FILE* out) {
+    if (s.options().usage_stats_path.empty()) return;
+    const UsagePinStats& p = s.pin_stats();
+    const auto cs = s.cache().total_stats();
+    std::fprintf(out,
+                 "  pinned from usage stats: %llu experts (%s, %s read at load), %llu pinned hits, "
+                 "%llu released as stale, %zu still pinned\n",
+                 (unsigned long long)p.pinned_at_load,
+                 p.file_used ? "file matched" : p.warning.empty() ? "no file yet" : "file ignored",
+                 format_bytes(p.preload_bytes).c_str(), (unsigned long long)cs.held_hits,
+                 (unsigned long long)p.released, s.cache().n_held());
 }
 
 

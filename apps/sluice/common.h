@@ -26,6 +26,7 @@ struct ModelArgs {
     bool no_prefetch = false;
     std::string experts_dir;    // packed expert store folder(s), comma-separated
     bool verify_reads = false;
+    std::string usage_stats;    // expert usage statistics file: pins the most-used experts, updated at exit
 
     LoadOptions to_options() const;
 };
@@ -36,6 +37,8 @@ void print_plan(const Model& model, double drive_gbps, FILE* out);
 
 // The --stats report: bytes read, hit rate, GB/s, I/O wait vs compute, and the residency plan.
 void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out);
+// One line on experts pinned from --usage-stats (nothing when no file was given).
+void print_pin_stats(const StreamingExpertSource& s, FILE* out);
 
 // "5,17,3" -> {5, 17, 3}; errors name the offending item.
 std::vector<int32_t> parse_ids(const std::string& text);

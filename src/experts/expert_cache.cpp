@@ -87,6 +87,7 @@ ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_l
     key_of_.resize(n_slots_);
     used_.assign(n_slots_, 0);
     pins_.assign(n_slots_, 0);
+    held_.assign(n_slots_, 0);
 }
 
 ExpertCache::~ExpertCache() { std::free(memory_); }
@@ -99,6 +100,7 @@ uint8_t* ExpertCache::acquire(ExpertKey key) {
         return nullptr;
     }
     ++st.hits;
+    if (held_[it->second]) ++st.held_hits;
     ++pins_[it->second];
     policy_->on_hit(it->second, key);
     return memory_ + it->second * slot_bytes_;
@@ -113,7 +115,7 @@ uint8_t* ExpertCache::insert(ExpertKey key) {
     if (slot == SIZE_MAX) {
         std::vector<uint8_t> evictable(n_slots_);
         bool any = false;
-        for (size_t s = 0; s < n_slots_; ++s) any |= bool(evictable[s] = pins_[s] == 0);
+        for (size_t s = 0; s < n_slots_; ++s) any |= bool(evictable[s] = pins_[s] == 0 && !held_[s]);
         if (!any) return nullptr;
         slot = policy_->victim(evictable);
         SLUICE_ASSERT(slot < n_slots_ && evictable[slot], "policy chose a pinned slot");
@@ -142,7 +144,36 @@ void ExpertCache::drop(ExpertKey key) {
     where_.erase(it);
     used_[slot] = 0;
     pins_[slot] = 0;
+    if (held_[slot]) --n_held_;
+    held_[slot] = 0;
     policy_->on_evict(slot);
+}
+
+bool ExpertCache::hold(ExpertKey key) {
+    auto it = where_.find(key.packed());
+    if (it == where_.end()) return false;
+    if (!held_[it->second]) ++n_held_;
+    held_[it->second] = 1;
+    return true;
+}
+
+void ExpertCache::release(ExpertKey key) {
+    auto it = where_.find(key.packed());
+    if (it == where_.end() || !held_[it->second]) return;
+    held_[it->second] = 0;
+    --n_held_;
+}
+
+bool ExpertCache::held(ExpertKey key) const {
+    auto it = where_.find(key.packed());
+    return it != where_.end() && held_[it->second];
+}
+
+std::vector<std::pair<ExpertKey, bool>> ExpertCache::residents(int32_t layer) const {
+    std::vector<std::pair<ExpertKey, bool>> out;
+    for (size_t s = 0; s < n_slots_; ++s)
+        if (used_[s] && key_of_[s].layer == layer) out.emplace_back(key_of_[s], held_[s] != 0);
+    return out;
 }
 
 LayerCacheStats ExpertCache::total_stats() const {
@@ -151,6 +182,7 @@ LayerCacheStats ExpertCache::total_stats() const {
         t.hits += s.hits;
         t.misses += s.misses;
         t.evictions += s.evictions;
+        t.held_hits += s.held_hits;
     }
     return t;
 }

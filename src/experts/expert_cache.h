@@ -1,6 +1,7 @@
 // A byte-budgeted cache of expert weights in fixed-size slots carved from one aligned allocation, so the memory it
 // holds is exactly what the budget allows, by construction. A replacement policy (LRU, frequency-aware) picks
-// victims among unpinned slots; experts in use by the current step are pinned. Per-layer hit/miss statistics.
+// victims among unpinned slots; experts in use by the current step are pinned. Experts can also be held (pinned
+// against eviction until released, e.g. the most-used experts from a usage statistics file). Per-layer statistics.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,7 @@ std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n
 
 struct LayerCacheStats {
     uint64_t hits = 0, misses = 0, evictions = 0;
+    uint64_t held_hits = 0;  // hits on held experts (counted in hits too)
 };
 
 class ExpertCache {
@@ -60,6 +62,15 @@ public:
     void drop(ExpertKey key);  // forget key (e.g. its read failed); unpins its slot
     bool contains(ExpertKey key) const { return where_.count(key.packed()) != 0; }
 
+    // Holding: a cached expert is kept against eviction until released (or dropped). hold() returns false when key
+    // is not cached. insert() never evicts a held expert, so holding every slot makes inserts return nullptr.
+    bool hold(ExpertKey key);
+    void release(ExpertKey key);
+    bool held(ExpertKey key) const;
+    size_t n_held() const { return n_held_; }
+    // Every cached expert of `layer`, with whether it is held.
+    std::vector<std::pair<ExpertKey, bool>> residents(int32_t layer) const;
+
     const std::vector<LayerCacheStats>& layer_stats() const { return stats_; }
     LayerCacheStats total_stats() const;
     std::string policy_name() const { return policy_->name(); }
@@ -72,6 +83,8 @@ private:
     std::vector<ExpertKey> key_of_;       // [n_slots]
     std::vector<uint8_t> used_;           // [n_slots]
     std::vector<int32_t> pins_;           // [n_slots]
+    std::vector<uint8_t> held_;           // [n_slots]
+    size_t n_held_ = 0;
     std::unordered_map<uint64_t, size_t> where_;
     std::vector<LayerCacheStats> stats_;
 };

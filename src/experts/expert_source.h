@@ -31,6 +31,9 @@ public:
     // A hint that these experts of `layer` are likely needed soon: a streaming source starts reading them now.
     // Never changes results; a wrong guess only costs bandwidth.
     virtual void prefetch(int64_t layer, std::span<const int32_t> experts) {}
+    // How many token rows were routed to each of experts[i] (called before the fetch that serves them); a
+    // streaming source keeps these as usage statistics. Never changes results.
+    virtual void note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows) {}
 };
 
 // Every expert's weights are already addressable (memory-mapped checkpoint).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <mutex>
 
 #include <xxhash.h>
@@ -53,6 +54,7 @@ StreamingExpertSource::StreamingExpertSource(ExpertLayout layout, const Streamin
     if (!reader_->fallback_reason().empty()) log_info("expert reads: ", reader_->fallback_reason());
     log_debug("expert streaming from ", layout_.origin, ": backend ", io::backend_name(reader_->backend()), ", slot ",
               slot_bytes_, " bytes, ", cache_->n_slots(), " cache slots, ", staging_.size(), " staging slots");
+    load_usage();
 }
 
 StreamingExpertSource::~StreamingExpertSource() {
@@ -60,6 +62,14 @@ StreamingExpertSource::~StreamingExpertSource() {
         try {
             p->batch.wait();
         } catch (const Error&) {
+        }
+    }
+    // a run that ends in an exception is not a clean run: its partial use is not recorded
+    if (std::uncaught_exceptions() == 0) {
+        try {
+            save_usage();
+        } catch (const std::exception& e) {
+            log_info("warning: usage statistics not saved: ", e.what());
         }
     }
 }
@@ -186,6 +196,8 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
     const auto& bank = layout_.where[size_t(layer)];
     ++stats_.fetch_calls;
     stats_.experts_requested += experts.size();
+    if (++layer_fetches_[size_t(layer)] % uint64_t(std::max<int64_t>(1, options_.pin_check_fetches)) == 0)
+        recheck_holds(layer);
 
     struct Pending {
         size_t i;

@@ -2,17 +2,21 @@
 // conversion needed) or in a packed expert store (one aligned read per expert), read with the DirectReader
 // (O_DIRECT + io_uring when the system allows) into slots of the byte-budgeted ExpertCache, or into a small
 // staging pool when the cache is full of pinned experts. One fetch issues every miss at once and hands experts to
-// the caller as their bytes land; cache hits are handed out first so compute overlaps the reads.
+// the caller as their bytes land; cache hits are handed out first so compute overlaps the reads. With a usage
+// statistics file, the most-used experts are preloaded and held at construction, and this run's use is merged
+// back into the file when the source is destroyed (streaming_usage.cpp).
 #pragma once
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "experts/expert_cache.h"
 #include "experts/expert_location.h"
 #include "experts/expert_source.h"
+#include "experts/usage_stats.h"
 #include "formats/checkpoint.h"
 #include "io/direct_reader.h"
 
@@ -28,6 +32,23 @@ struct StreamingOptions {
     // when they moved); empty: read the experts from the checkpoint files.
     std::vector<std::string> experts_dirs;
     bool verify_reads = false;  // check each packed expert's xxh3 after it lands (fails the request on mismatch)
+    // Usage statistics file (empty: none). Read at construction when it exists: if it parses and its fingerprint
+    // matches, its most-used experts (at most pin_share of the cache slots) are preloaded and held; anything wrong
+    // gives one warning and the run goes on unpinned. Held experts whose live use over the last pin_check_fetches
+    // fetches of their layer is below half the mean of that layer's unheld residents are released. At destruction
+    // (outside of exception unwinding) the old counts, halved, plus this run's are written back atomically.
+    std::string usage_stats_path;
+    ModelFingerprint fingerprint;  // architecture and hashes; the layout's shape fills in the rest
+    double pin_share = 0.5;
+    int64_t pin_check_fetches = 64;
+};
+
+struct UsagePinStats {
+    bool file_used = false;        // the file existed, parsed and matched this model
+    std::string warning;           // why an existing file was ignored (empty if it was not)
+    uint64_t pinned_at_load = 0;   // experts preloaded and held from the file
+    uint64_t preload_bytes = 0;    // bytes those preloads read (not in ExpertIoStats)
+    uint64_t released = 0;         // held experts released because live use did not justify them
 };
 
 struct ExpertIoStats {
@@ -57,8 +78,16 @@ public:
                const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
                const std::function<void()>& while_reading = {}) override;
     void prefetch(int64_t layer, std::span<const int32_t> experts) override;
+    void note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows) override;
 
     const ExpertIoStats& stats() const { return stats_; }
+    const UsagePinStats& pin_stats() const { return pin_stats_; }
+    const StreamingOptions& options() const { return options_; }
+    // Token rows routed to each expert in this run, [layer][expert] (from note_use).
+    const std::vector<std::vector<uint64_t>>& live_use() const { return use_rows_; }
+    // Merges this run's use into the usage statistics file now (the destructor does it too, once more use was
+    // noted since). Throws Error when the file cannot be written; does nothing without a file or without use.
+    void save_usage();
     const ExpertCache& cache() const { return *cache_; }
     const io::DirectReader& reader() const { return *reader_; }
     uint64_t slot_bytes() const { return slot_bytes_; }
@@ -84,6 +113,17 @@ private:
     uint64_t hint_calls_ = 0;
     // Empty when the landed bytes match the location's checksum (or it has none), else the error text.
     std::string check_landed(const Location& loc, const uint8_t* slot) const;
+
+    // Usage statistics and pinning (streaming_usage.cpp).
+    void load_usage();                                // constructor: read the file, preload and hold the top experts
+    void preload(const std::vector<ExpertKey>& keys);  // read keys into the cache and hold them
+    void recheck_holds(int64_t layer);                // release held experts that live use does not justify
+    std::vector<std::vector<uint64_t>> use_rows_;     // [layer][expert] rows this run
+    std::vector<std::vector<uint64_t>> window_rows_;  // ... since the layer's last re-check
+    std::vector<uint64_t> layer_fetches_;
+    uint64_t unsaved_rows_ = 0;                       // rows noted since the last save
+    std::optional<UsageStats> usage_file_;            // the accepted file (rows sized like the layout)
+    UsagePinStats pin_stats_;
 
     ExpertLayout layout_;
     bool verify_reads_ = false;

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "experts/packed_store.h"
+#include "experts/usage_stats.h"
 
 namespace sluice {
 
@@ -37,6 +38,7 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
         s.source = std::make_unique<ResidentExpertSource>(std::move(experts));
         return s;
     }
+    if (!so.usage_stats_path.empty()) so.fingerprint = model_fingerprint(ck, 0, 0, s.expert_bytes);
     // One read path: the locations come from the packed store's manifest or from the checkpoint itself.
     ExpertLayout layout = packed ? bind_packed_store(open_packed_store(so.experts_dirs), ck, experts)
                                  : locate_in_checkpoint(ck, experts);

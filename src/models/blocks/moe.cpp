@@ -135,7 +135,13 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
     for (int64_t s = 0; s < n * K; ++s) users[routing.experts[size_t(s)]].push_back(s);
     std::vector<int32_t> experts;
     experts.reserve(users.size());
-    for (const auto& [e, s] : users) experts.push_back(e);
+    std::vector<uint32_t> rows;
+    rows.reserve(users.size());
+    for (const auto& [e, s] : users) {
+        experts.push_back(e);
+        rows.push_back(uint32_t(s.size()));
+    }
+    source.note_use(layer, experts, rows);
 
     std::vector<float> y_slots(static_cast<size_t>(n * K * hidden));
     std::vector<float> xs, ys;

@@ -1,0 +1,23 @@
+// Fuzzes the expert usage statistics parser (--usage-stats): any input is either rejected with an Error or
+// accepted; an accepted file re-serializes to text that parses back to the same statistics.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "core/error.h"
+#include "experts/usage_stats.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    sluice::UsageStats s;
+    try {
+        s = sluice::parse_usage_stats(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
+    } catch (const sluice::Error&) {
+        return 0;
+    }
+    (void)sluice::choose_pins(s, 64);
+    const sluice::UsageStats back = sluice::parse_usage_stats(sluice::serialize_usage_stats(s), "fuzz round trip");
+    if (!(back.model == s.model) || back.counts != s.counts || back.runs != s.runs) std::abort();
+    (void)sluice::merge_usage(&s, s.model, s.counts);
+    return 0;
+}
