@@ -57,6 +57,7 @@ void register_bench(CLI::App& app) {
         double raw_seconds = 3.0;
         uint64_t seed = 1;
         bool json = false;
+        bool greedy = false;
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("bench", "Cold decode with experts streamed under --memory, next to the drive's raw rate");
@@ -68,6 +69,9 @@ void register_bench(CLI::App& app) {
     sub->add_option("--raw-seconds", a->raw_seconds, "duration of the raw read probe")->capture_default_str();
     sub->add_option("-s,--seed", a->seed, "seed of the random prompt")->capture_default_str();
     sub->add_flag("--json", a->json, "last line of stdout: one JSON object");
+    sub->add_flag("--greedy", a->greedy,
+                  "decode the argmax token (default: a random token each step, since a random-weight model's greedy "
+                  "output repeats itself and would route every step to the same, cached experts)");
     sub->callback([a] {
         LoadOptions lo = a->m.to_options();
         if (lo.memory_budget_bytes == 0) lo.stream_experts = true;
@@ -105,7 +109,9 @@ void register_bench(CLI::App& app) {
         int64_t pos = a->prompt_tokens;
         for (int64_t step = 0; step < a->tokens; ++step) {
             b.clear();
-            b.add(argmax(std::span<const float>(logits.data(), size_t(info.vocab_size))), pos++, 0, true);
+            const int32_t next = a->greedy ? argmax(std::span<const float>(logits.data(), size_t(info.vocab_size)))
+                                           : int32_t(rng() % uint64_t(info.vocab_size));
+            b.add(next, pos++, 0, true);
             model->forward(b, seqs, logits);
         }
         auto t2 = Clock::now();

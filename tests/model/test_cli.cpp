@@ -96,3 +96,27 @@ TEST(Cli, InspectJson) {
     EXPECT_EQ(j["expert_bytes_read_per_token"], 3 * 32 * 64 * 4 * 4 * 2);
     EXPECT_LT(j["params_active"].get<uint64_t>(), j["params_total"].get<uint64_t>());
 }
+
+// --usage-stats: the first run writes the file, the second pins from it; a garbage file is ignored with a
+// warning (exit 0). The generated ids never change.
+TEST(Cli, UsageStatsFileRoundTrip) {
+    auto r = ref();
+    const std::string stats = test::temp_dir("cli_usage") + "/usage.json";
+    std::remove(stats.c_str());
+    const std::string args = "generate -m " + kFixture + " --ids " + join(r["ids"].get<std::vector<int>>()) +
+                             " -n 6 --ignore-eos --json --memory 96M --usage-stats " + stats;
+    auto ids = [](const std::string& out) {
+        return nlohmann::json::parse(out.substr(out.rfind('{')))["ids"].get<std::vector<int>>();
+    };
+    int status = -1;
+    const auto first = ids(run(args, &status));
+    ASSERT_EQ(status, 0);
+    std::ifstream f(stats);
+    ASSERT_TRUE(f.good()) << "no usage statistics file written";
+    EXPECT_NO_THROW((void)nlohmann::json::parse(f));
+    EXPECT_EQ(ids(run(args, &status)), first);
+    EXPECT_EQ(status, 0);
+    std::ofstream(stats) << "{ not json";
+    EXPECT_EQ(ids(run(args, &status)), first);
+    EXPECT_EQ(status, 0);
+}
