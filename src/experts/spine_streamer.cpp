@@ -93,6 +93,11 @@ void SpineStreamer::start(int64_t first, const io::ReaderOptions& options) {
     issue(first);
 }
 
+void SpineStreamer::end_pass() {
+    if (first_ < 0) return;
+    if (slots_[slot_of(first_)].layer != first_) issue(first_);
+}
+
 int64_t SpineStreamer::next_streamed(int64_t l) const { return l + 1 < int64_t(layers_.size()) ? l + 1 : first_; }
 
 void SpineStreamer::issue(int64_t l) {

@@ -41,6 +41,9 @@ public:
 
     // Call before layer l's Weights are used (every architecture's forward loop does). A no-op for resident layers.
     void begin_layer(int64_t l);
+    // Call after the last layer of a pass has run: with an odd number of streamed layers the first one shares a
+    // slot with the last, so its read for the next pass can only start now.
+    void end_pass();
 
     int64_t first_streamed() const { return first_; }
     const SpineStreamStats& stats() const { return stats_; }

@@ -193,6 +193,7 @@ public:
         }
         for (auto& [s, rows] : rows_of) static_cast<DeepseekV3State*>(seqs[size_t(s)])->n += int64_t(rows.size());
 
+        experts_.end_layers();
         head_logits(x.data(), batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, logits);
     }
 

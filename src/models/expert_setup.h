@@ -28,6 +28,10 @@ struct ExpertSetup {
     void begin_layer(int64_t l) {
         if (spine) spine->begin_layer(l);
     }
+    // ... and this once the last layer has run (the first streamed layer's read starts during the head).
+    void end_layers() {
+        if (spine) spine->end_pass();
+    }
 };
 
 // Each layer's streamable spine matrices (attention projections, dense MLP, shared experts, latent projections;

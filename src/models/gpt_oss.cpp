@@ -210,6 +210,7 @@ public:
         }
         for (auto& [s, rows] : rows_of) static_cast<GptOssState*>(seqs[size_t(s)])->n += int64_t(rows.size());
 
+        experts_.end_layers();
         head_logits(x.data(), batch, d, norm_, eps, lm_head_, pool_, logits);
     }
 

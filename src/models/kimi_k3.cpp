@@ -173,6 +173,7 @@ public:
         for (const auto& [s, rows] : rows_of) state(s)->n += int64_t(rows.size());
         attn_res(p.data(), blocks, out_res_, n, d, eps, t.data());
 
+        experts_.end_layers();
         head_logits(t.data(), batch, d, norm_, eps, lm_head_, pool_, logits);
     }
 

@@ -144,6 +144,7 @@ public:
         }
         for (const auto& [s, rows] : rows_of) state(s)->n += int64_t(rows.size());
 
+        experts_.end_layers();
         head_logits(x.data(), batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, logits);
     }
 
