@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "core/error.h"
 #include "experts/packed_store.h"
@@ -39,7 +40,9 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 void add_model_args(CLI::App* sub, ModelArgs& a) {
     sub->add_option("-m,--model", a.model, "model folder (Hugging Face layout)")->required();
     sub->add_option("-t,--threads", a.threads, "worker threads (0 = all cores)");
-    sub->add_option("--memory", a.memory, "memory budget for everything (e.g. 48G); experts beyond it stream from SSD");
+    sub->add_option("--memory", a.memory,
+                    "memory budget for everything (e.g. 48G; default 80% of available memory; 0: no budget, weights "
+                    "served from the memory map); what does not fit streams from SSD");
     sub->add_flag("--stream", a.stream, "stream routed experts from SSD even without a budget");
     sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu")->capture_default_str();
     sub->add_option("--io", a.io_backend, "read backend: auto, uring, pread, buffered")->capture_default_str();
@@ -66,7 +69,18 @@ LoadOptions ModelArgs::to_options() const {
     o.streaming.reader.backend = io::parse_backend(io_backend);
     o.streaming.reader.queue_depth = queue_depth;
     o.max_context_tokens = ctx;
-    if (!memory.empty()) o.memory_budget_bytes = parse_size(memory);
+    if (!memory.empty()) {
+        o.memory_budget_bytes = parse_size(memory);
+    } else {
+        // No --memory: a model whose files fit comfortably in 80% of available memory is served from the memory
+        // map; a larger one gets that share as its budget and streams the rest.
+        uint64_t model_bytes = 0;
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(model, ec))
+            if (e.path().extension() == ".safetensors") model_bytes += e.file_size(ec);
+        const uint64_t budget = default_memory_budget();
+        if (model_bytes + (uint64_t(1) << 30) > budget) o.memory_budget_bytes = budget;
+    }
     o.streaming.experts_dirs = split_dir_list(experts_dir);
     SLUICE_CHECK(!verify_reads || !o.streaming.experts_dirs.empty(), "--verify-reads needs --experts-dir");
     o.streaming.verify_reads = verify_reads;
