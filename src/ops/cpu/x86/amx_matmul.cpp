@@ -423,8 +423,8 @@ bool request_permission() {
 
 }  // namespace
 
-// INT4 decodes two A tiles per block (hi + lo), which makes one-row calls about half as fast as avx512 on the
-// machine we measured, so it is opt-in (batched calls gain ~3x; see kernels.h).
+// INT4 decodes two A tiles per block (hi + lo) from per-block tables, which makes one-row calls ~0.6x as fast as
+// avx512 on the machine we measured, so it is opt-in (32-row calls gain ~2x; see kernels.h).
 static bool g_int4 = false;  // __atomic builtins: no std:: inline code in ISA files (kernels.h)
 
 void set_int4(bool on) { __atomic_store_n(&g_int4, on, __ATOMIC_RELAXED); }
