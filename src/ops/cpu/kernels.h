@@ -12,7 +12,8 @@ namespace sluice::ops::cpu {
 
 // Kernels decode blocks of whole weight rows into f32 scratch (each row one sequential read), then multiply the
 // block with every input row, kChunkCols columns at a time so the x chunk [n, kChunkCols] stays in L2. The
-// chunking is fixed, so an output does not depend on n, on the row block, or on the thread split.
+// chunking is fixed, so an output does not depend on n, on the row block, or on the thread split. (The AMX kernel
+// tiles its own way, with the same guarantee: see x86/amx_matmul.cpp.)
 inline constexpr int64_t kChunkCols = 512;        // multiple of every block size (32, 128, 256)
 inline constexpr int64_t kRowBlock = 16;          // most rows decoded at once (threads split in these units)
 inline constexpr int64_t kScratchBudgetFloats = 131072;  // 512 KiB: the decoded block stays in L2
@@ -52,8 +53,9 @@ namespace amx {  // needs the avx512 set + avx512-bf16 + amx-tile/amx-bf16
 // True once Linux granted tile state to the process (asked on the first call; cpu_has_amx gates the request).
 bool enable(bool cpu_has_amx);
 bool covers(const Weight& w);  // BF16 (cols % 32 == 0), MXFP4, INT4_G32 if set_int4; others go to avx512
-// INT4_G32 on AMX: 2-3x the batched throughput but half the one-row speed of avx512 here, so off unless set (set
-// it before any matmul runs: a weight format must keep one kernel for the process, or batching could change bits).
+// INT4_G32 on AMX: ~2x the 32-row throughput of avx512 but ~0.6x its one-row speed on the machine we measured (two
+// A tiles and twice the table work per block), so off unless set (set it before any matmul runs: a weight format
+// must keep one kernel for the process, or batching could change bits).
 void set_int4(bool on);
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 }  // namespace amx

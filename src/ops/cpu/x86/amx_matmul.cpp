@@ -4,8 +4,9 @@
 // and each f32 activation is split by truncation into hi + mid + lo bf16 parts that sum to it exactly, held in
 // three B-tile columns whose f32 sums are added at the end. Subnormal parts are flushed by the hardware, so
 // products below ~2^-110 are lost (far under the f32 rounding of any real activation). Per output element the
-// order is fixed: one f32 accumulator per (row, part) over all 32-column blocks in order, whatever n, the thread
-// split or the tile a row lands in. Needs amx-tile/amx-bf16 + avx512-bf16 and Linux's XTILEDATA permission.
+// order is fixed: one f32 accumulator per (row, activation part), fed every 32-column k-tile in order (INT4: its
+// hi then lo weight tile), whatever n, the thread split or the tile a row lands in. Needs amx-tile/amx-bf16 +
+// avx512-bf16 and Linux's XTILEDATA permission.
 // GCC 12 warns about the _mm512_undefined_* inside its own intrinsic headers (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -29,10 +30,13 @@ namespace {
 constexpr int64_t kPanelRows = 16;     // weight rows per A tile
 constexpr int64_t kBlockCols = 32;     // columns per tile product (one MXFP4/INT4 scale block)
 constexpr int64_t kGroupInputs = 5;    // inputs per B tile: 3 columns (hi, mid, lo) each, column 15 unused
-constexpr int64_t kBatchGroups = 2;    // groups per pass: two C tiles each (tmm3..tmm6)
-constexpr int64_t kChunkBlocks = 16;   // blocks decoded at once per panel (16 KiB of A tiles, L1 resident)
+// Panels sharing each B tile load (one C tile each, tmm4 + p; up to 4 fit). 4 halves the B traffic again but its
+// two decode buffers no longer fit in L1 at a useful chunk size, which cost more than it saved here.
+constexpr int64_t kSetPanels = 2;
+constexpr int64_t kChunkBlocks = 16;  // most k-tiles a decoder is asked for at once
 constexpr int64_t kTileBytes = 1024;
-constexpr int64_t kDecodeTiles = 16;     // k-tiles decoded before their products are issued (even)
+constexpr int64_t kPrefetchChunks = 2;  // decoders prefetch each row this many chunks ahead (the hardware
+                                        // prefetchers lose track of 32 rows read a few lines at a time)
 
 constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
@@ -139,6 +143,13 @@ void build_xpanel(const float* x, int64_t n, int64_t cols, bool paired, int64_t 
 // Decoders write A tiles for rows [r, r + mrows) and k-tiles [t0, t0 + tc) (t0 even): abuf[(t - t0) * kParts +
 // part] is a 16 x 32 bf16 tile (rows past mrows are left as they are; their outputs are never read).
 
+// Prefetches `bytes` of a row from p into L1 (past the row's end it reaches the next row, also needed soon), and
+// the line of scales at s.
+inline void prefetch_row(const uint8_t* p, int64_t bytes, const uint8_t* s) {
+    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
+    if (s) _mm_prefetch(reinterpret_cast<const char*>(s), _MM_HINT_T0);
+}
+
 // 32 bytes of a pair of blocks (fewer at the end of a row) as 32 words.
 inline __m512i pair_bytes(const uint8_t* q, int64_t bytes) {
     if (bytes >= 32) return _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
@@ -148,6 +159,7 @@ inline __m512i pair_bytes(const uint8_t* q, int64_t bytes) {
 struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
     static constexpr int kParts = 1;
     static constexpr bool kPaired = true;
+    static constexpr int64_t kChunkTiles = 8;
     // Table word 2v + b is E2M1 code v of block b of the pair; the scale 2^(e-127) is added to the bf16 exponent
     // of the non-zero entries, exact while e is in [2, 252]; other scales take the f32 route (same values).
     struct Consts {
@@ -193,6 +205,7 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
             const __mmask32 nz = k.nonzero;
             uint8_t* dst = abuf + m * 64;
             const uint8_t* src = q + t0 * 16;
+            prefetch_row(src + kPrefetchChunks * tc * 16, tc * 16, s + kPrefetchChunks * tc);
             for (int64_t t = 0; t < full; t += 2) {
                 const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj[t / 2])));
                 const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + t * 16)));
@@ -218,6 +231,7 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
 struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits, split exactly into bf16 hi + lo
     static constexpr int kParts = 2;
     static constexpr bool kPaired = true;
+    static constexpr int64_t kChunkTiles = 4;  // 2 A tiles per k-tile
     static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
         const __m512 table = _mm512_loadu_ps(kInt4Table);
         const __m512i c0f = _mm512_set1_epi16(0x0F), top = _mm512_set1_epi32(int(0xFFFF0000u));
@@ -233,6 +247,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits, sp
             const float* scm = sc;
             asm volatile("" : "+r"(scm) : : "memory");  // broadcast the scales from memory (load ports, not p5)
             uint8_t* dst = abuf + m * 64;
+            prefetch_row(q + (t0 + kPrefetchChunks * tc) * 16, tc * 16, s + kPrefetchChunks * tc * 2);
             for (int64_t t = 0; t < tc; t += 2) {
                 // Table word v + 16b: code v of block b, as hi (hb) and lo (lb) parts.
                 const __m512 f0 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t]));
@@ -261,127 +276,136 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits, sp
 struct Bf16Decoder {  // copies rows block by block (sequential reads the prefetchers follow)
     static constexpr int kParts = 1;
     static constexpr bool kPaired = false;
+    static constexpr int64_t kChunkTiles = 8;
     static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t kb0, int64_t kc, uint8_t* abuf) {
         for (int64_t m = 0; m < mrows; ++m) {
             const uint8_t* p = w.data + (uint64_t(r + m) * uint64_t(w.cols) + uint64_t(kb0 * kBlockCols)) * 2;
+            prefetch_row(p + kPrefetchChunks * kc * 64, kc * 64, nullptr);
             for (int64_t b = 0; b < kc; ++b)
                 _mm512_store_si512(abuf + b * kTileBytes + m * 64, _mm512_loadu_si512(p + b * 64));
         }
     }
 };
 
-// Tile numbers must be literals (GCC's tile intrinsics paste them into the asm). A is tmm0 (tmm1 holds INT4's lo
-// part, else it alternates with tmm2 as B); group b0 + j accumulates in two C tiles, 3 + 2j and 4 + 2j, so two
-// independent chains of tile products are in flight: INT4 sends hi to the first and lo to the second, the other
-// formats send even k-tiles to the first and odd ones to the second.
-// Two macros, not one with `if constexpr`: clang checks tile numbers even in a discarded branch, and the one-part
-// form uses tmm1 as a B tile, which the two-part form reads as A.
-#define SLUICE_AMX_GROUP2(j, ca, cb, btile)                                        \
-    if (nb > (j)) {                                                                \
-        _tile_loadd(btile, xp + ((b0 + (j)) * kbs + kb) * bbytes, bbytes / 16);    \
-        _tile_dpbf16ps(ca, 0, btile);                                              \
-        _tile_dpbf16ps(cb, 1, btile);                                              \
-    }
-#define SLUICE_AMX_GROUP1(j, ca, cb, btile)                                        \
-    if (nb > (j)) {                                                                \
-        _tile_loadd(btile, xp + ((b0 + (j)) * kbs + kb) * bbytes, bbytes / 16);    \
-        if (kb % 2 == 0) {                                                         \
-            _tile_dpbf16ps(ca, 0, btile);                                          \
-        } else {                                                                   \
-            _tile_dpbf16ps(cb, 0, btile);                                          \
-        }                                                                          \
+// Tiles: A (decoded weights) alternates between tmm0 and tmm1, B (activations) between tmm2 and tmm3 by k-tile
+// parity, so a load never waits for the product still reading its tile; panel p of a set accumulates in tmm4 + p
+// (several independent accumulation chains, so the products' latency overlaps). Each output element has ONE f32
+// accumulator, fed every (k-tile, part) product in order, whatever n, the set a row lands in, or whether the C
+// tile stays in a register (one group of inputs) or goes through memory between chunks (several groups).
+// Tile numbers must be literals (GCC's tile intrinsics paste them into the asm), hence the macros.
+#define SLUICE_AMX_PANEL(p, atile, ctile, btile)                                                   \
+    if (np > (p)) {                                                                                \
+        _tile_loadd(atile, a + (((p) * kc + kt) * D::kParts + part) * kTileBytes, 64);             \
+        _tile_dpbf16ps(ctile, atile, btile);                                                       \
     }
 
+// Products of k-slices [j0, j1) (slice j: k-tile kt0 + j / kParts, part j % kParts) of the decoded chunk `a`
+// for one group of inputs (B tiles at xg), accumulating into tmm4 + panel.
 template <class D>
-void run_batch_chunk(const uint8_t* abuf, const uint8_t* xp, int64_t bbytes, int64_t kbs, int64_t kb0, int64_t kc,
-                     int64_t b0, int64_t nb) {
-    for (int64_t b = 0; b < kc; ++b) {
-        const int64_t kb = kb0 + b;
-        _tile_loadd(0, abuf + b * D::kParts * kTileBytes, 64);
-        if constexpr (D::kParts == 2) {
-            _tile_loadd(1, abuf + (2 * b + 1) * kTileBytes, 64);
-            SLUICE_AMX_GROUP2(0, 3, 4, 2)
-            SLUICE_AMX_GROUP2(1, 5, 6, 2)
+void run_slices(const uint8_t* a, int64_t kc, int64_t np, const uint8_t* xg, int64_t bbytes, int64_t kt0, int64_t j0,
+                int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+        const int64_t kt = j / D::kParts, part = j % D::kParts;
+        const uint8_t* b = xg + (kt0 + kt) * bbytes;
+        if ((kt0 + kt) % 2 == 0) {
+            if (part == 0) _tile_loadd(2, b, bbytes / 16);
+            SLUICE_AMX_PANEL(0, 0, 4, 2)
+            SLUICE_AMX_PANEL(1, 1, 5, 2)
+            SLUICE_AMX_PANEL(2, 0, 6, 2)
+            SLUICE_AMX_PANEL(3, 1, 7, 2)
         } else {
-            SLUICE_AMX_GROUP1(0, 3, 4, 2)
-            SLUICE_AMX_GROUP1(1, 5, 6, 1)
+            if (part == 0) _tile_loadd(3, b, bbytes / 16);
+            SLUICE_AMX_PANEL(0, 0, 4, 3)
+            SLUICE_AMX_PANEL(1, 1, 5, 3)
+            SLUICE_AMX_PANEL(2, 0, 6, 3)
+            SLUICE_AMX_PANEL(3, 1, 7, 3)
         }
     }
 }
-#undef SLUICE_AMX_GROUP1
-#undef SLUICE_AMX_GROUP2
+#undef SLUICE_AMX_PANEL
 
-// C tiles of groups [b0, b0 + nb): slot s (tile 3 + s) lives at cb + 256 s.
-#define SLUICE_AMX_FOR_C(M) M(0, 3) M(1, 4) M(2, 5) M(3, 6)
-
-void load_c(int64_t nb, bool zero, const float* cb) {
-#define SLUICE_AMX_C(s, t)                       \
-    if (2 * nb > (s)) {                          \
+// C tiles of one group: panel p at cb + 256 p.
+void load_c(int64_t np, bool zero, const float* cb) {
+#define SLUICE_AMX_C(p, t)                       \
+    if (np > (p)) {                              \
         if (zero)                                \
             _tile_zero(t);                       \
         else                                     \
-            _tile_loadd(t, cb + (s) * 256, 64);  \
+            _tile_loadd(t, cb + (p) * 256, 64);  \
     }
-    SLUICE_AMX_FOR_C(SLUICE_AMX_C)
+    SLUICE_AMX_C(0, 4) SLUICE_AMX_C(1, 5) SLUICE_AMX_C(2, 6) SLUICE_AMX_C(3, 7)
 #undef SLUICE_AMX_C
 }
 
-void store_c(int64_t nb, float* cb) {
-#define SLUICE_AMX_C(s, t) \
-    if (2 * nb > (s)) _tile_stored(t, cb + (s) * 256, 64);
-    SLUICE_AMX_FOR_C(SLUICE_AMX_C)
+void store_c(int64_t np, float* cb) {
+#define SLUICE_AMX_C(p, t) \
+    if (np > (p)) _tile_stored(t, cb + (p) * 256, 64);
+    SLUICE_AMX_C(0, 4) SLUICE_AMX_C(1, 5) SLUICE_AMX_C(2, 6) SLUICE_AMX_C(3, 7)
 #undef SLUICE_AMX_C
 }
-#undef SLUICE_AMX_FOR_C
 
+// Rows go in sets of up to kSetPanels 16-row panels (each B tile load serves the whole set: batched calls read
+// the activations from L2 half as often) and columns in chunks of kc k-tiles, decoded into two L1 buffers in
+// turn: chunk c is decoded panel by panel with the products of chunk c - 1 issued in between, so the tile loads
+// read A tiles stored long before (they wait for recent stores to drain) and the tile unit overlaps the decoder.
 template <class D>
 void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+    constexpr int64_t kc = D::kChunkTiles;
     const int64_t cols = w.cols, kbs = ktiles(cols, D::kPaired), groups = (n + kGroupInputs - 1) / kGroupInputs;
     const int64_t width = n < kGroupInputs ? 3 * n : 16, bbytes = 64 * width;
     uint8_t* xp = t_xpanel.get(size_t(groups * kbs * bbytes));
     build_xpanel(x, n, cols, D::kPaired, width, reinterpret_cast<uint32_t*>(xp));
-    const size_t abytes = size_t(kChunkBlocks * D::kParts * kTileBytes);
-    uint8_t* abuf = t_abuf.get(abytes);
-    float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t(2 * groups * kTileBytes)));
-    std::memset(abuf, 0, abytes);  // rows past a short panel stay zero
+    const int64_t chunk_bytes = kSetPanels * kc * D::kParts * kTileBytes;
+    uint8_t* abuf = t_abuf.get(size_t(2 * chunk_bytes));
+    float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t(groups * kSetPanels * kTileBytes)));
 
     TileConfig cfg;
     for (int t = 0; t < 8; ++t) {
-        cfg.colsb[t] = uint16_t(t < 1 || (t == 1 && D::kParts == 2) ? 64 : 4 * width);
+        cfg.colsb[t] = uint16_t(t < 2 ? 64 : 4 * width);
         cfg.rows[t] = 16;
     }
     _tile_loadconfig(&cfg);
-    const bool resident = groups <= kBatchGroups;  // C tiles stay in registers across chunks
-    const int64_t nb0 = groups < kBatchGroups ? groups : kBatchGroups;
-    for (int64_t r = r0; r < r1; r += kPanelRows) {
-        const int64_t mrows = r1 - r < kPanelRows ? r1 - r : kPanelRows;
-        if (mrows < kPanelRows) std::memset(abuf, 0, abytes);
-        for (int64_t kb0 = 0; kb0 < kbs; kb0 += kChunkBlocks) {
-            const int64_t kc = kbs - kb0 < kChunkBlocks ? kbs - kb0 : kChunkBlocks;
-            const bool first = kb0 == 0, last = kb0 + kc == kbs;
-            // The first batch of groups runs right behind the decoder (a chunk at a time).
-            if (!resident || first) load_c(nb0, first, cbuf);
-            for (int64_t t = kb0; t < kb0 + kc; t += kDecodeTiles) {
-                const int64_t ts = kb0 + kc - t < kDecodeTiles ? kb0 + kc - t : kDecodeTiles;
-                uint8_t* a = abuf + (t - kb0) * D::kParts * kTileBytes;
-                D::decode(w, r, mrows, t, ts, a);
-                run_batch_chunk<D>(a, xp, bbytes, kbs, t, ts, 0, nb0);
-            }
-            if (!resident || last) store_c(nb0, cbuf);
-            for (int64_t b0 = kBatchGroups; b0 < groups; b0 += kBatchGroups) {
-                const int64_t nb = groups - b0 < kBatchGroups ? groups - b0 : kBatchGroups;
-                float* cb = cbuf + b0 * 512;
-                load_c(nb, first, cb);
-                run_batch_chunk<D>(abuf, xp, bbytes, kbs, kb0, kc, b0, nb);
-                store_c(nb, cb);
+    const bool resident = groups == 1;  // C tiles stay in registers for the whole set
+    const int64_t nchunks = (kbs + kc - 1) / kc;
+    for (int64_t r = r0; r < r1; r += kSetPanels * kPanelRows) {
+        const int64_t set_rows = r1 - r < kSetPanels * kPanelRows ? r1 - r : kSetPanels * kPanelRows;
+        const int64_t np = (set_rows + kPanelRows - 1) / kPanelRows;
+        if (set_rows % kPanelRows) std::memset(abuf, 0, size_t(2 * chunk_bytes));  // rows past the end stay zero
+        if (resident) load_c(np, true, cbuf);
+        // Iteration c decodes chunk c (if any) and issues the products of chunk c - 1 (if any): with one group,
+        // its k-slices split evenly between the panels' decode steps; with several, its groups.
+        for (int64_t c = 0; c <= nchunks; ++c) {
+            const int64_t t0 = c * kc, tc = kbs - t0 < kc ? kbs - t0 : kc;
+            const int64_t pt0 = t0 - kc;
+            uint8_t* dec = abuf + (c % 2) * chunk_bytes;
+            const uint8_t* prev = abuf + ((c + 1) % 2) * chunk_bytes;
+            for (int64_t p = 0; p < kSetPanels; ++p) {
+                if (c < nchunks && p < np) {
+                    const int64_t pr = r + p * kPanelRows, mrows = set_rows - p * kPanelRows;
+                    const int64_t m = mrows < kPanelRows ? mrows : kPanelRows;
+                    D::decode(w, pr, m, t0, tc, dec + p * kc * D::kParts * kTileBytes);
+                }
+                if (c == 0) continue;
+                const int64_t last_tc = kbs - pt0 < kc ? kbs - pt0 : kc;
+                if (resident) {
+                    const int64_t ps = last_tc * D::kParts;
+                    run_slices<D>(prev, kc, np, xp, bbytes, pt0, ps * p / kSetPanels, ps * (p + 1) / kSetPanels);
+                } else {
+                    for (int64_t g = groups * p / kSetPanels; g < groups * (p + 1) / kSetPanels; ++g) {
+                        float* cb = cbuf + g * kSetPanels * 256;
+                        load_c(np, pt0 == 0, cb);
+                        run_slices<D>(prev, kc, np, xp + g * kbs * bbytes, bbytes, pt0, 0, last_tc * D::kParts);
+                        store_c(np, cb);
+                    }
+                }
             }
         }
+        if (resident) store_c(np, cbuf);
         for (int64_t i = 0; i < n; ++i) {
-            const float* a = cbuf + (i / kGroupInputs) * 512 + 3 * (i % kGroupInputs);
-            const float* b = a + 256;
-            for (int64_t m = 0; m < mrows; ++m) {
-                const int64_t o = m * 16;
-                y[i * w.rows + r + m] = ((a[o] + b[o]) + (a[o + 1] + b[o + 1])) + (a[o + 2] + b[o + 2]);
+            const float* cg = cbuf + (i / kGroupInputs) * kSetPanels * 256 + 3 * (i % kGroupInputs);
+            for (int64_t m = 0; m < set_rows; ++m) {
+                const float* a = cg + (m / kPanelRows) * 256 + (m % kPanelRows) * 16;
+                y[i * w.rows + r + m] = (a[0] + a[1]) + a[2];
             }
         }
     }
@@ -399,8 +423,8 @@ bool request_permission() {
 
 }  // namespace
 
-// INT4 decodes two A tiles per block (hi + lo), which makes one-row calls about half as fast as avx512 on the
-// machine we measured, so it is opt-in (batched calls gain ~3x; see kernels.h).
+// INT4 decodes two A tiles per block (hi + lo) from per-block tables, which makes one-row calls ~0.6x as fast as
+// avx512 on the machine we measured, so it is opt-in (32-row calls gain ~2x; see kernels.h).
 static bool g_int4 = false;  // __atomic builtins: no std:: inline code in ISA files (kernels.h)
 
 void set_int4(bool on) { __atomic_store_n(&g_int4, on, __ATOMIC_RELAXED); }
