@@ -152,13 +152,14 @@ public:
             ops::rms_norm(t.data(), L.post_attention_layernorm.data(), n, d, eps, h.data());
             if (L.moe) {
                 Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
-                if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
-                    const auto& N = layers_[size_t(il + 1)];
-                    prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h.data(), n, pool_);
-                }
                 std::vector<float> xl(size_t(n * lat)), yl(size_t(n * lat));
-                // the down-projection and the shared experts run while the routed experts are read
+                // while the routed experts are read: the next layer's look-ahead (this layer's experts are pinned by
+                // then), the down-projection and the shared experts
                 moe_forward(il, r, *experts_.source, nullptr, xl.data(), n, lat, yl.data(), pool_, nullptr, c.act, [&] {
+                    if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
+                        const auto& N = layers_[size_t(il + 1)];
+                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h.data(), n, pool_);
+                    }
                     ops::matmul(L.latent_down, h.data(), n, xl.data(), pool_);
                     swiglu_forward(L.shared, h.data(), n, t.data(), pool_, c.act);
                 });

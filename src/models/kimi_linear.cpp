@@ -132,11 +132,15 @@ public:
             ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
             if (L.moe) {
                 Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
-                if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
-                    const auto& N = layers_[size_t(il + 1)];
-                    prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h.data(), n, pool_);
-                }
-                moe_forward(il, r, *experts_.source, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_);
+                // look-ahead for the next layer once this layer's reads are queued (its experts are then pinned)
+                auto look_ahead = [&] {
+                    if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
+                        const auto& N = layers_[size_t(il + 1)];
+                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h.data(), n, pool_);
+                    }
+                };
+                moe_forward(il, r, *experts_.source, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_,
+                            nullptr, {}, look_ahead);
             } else {
                 swiglu_forward(L.mlp, h.data(), n, y.data(), pool_);
             }
