@@ -182,9 +182,55 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
             blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
         }
     };
+    // A whole chunk of whole pairs with every scale in range (the common case): the scales of all rows are turned
+    // into exponent offsets at once and each row is one unrolled pass, so per-row work is a few instructions.
+    static bool decode_full(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
+        constexpr int64_t kPairs = kChunkTiles / 2;
+        static_assert(kChunkTiles == 8, "one 8-byte scale load per row");
+        const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
+        alignas(64) uint64_t sbytes[kPanelRows];
+        alignas(64) uint32_t adj[kPanelRows * kPairs];
+        const uint8_t* s = w.scales + uint64_t(r) * uint64_t(nb) + uint64_t(t0);
+        for (int64_t m = 0; m < kPanelRows; ++m) {
+            uint64_t v = 0x7F7F7F7F7F7F7F7Full;  // rows past mrows: a harmless in-range scale
+            if (m < mrows) std::memcpy(&v, s + m * nb, 8);
+            sbytes[m] = v;
+        }
+        const __m512i c127 = _mm512_set1_epi16(127), c2 = _mm512_set1_epi16(2), c250 = _mm512_set1_epi16(250);
+        __mmask32 bad = 0;
+        for (int g = 0; g < 4; ++g) {  // 4 rows (32 scales) at a time
+            const __m512i e = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(sbytes + 4 * g)));
+            bad |= _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(e, c2), c250);
+            _mm512_store_si512(adj + 16 * g, _mm512_slli_epi16(_mm512_sub_epi16(e, c127), 7));
+        }
+        if (bad) return false;
+        const __m512i table = k.table, c1e = k.c1e, blk = k.blk;
+        const __mmask32 nz = k.nonzero;
+        const uint8_t* src = w.data + uint64_t(r) * uint64_t(row_bytes) + uint64_t(t0) * 16;
+        const uint8_t* ps = s + kPrefetchChunks * kChunkTiles;
+        for (int64_t m = 0; m < mrows; ++m, src += row_bytes, ps += nb) {
+            const uint8_t* pf = src + kPrefetchChunks * kChunkTiles * 16;
+            _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(pf + 64), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(ps), _MM_HINT_T0);
+            uint8_t* dst = abuf + m * 64;
+            const uint32_t* am = adj + m * kPairs;
+#pragma GCC unroll 4
+            for (int64_t p = 0; p < kPairs; ++p) {
+                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(am[p])));
+                const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + p * 32)));
+                const __m512i il = _mm512_ternarylogic_epi32(_mm512_add_epi16(v, v), c1e, blk, 0xEA);
+                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
+                _mm512_store_si512(dst + 2 * p * kTileBytes, _mm512_permutexvar_epi16(il, tab));
+                _mm512_store_si512(dst + (2 * p + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+            }
+        }
+        return true;
+    }
     static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
         static const Consts k;
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
+        if (tc == kChunkTiles && nb - t0 >= kChunkTiles && decode_full(w, r, mrows, t0, abuf, k)) return;
         const int64_t valid = nb - t0 < tc ? nb - t0 : tc;  // blocks of the chunk inside the row
         const __mmask16 vm = __mmask16((1u << valid) - 1u);
         const __m512 e2m1 = _mm512_loadu_ps(ref::kE2M1Values);
