@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 namespace sluice {
@@ -15,10 +16,42 @@ ThreadPool::~ThreadPool() {
     {
         std::lock_guard<std::mutex> lock(mu_);
         stop_ = true;
+        ++generation_;
     }
     cv_start_.notify_all();
     for (auto& t : workers_) t.join();
 }
+
+namespace {
+
+constexpr int64_t kSpinUs = 200;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+// Polls done() until it holds or kSpinUs have passed; true if it holds. After a short busy spin the thread yields
+// between polls, so a spinning pool does not starve other runnable threads (other processes, or more pool threads
+// than cores) of the core.
+template <class Done>
+bool spin_until(Done done) {
+    for (int i = 0; i < 256; ++i) {
+        if (done()) return true;
+        cpu_relax();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+        if (done()) return true;
+        std::this_thread::yield();
+        if (std::chrono::steady_clock::now() - start > std::chrono::microseconds(kSpinUs)) return done();
+    }
+}
+
+}  // namespace
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
     if (n <= 0) return;
@@ -28,25 +61,32 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         fn(0, n);
         return;
     }
+    bool wake;
     {
         std::lock_guard<std::mutex> lock(mu_);
         job_ = &fn;
         job_n_ = n;
         job_parts_ = parts;
         job_chunk_ = (n + parts - 1) / parts;
-        pending_ = parts - 1;
+        pending_.store(parts - 1);  // workers 1 .. parts-1 report; the others only note the generation
         error_ = nullptr;
-        ++generation_;
+        generation_.fetch_add(1, std::memory_order_release);
+        wake = sleepers_ > 0;
     }
-    cv_start_.notify_all();
+    if (wake) cv_start_.notify_all();
     try {
         fn(0, std::min(n, job_chunk_));
     } catch (...) {
         std::lock_guard<std::mutex> lock(mu_);
         if (!error_) error_ = std::current_exception();
     }
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_done_.wait(lock, [this] { return pending_ == 0; });
+    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+        std::unique_lock<std::mutex> lock(mu_);
+        caller_sleeping_ = true;
+        cv_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+        caller_sleeping_ = false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
 }
@@ -54,13 +94,19 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 void ThreadPool::worker(int index) {
     uint64_t seen = 0;
     for (;;) {
+        const auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+        if (!spin_until(fresh)) {
+            std::unique_lock<std::mutex> lock(mu_);
+            ++sleepers_;
+            cv_start_.wait(lock, fresh);
+            --sleepers_;
+        }
         const std::function<void(int64_t, int64_t)>* job;
         int64_t begin, end;
         {
-            std::unique_lock<std::mutex> lock(mu_);
-            cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+            std::lock_guard<std::mutex> lock(mu_);
             if (stop_) return;
-            seen = generation_;
+            seen = generation_.load(std::memory_order_relaxed);
             if (index >= job_parts_) continue;
             job = job_;
             begin = std::min(job_n_, index * job_chunk_);
@@ -72,9 +118,9 @@ void ThreadPool::worker(int index) {
             std::lock_guard<std::mutex> lock(mu_);
             if (!error_) error_ = std::current_exception();
         }
-        {
+        if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
             std::lock_guard<std::mutex> lock(mu_);
-            if (--pending_ == 0) cv_done_.notify_all();
+            if (caller_sleeping_) cv_done_.notify_all();
         }
     }
 }
