@@ -42,7 +42,7 @@ private:
     std::atomic<int> pending_{0};          // workers still running the current job
     int sleepers_ = 0;                     // workers waiting on cv_start_ (under mu_)
     bool caller_sleeping_ = false;         // the caller waits on cv_done_ (under mu_)
-    std::atomic<bool> stop_{false};
+    bool stop_ = false;                    // under mu_
     std::exception_ptr error_;
 };
 
