@@ -1,5 +1,6 @@
 // CPU matmul kernels: GB/s of weight bytes (payload + scales) per format and input row count, next to the machine's
-// memory bandwidth from STREAM-like probes (read-only sums over one and over 16 streams per thread, and triad) in the same run and with the same threads.
+// memory bandwidth from STREAM-like probes (read-only sums over one and over 16 streams per thread, and triad) in
+// the same run and with the same threads.
 // Weights cycle through copies totalling SLUICE_BENCH_POOL_MIB (default 1024) so they come from DRAM, as streamed
 // experts do. Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH. Medians of 5 repetitions; on a
 // shared machine the figures are noisy. A summary table follows the benchmark output.

@@ -218,7 +218,8 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
 #pragma GCC unroll 4
             for (int64_t p = 0; p < kPairs; ++p) {
                 const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(am[p])));
-                const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + p * 32)));
+                const __m512i v =
+                    _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + p * 32)));
                 const __m512i il = _mm512_ternarylogic_epi32(_mm512_add_epi16(v, v), c1e, blk, 0xEA);
                 const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
                 _mm512_store_si512(dst + 2 * p * kTileBytes, _mm512_permutexvar_epi16(il, tab));
