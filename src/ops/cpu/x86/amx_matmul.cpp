@@ -182,18 +182,21 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
             blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
         }
     };
-    // A whole chunk of whole pairs with every scale in range (the common case): the scales of all rows are turned
-    // into exponent offsets at once and each row is one unrolled pass, so per-row work is a few instructions.
-    static bool decode_full(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
+    // Whole pairs of blocks with every scale in range (all but odd rows' last block and extreme scales): the scales
+    // of all rows are turned into exponent offsets at once and each row is one unrolled pass, so per-row work is a
+    // few instructions. Returns false (nothing written) if a scale is out of range.
+    // The chunk size is a template argument: a run-time count made the row pass ~10% slower.
+    template <int64_t TC>
+    static bool decode_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
         constexpr int64_t kPairs = kChunkTiles / 2;
-        static_assert(kChunkTiles == 8, "one 8-byte scale load per row");
+        static_assert(kChunkTiles == 8 && TC <= kChunkTiles && TC % 2 == 0, "a row's scales fit one 8-byte word");
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
         alignas(64) uint64_t sbytes[kPanelRows];
         alignas(64) uint32_t adj[kPanelRows * kPairs];
         const uint8_t* s = w.scales + uint64_t(r) * uint64_t(nb) + uint64_t(t0);
         for (int64_t m = 0; m < kPanelRows; ++m) {
             uint64_t v = 0x7F7F7F7F7F7F7F7Full;  // rows past mrows: a harmless in-range scale
-            if (m < mrows) std::memcpy(&v, s + m * nb, 8);
+            if (m < mrows) std::memcpy(&v, s + m * nb, TC);
             sbytes[m] = v;
         }
         const __m512i c127 = _mm512_set1_epi16(127), c2 = _mm512_set1_epi16(2), c250 = _mm512_set1_epi16(250);
@@ -216,7 +219,7 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
             uint8_t* dst = abuf + m * 64;
             const uint32_t* am = adj + m * kPairs;
 #pragma GCC unroll 4
-            for (int64_t p = 0; p < kPairs; ++p) {
+            for (int64_t p = 0; p < TC / 2; ++p) {
                 const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(am[p])));
                 const __m512i v =
                     _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + p * 32)));
@@ -231,37 +234,22 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
     static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
         static const Consts k;
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
-        if (tc == kChunkTiles && nb - t0 >= kChunkTiles && decode_full(w, r, mrows, t0, abuf, k)) return;
-        const int64_t valid = nb - t0 < tc ? nb - t0 : tc;  // blocks of the chunk inside the row
-        const __mmask16 vm = __mmask16((1u << valid) - 1u);
+        if (nb - t0 >= tc) {  // whole pairs (tc is even: paired k-tiles)
+            const bool done = tc == 8   ? decode_fast<8>(w, r, mrows, t0, abuf, k)
+                              : tc == 6 ? decode_fast<6>(w, r, mrows, t0, abuf, k)
+                              : tc == 4 ? decode_fast<4>(w, r, mrows, t0, abuf, k)
+                                        : decode_fast<2>(w, r, mrows, t0, abuf, k);
+            if (done) return;
+        }
+        // The f32 route (same values): a last half pair, or scales whose exponent add would leave bf16's range.
         const __m512 e2m1 = _mm512_loadu_ps(ref::kE2M1Values);
-        alignas(64) uint32_t adj[kChunkBlocks / 2];
+        const __m512i c1e = k.c1e, blk = k.blk;
         for (int64_t m = 0; m < mrows; ++m) {
             const uint8_t* q = w.data + uint64_t(r + m) * uint64_t(row_bytes);
             const uint8_t* s = w.scales + uint64_t(r + m) * uint64_t(nb) + t0;
-            // Exponent offsets (e - 127) << 7 as words, block 2p and 2p+1 in dword p.
-            const __m256i e = _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(vm, s));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(adj),
-                               _mm256_slli_epi16(_mm256_sub_epi16(e, _mm256_set1_epi16(127)), 7));
-            const __mmask16 ok = _mm256_mask_cmple_epu16_mask(vm, _mm256_sub_epi16(e, _mm256_set1_epi16(2)),
-                                                              _mm256_set1_epi16(250));
-            const bool fast = ok == vm;
-            // Whole pairs inside the row take the branch-free loop; a last half pair or odd scales go below.
-            const int64_t full = fast ? (valid / 2) * 2 : 0;
-            const __m512i table = k.table, c1e = k.c1e, blk = k.blk;
-            const __mmask32 nz = k.nonzero;
             uint8_t* dst = abuf + m * 64;
-            const uint8_t* src = q + t0 * 16;
-            prefetch_row(src + kPrefetchChunks * tc * 16, tc * 16, s + kPrefetchChunks * tc);
-            for (int64_t t = 0; t < full; t += 2) {
-                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj[t / 2])));
-                const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + t * 16)));
-                const __m512i il = _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 1), c1e, blk, 0xEA);
-                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
-                _mm512_store_si512(dst + t * kTileBytes, _mm512_permutexvar_epi16(il, tab));
-                _mm512_store_si512(dst + (t + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
-            }
-            for (int64_t t = t0 + full; t < t0 + tc; t += 2) {
+            prefetch_row(q + (t0 + kPrefetchChunks * tc) * 16, tc * 16, s + kPrefetchChunks * tc);
+            for (int64_t t = t0; t < t0 + tc; t += 2) {
                 const __m512 f0 = _mm512_mul_ps(e2m1, _mm512_set1_ps(e8m0(s[t - t0])));
                 const __m512 f1 = t + 1 < nb ? _mm512_mul_ps(e2m1, _mm512_set1_ps(e8m0(s[t - t0 + 1]))) : e2m1;
                 const __m512i tab = _mm512_permutexvar_epi16(k.interleave, (__m512i)_mm512_cvtne2ps_pbh(f1, f0));
