@@ -11,22 +11,16 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/cpu/kernels.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 
 namespace sluice {
 namespace {
 
-// Restores the CPU path; also routes INT4 through the AMX kernels (off by default) while the test runs, so its
-// exact split is checked too.
+// Restores the CPU path.
 struct PathGuard {
     ops::CpuPath saved = ops::cpu_path();
-    PathGuard() { ops::cpu::amx::set_int4(true); }
-    ~PathGuard() {
-        ops::set_cpu_path(saved);
-        ops::cpu::amx::set_int4(false);
-    }
+    ~PathGuard() { ops::set_cpu_path(saved); }
 };
 
 const WeightFormat kFormats[] = {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::INT4_G32,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 #include "ops/reference/dequantize_detail.h"
@@ -142,6 +143,39 @@ TEST(Quantize, Int4PackedWordsLsbFirstMinus8) {
     const auto q = quantize(x.data(), 1, 32, WeightFormat::INT4_G32);
     EXPECT_EQ(bf16_to_f32(uint16_t(q.scales[0] | q.scales[1] << 8)), 0.25f);
     EXPECT_EQ(deq(q.view(), 0), x);
+}
+
+// compressed-tensors dequantises in the scale's dtype: q * scale rounded to bf16, ties to even. Scale 1 + 3/128
+// (bf16 0x3F83) times 3 is 3.0703125, halfway between bf16 3.0625 and 3.078125: to even gives 3.0625; scale
+// 1 + 1/128 times 3 is 3.0234375, halfway between 3.015625 and 3.03125: to even gives 3.03125; times 7 is
+// 7.0546875, nearest 7.0625; 7 * (1 + 3/128) = 7.1640625, nearest 7.15625. Every path (dequantise and matmul) must give these values.
+TEST(Quantize, Int4ValueIsBf16RoundedProduct) {
+    const uint32_t codes = 0xF1B5u;  // elements 0..3 hold stored codes 5, 11, 1, 15: q = -3, 3, -7, 7
+    uint32_t words[8] = {codes, codes, codes, codes, 0, 0, 0, 0};
+    const uint16_t scales[2] = {0x3F83, 0x3F81};
+    std::memcpy(words + 4, words, 16);
+    const Weight w{WeightFormat::INT4_G32, 1, 64, reinterpret_cast<const uint8_t*>(words),
+                   reinterpret_cast<const uint8_t*>(scales)};
+    const float want0[4] = {-3.0625f, 3.0625f, -7.15625f, 7.15625f};  // 7 * (1 + 3/128) = 7.1640625 -> 7.15625
+    const float want1[4] = {-3.03125f, 3.03125f, -7.0625f, 7.0625f};
+    ThreadPool pool(2);
+    for (auto p : ops::available_cpu_paths()) {
+        ops::set_cpu_path(p);
+        std::vector<float> y(64);
+        ops::dequantize_row(w, 0, y.data());
+        for (int c = 0; c < 4; ++c) {
+            EXPECT_EQ(y[size_t(c)], want0[c]) << ops::cpu_path_name(p) << c;
+            EXPECT_EQ(y[size_t(32 + c)], want1[c]) << ops::cpu_path_name(p) << c;
+        }
+        for (int c = 0; c < 64; ++c) {  // matmul with unit vectors picks the same values out
+            std::vector<float> x(64, 0.0f);
+            x[size_t(c)] = 1.0f;
+            float out = 0;
+            ops::matmul(w, x.data(), 1, &out, pool);
+            EXPECT_EQ(out, y[size_t(c)]) << ops::cpu_path_name(p) << " column " << c;
+        }
+    }
+    ops::set_cpu_path(ops::available_cpu_paths().back());
 }
 
 TEST(Quantize, Fp8AllCodesSubnormalsAndSaturation) {

@@ -11,7 +11,8 @@ The reference is transformers' DeepseekV3ForCausalLM in float32 on CPU (eager) h
 transformers cannot load either file itself here. Its FP8 path needs accelerate and, on CPU, falls back to
 Fp8Dequantize, which derives the block size as rows // scale_rows and so mis-scales ragged 128-blocks (or refuses
 the shape); its compressed-tensors path needs the compressed_tensors package. So this script dequantises by the
-formats' definitions (specs digest 1.9 / 3.8), and checks its writing by reading the files back with an independent
+formats' definitions (specs digest 1.9 / 3.8), INT4 exactly as compressed-tensors' `_dequantize` does (q * scale
+computed in the scale's dtype, so rounded to bf16), and checks its writing by reading the files back with an independent
 reader into a fresh model built from the written config.json, demanding bit-identical logits.
 Usage:  python3 tools/reference/make_deepseek_quant_fixtures.py [--out DIR] [--only NAME ...]
 """
@@ -64,7 +65,8 @@ FIXTURES = [
         notes="Kimi-K2-Thinking layout: routed experts as compressed-tensors pack-quantized INT4 (weight_packed I32 "
               "[out, in/8], value k of a word at bits 4k..4k+3 holding q+8; weight_scale BF16 [out, in/32]; "
               "weight_shape I32 [out, in]), symmetric groups of 32 with scale = bf16(amax / 7.5) and q = "
-              "clamp(round(w / scale), -8, 7); attention, dense MLP, shared expert, router, embeddings, head BF16. "
+              "clamp(round(w / scale), -8, 7); dequantised value bf16(q * scale), as compressed-tensors computes it; "
+              "attention, dense MLP, shared expert, router, embeddings, head BF16. "
               "quantization_config as in the K2-Thinking config.json (compressed-tensors, pack-quantized).",
     ),
 ]
@@ -139,11 +141,15 @@ def quantise_int4(w):
     return packed.contiguous(), scale.contiguous()
 
 
-def dequantise_int4_numpy(packed, scale_f32):
-    p = packed.view(np.uint32).astype(np.int64)
+def dequantise_int4(packed, scale):
+    """(packed I32 [r, c/8], scale BF16 [r, c/32]) -> f32 [r, c] as compressed-tensors' _dequantize computes it:
+    `x_q.to(scale.dtype) * scale`, i.e. q * scale rounded to bf16 (nearest even)."""
+    p = packed.numpy().view(np.uint32).astype(np.int64)
     r, c8 = p.shape
     vals = np.stack([((p >> (4 * k)) & 0xF) - 8 for k in range(8)], -1).reshape(r, c8 * 8)
-    return (vals * np.repeat(scale_f32, 32, axis=1)).astype(np.float32)
+    assert scale.dtype == torch.bfloat16
+    x_q = torch.from_numpy(vals).reshape(r, -1, 32)
+    return (x_q.to(scale.dtype) * scale.unsqueeze(-1)).reshape(r, c8 * 8).to(torch.float32)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -168,7 +174,7 @@ def quantise_state(hub_sd, quant):
                 out[prefix + ".weight_packed"] = p
                 out[prefix + ".weight_scale"] = s
                 out[prefix + ".weight_shape"] = torch.tensor(list(t.shape), dtype=torch.int32)
-                deq[name] = torch.from_numpy(dequantise_int4_numpy(p.numpy(), s.to(torch.float32).numpy()))
+                deq[name] = dequantise_int4(p, s)
         elif name.endswith("e_score_correction_bias"):
             out[name] = t.to(torch.float32).contiguous()
             deq[name] = out[name].clone()
@@ -207,10 +213,9 @@ def read_back(path, quant):
             if k.endswith(".weight_packed"):
                 prefix = k[: -len(".weight_packed")]
                 shape = tuple(int(x) for x in f.get_tensor(prefix + ".weight_shape").tolist())
-                s = f.get_tensor(prefix + ".weight_scale").to(torch.float32).numpy()
-                w = dequantise_int4_numpy(t.numpy(), s)
-                assert w.shape == shape, (k, w.shape, shape)
-                vals[prefix + ".weight"] = torch.from_numpy(w)
+                w = dequantise_int4(t, f.get_tensor(prefix + ".weight_scale"))
+                assert tuple(w.shape) == shape, (k, w.shape, shape)
+                vals[prefix + ".weight"] = w
             elif t.dtype == torch.float8_e4m3fn:
                 s = f.get_tensor(k[: -len(".weight")] + ".weight_scale_inv").numpy()
                 vals[k] = torch.from_numpy(dequantise_fp8_numpy(t.view(torch.uint8).numpy(), s))

@@ -52,11 +52,7 @@ void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* 
 namespace amx {  // needs the avx512 set + avx512-bf16 + amx-tile/amx-bf16
 // True once Linux granted tile state to the process (asked on the first call; cpu_has_amx gates the request).
 bool enable(bool cpu_has_amx);
-bool covers(const Weight& w);  // BF16 (cols % 32 == 0), MXFP4, INT4_G32 if set_int4; others go to avx512
-// INT4_G32 on AMX: ~2x the 32-row throughput of avx512 but ~0.6x its one-row speed on the machine we measured (two
-// A tiles and twice the table work per block), so off unless set (set it before any matmul runs: a weight format
-// must keep one kernel for the process, or batching could change bits).
-void set_int4(bool on);
+bool covers(const Weight& w);  // BF16 (cols % 32 == 0), MXFP4, INT4_G32; others go to avx512
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 }  // namespace amx
 

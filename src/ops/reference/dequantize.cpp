@@ -50,6 +50,8 @@ void mxfp4_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out) 
 }
 
 // compressed-tensors pack-quantized INT4: int32 word c/8 holds value c%8 at bits 4(c%8)..+3, stored as q + 8.
+// The value is q * scale rounded to bf16 (nearest even), as compressed-tensors' dequantize computes it in the
+// scale's dtype (`x_q.to(scale.dtype) * scale`), and as the bf16 GPU kernels that serve these checkpoints do.
 void int4_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out) {
     const uint8_t* q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
     const uint8_t* s = w.scales + uint64_t(r) * uint64_t(w.cols / 32) * 2;
@@ -57,7 +59,7 @@ void int4_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out) {
         uint32_t word;
         std::memcpy(&word, q + (c / 8) * 4, 4);  // little-endian int32, as safetensors stores it
         const int v = int((word >> (4 * (c % 8))) & 0xF) - 8;
-        out[c - c0] = float(v) * bf16_to_f32(load_u16(s + (c / 32) * 2));
+        out[c - c0] = bf16_to_f32(f32_to_bf16(float(v) * bf16_to_f32(load_u16(s + (c / 32) * 2))));
     }
 }
 

@@ -1,11 +1,12 @@
 // AMX-BF16 matmul for BF16, MXFP4 and INT4_G32 weights, used for every n so a row's output never depends on the
 // batch. Exactness: the tile unit multiplies bf16 pairs exactly and accumulates in f32, so both operands are made
-// exact bf16 values: weights are (BF16 as is; MXFP4 E2M1 times a power of two; INT4 q * scale split into hi + lo),
+// exact bf16 values: weights are (BF16 as is; MXFP4 E2M1 times a power of two; INT4 q * scale rounded to bf16, which
+// is the format's value: see ref::dequantize_range),
 // and each f32 activation is split by truncation into hi + mid + lo bf16 parts that sum to it exactly, held in
 // three B-tile columns whose f32 sums are added at the end. Subnormal parts are flushed by the hardware, so
 // products below ~2^-110 are lost (far under the f32 rounding of any real activation). Per output element the
-// order is fixed: one f32 accumulator per (row, activation part), fed every 32-column k-tile in order (INT4: its
-// hi then lo weight tile), whatever n, the thread split or the tile a row lands in. Needs amx-tile/amx-bf16 +
+// order is fixed: one f32 accumulator per (row, activation part), fed every 32-column k-tile in order, whatever n,
+// the thread split or the tile a row lands in. Needs amx-tile/amx-bf16 +
 // avx512-bf16 and Linux's XTILEDATA permission.
 // GCC 12 warns about the _mm512_undefined_* inside its own intrinsic headers (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -263,13 +264,13 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
     }
 };
 
-struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits, split exactly into bf16 hi + lo
-    static constexpr int kParts = 2;
+struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's value) is a bf16 by definition
+    static constexpr int kParts = 1;
     static constexpr bool kPaired = true;
-    static constexpr int64_t kChunkTiles = 4;  // 2 A tiles per k-tile
+    static constexpr int64_t kChunkTiles = 8;
     static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
         const __m512 table = _mm512_loadu_ps(kInt4Table);
-        const __m512i c0f = _mm512_set1_epi16(0x0F), top = _mm512_set1_epi32(int(0xFFFF0000u));
+        const __m512i c0f = _mm512_set1_epi16(0x0F);
         const __m512i blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
         const int64_t valid = nb - t0 < tc ? nb - t0 : tc;
@@ -284,25 +285,19 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale has <= 12 significant bits, sp
             uint8_t* dst = abuf + m * 64;
             prefetch_row(q + (t0 + kPrefetchChunks * tc) * 16, tc * 16, s + kPrefetchChunks * tc * 2);
             for (int64_t t = 0; t < tc; t += 2) {
-                // Table word v + 16b: code v of block b, as hi (hb) and lo (lb) parts.
+                // Table word v + 16b: code v of block b. q * scale is exact in f32; the conversion rounds it to
+                // bf16 (nearest even) like the reference.
                 const __m512 f0 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t]));
                 const __m512 f1 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t + 1]));
-                // hi: the top 8 significant bits (truncated, so exact as bf16); lo = f - hi has the other <= 4.
-                const __m512 h0 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(f0), top));
-                const __m512 h1 = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(f1), top));
-                const __m512i hb = (__m512i)_mm512_cvtne2ps_pbh(h1, h0);
-                const __m512i lb = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(f1, h1), _mm512_sub_ps(f0, h0));
+                const __m512i tab = (__m512i)_mm512_cvtne2ps_pbh(f1, f0);
                 const int64_t left = row_bytes - (t0 + t) * 16;
                 const __m512i v = left >= 32 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256(
                                                    reinterpret_cast<const __m256i*>(q + (t0 + t) * 16)))
                                              : pair_bytes(q + (t0 + t) * 16, left);
                 const __m512i il = _mm512_ternarylogic_epi32(v, c0f, blk, 0xEA);
                 const __m512i ih = _mm512_or_si512(_mm512_srli_epi16(v, 4), blk);
-                uint8_t* d = dst + 2 * t * kTileBytes;
-                _mm512_store_si512(d, _mm512_permutexvar_epi16(il, hb));
-                _mm512_store_si512(d + kTileBytes, _mm512_permutexvar_epi16(il, lb));
-                _mm512_store_si512(d + 2 * kTileBytes, _mm512_permutexvar_epi16(ih, hb));
-                _mm512_store_si512(d + 3 * kTileBytes, _mm512_permutexvar_epi16(ih, lb));
+                _mm512_store_si512(dst + t * kTileBytes, _mm512_permutexvar_epi16(il, tab));
+                _mm512_store_si512(dst + (t + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
             }
         }
     }
@@ -458,12 +453,6 @@ bool request_permission() {
 
 }  // namespace
 
-// INT4 decodes two A tiles per block (hi + lo) from per-block tables, which makes one-row calls ~0.6x as fast as
-// avx512 on the machine we measured, so it is opt-in (32-row calls gain ~2x; see kernels.h).
-static bool g_int4 = false;  // __atomic builtins: no std:: inline code in ISA files (kernels.h)
-
-void set_int4(bool on) { __atomic_store_n(&g_int4, on, __ATOMIC_RELAXED); }
-
 bool enable(bool cpu_has_amx) {
     static const bool ok = cpu_has_amx && request_permission();
     return ok;
@@ -471,8 +460,8 @@ bool enable(bool cpu_has_amx) {
 
 bool covers(const Weight& w) {
     switch (w.format) {
-        case WeightFormat::MXFP4: return true;
-        case WeightFormat::INT4_G32: return __atomic_load_n(&g_int4, __ATOMIC_RELAXED);
+        case WeightFormat::MXFP4:
+        case WeightFormat::INT4_G32: return true;
         case WeightFormat::BF16: return w.cols % kBlockCols == 0;
         default: return false;
     }

@@ -7,6 +7,7 @@
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_driver.h"
+#include "ops/cpu/x86/round_bf16.h"
 #include "ops/reference/dequantize_detail.h"
 
 namespace sluice::ops::cpu::avx2 {
@@ -52,8 +53,12 @@ inline void store_codes(float* out, __m256i codes, bool mx, float scale) {
     for (int q = 0; q < 4; ++q) {
         const __m128i bytes = (q % 2 == 0) ? halves[q / 2] : _mm_srli_si128(halves[q / 2], 8);
         const __m256i e = _mm256_cvtepu8_epi32(bytes);
-        const __m256 v = mx ? e2m1_lookup(e, mags) : _mm256_cvtepi32_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(8)));
-        _mm256_storeu_ps(out + 8 * q, _mm256_mul_ps(v, s));
+        if (mx) {
+            _mm256_storeu_ps(out + 8 * q, _mm256_mul_ps(e2m1_lookup(e, mags), s));
+        } else {  // INT4_G32: q * scale rounded to bf16
+            const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(8)));
+            _mm256_storeu_ps(out + 8 * q, round_bf16_ps(_mm256_mul_ps(v, s)));
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_driver.h"
+#include "ops/cpu/x86/round_bf16.h"
 #include "ops/reference/dequantize_detail.h"
 
 namespace sluice::ops::cpu::avx512 {
@@ -52,10 +53,12 @@ inline void nibbles_pairwise(const uint8_t* p, __m512i& e0, __m512i& e1) {
     e1 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(b, 1));
 }
 
-inline void store_lut(float* out, __m512i e0, __m512i e1, __m512 table, float scale) {
-    const __m512 s = _mm512_set1_ps(scale);
-    _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_permutexvar_ps(e0, table), s));
-    _mm512_storeu_ps(out + 16, _mm512_mul_ps(_mm512_permutexvar_ps(e1, table), s));
+// Codes e0, e1 (16 each) looked up in table times scale; `round`: the products rounded to bf16 (INT4_G32).
+inline void store_lut(float* out, __m512i e0, __m512i e1, __m512 table, float scale, bool round = false) {
+    __m512 st = _mm512_mul_ps(table, _mm512_set1_ps(scale));
+    if (round) st = round_bf16_ps(st);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(e0, st));
+    _mm512_storeu_ps(out + 16, _mm512_permutexvar_ps(e1, st));
 }
 
 void decode_fp8(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out) {
@@ -105,7 +108,7 @@ void decode_nibbles(const Weight& w, int64_t r, int64_t c0, int64_t k, float* ou
     for (int64_t c = c0; c < c0 + k; c += 32) {
         nibbles_pairwise(q + c / 2, e0, e1);
         const float scale = mx ? e8m0(w.scales[s0 + c / 32]) : load_bf16(w.scales + (s0 + c / 32) * 2);
-        store_lut(out + (c - c0), e0, e1, table, scale);
+        store_lut(out + (c - c0), e0, e1, table, scale, !mx);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/x86/round_bf16.h"
 #include "ops/reference/dequantize_detail.h"
 
 namespace sluice::ops::cpu::avx512 {
@@ -92,7 +93,8 @@ struct NibbleDec {  // MXFP4 and INT4_G32: byte j holds element 2j (low nibble) 
         // Each row is its own stream; the hardware prefetchers alone left the decode waiting on memory.
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
         const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
-        const __m512 st = _mm512_mul_ps(table, _mm512_set1_ps(scales[(c / 32) % 16]));
+        __m512 st = _mm512_mul_ps(table, _mm512_set1_ps(scales[(c / 32) % 16]));
+        if (!mx) st = round_bf16_ps(st);  // INT4_G32: q * scale rounded to bf16
         v[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, ia), sh), st);
         v[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, ib), sh), st);
     }
