@@ -36,6 +36,7 @@ constexpr int64_t kGroupInputs = 5;    // inputs per B tile: 3 columns (hi, mid,
 constexpr int64_t kSetPanels = 2;
 constexpr int64_t kChunkBlocks = 16;  // most k-tiles a decoder is asked for at once
 constexpr int64_t kTileBytes = 1024;
+constexpr int64_t kBRangeBytes = 512 << 10;  // B tiles of a column range (see matmul_panels)
 constexpr int64_t kPrefetchChunks = 2;  // decoders prefetch each row this many chunks ahead (the hardware
                                         // prefetchers lose track of 32 rows read a few lines at a time)
 
@@ -378,16 +379,27 @@ void store_c(int64_t np, float* cb) {
 // the activations from L2 half as often) and columns in chunks of kc k-tiles, decoded into two L1 buffers in
 // turn: chunk c is decoded panel by panel with the products of chunk c - 1 issued in between, so the tile loads
 // read A tiles stored long before (they wait for recent stores to drain) and the tile unit overlaps the decoder.
+// With several groups of inputs, columns also go in ranges whose B tiles (all groups) fit kBRangeBytes, and every
+// set of the call is done for one range before the next: each set reads every B tile, so they must stay in L2
+// while the weights stream past (the C tiles of every set wait in memory between ranges).
 template <class D, int64_t kc = D::kChunkTiles>
 void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
-    static_assert(kc <= D::kChunkTiles && kc <= kChunkBlocks);
+    static_assert(kc <= D::kChunkTiles && kc <= kChunkBlocks && kc % 2 == 0);
+    constexpr int64_t kSetRows = kSetPanels * kPanelRows, kSetFloatsPerGroup = kSetPanels * 256;
     const int64_t cols = w.cols, kbs = ktiles(cols, D::kPaired), groups = (n + kGroupInputs - 1) / kGroupInputs;
     const int64_t width = n < kGroupInputs ? 3 * n : 16, bbytes = 64 * width;
     uint8_t* xp = t_xpanel.get(size_t(groups * kbs * bbytes));
     build_xpanel(x, n, cols, D::kPaired, width, reinterpret_cast<uint32_t*>(xp));
     const int64_t chunk_bytes = kSetPanels * kc * D::kParts * kTileBytes;
     uint8_t* abuf = t_abuf.get(size_t(2 * chunk_bytes));
-    float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t(groups * kSetPanels * kTileBytes)));
+    const bool resident = groups == 1;  // C tiles stay in registers for the whole set
+    const int64_t nsets = (r1 - r0 + kSetRows - 1) / kSetRows, set_floats = groups * kSetFloatsPerGroup;
+    float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t((resident ? 1 : nsets) * set_floats * 4)));
+    int64_t range_tiles = kbs;
+    if (!resident) {
+        range_tiles = kBRangeBytes / (groups * bbytes) / kc * kc;
+        range_tiles = range_tiles < kc ? kc : range_tiles;
+    }
 
     TileConfig cfg;
     for (int t = 0; t < 8; ++t) {
@@ -395,47 +407,51 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
         cfg.rows[t] = 16;
     }
     _tile_loadconfig(&cfg);
-    const bool resident = groups == 1;  // C tiles stay in registers for the whole set
-    const int64_t nchunks = (kbs + kc - 1) / kc;
-    for (int64_t r = r0; r < r1; r += kSetPanels * kPanelRows) {
-        const int64_t set_rows = r1 - r < kSetPanels * kPanelRows ? r1 - r : kSetPanels * kPanelRows;
-        const int64_t np = (set_rows + kPanelRows - 1) / kPanelRows;
-        if (set_rows % kPanelRows) std::memset(abuf, 0, size_t(2 * chunk_bytes));  // rows past the end stay zero
-        if (resident) load_c(np, true, cbuf);
-        // Iteration c decodes chunk c (if any) and issues the products of chunk c - 1 (if any): with one group,
-        // its k-slices split evenly between the panels' decode steps; with several, its groups.
-        for (int64_t c = 0; c <= nchunks; ++c) {
-            const int64_t t0 = c * kc, tc = kbs - t0 < kc ? kbs - t0 : kc;
-            const int64_t pt0 = t0 - kc;
-            uint8_t* dec = abuf + (c % 2) * chunk_bytes;
-            const uint8_t* prev = abuf + ((c + 1) % 2) * chunk_bytes;
-            for (int64_t p = 0; p < kSetPanels; ++p) {
-                if (c < nchunks && p < np) {
-                    const int64_t pr = r + p * kPanelRows, mrows = set_rows - p * kPanelRows;
-                    const int64_t m = mrows < kPanelRows ? mrows : kPanelRows;
-                    D::decode(w, pr, m, t0, tc, dec + p * kc * D::kParts * kTileBytes);
-                }
-                if (c == 0) continue;
-                const int64_t last_tc = kbs - pt0 < kc ? kbs - pt0 : kc;
-                if (resident) {
-                    const int64_t ps = last_tc * D::kParts;
-                    run_slices<D>(prev, kc, np, xp, bbytes, pt0, ps * p / kSetPanels, ps * (p + 1) / kSetPanels);
-                } else {
-                    for (int64_t g = groups * p / kSetPanels; g < groups * (p + 1) / kSetPanels; ++g) {
-                        float* cb = cbuf + g * kSetPanels * 256;
-                        load_c(np, pt0 == 0, cb);
-                        run_slices<D>(prev, kc, np, xp + g * kbs * bbytes, bbytes, pt0, 0, last_tc * D::kParts);
-                        store_c(np, cb);
+    for (int64_t k0 = 0; k0 < kbs; k0 += range_tiles) {
+        const int64_t k1 = kbs - k0 < range_tiles ? kbs : k0 + range_tiles;
+        const int64_t nchunks = (k1 - k0 + kc - 1) / kc;
+        for (int64_t s = 0; s < nsets; ++s) {
+            const int64_t r = r0 + s * kSetRows, set_rows = r1 - r < kSetRows ? r1 - r : kSetRows;
+            const int64_t np = (set_rows + kPanelRows - 1) / kPanelRows;
+            float* cset = cbuf + (resident ? 0 : s * set_floats);
+            if (set_rows % kPanelRows) std::memset(abuf, 0, size_t(2 * chunk_bytes));  // rows past the end stay 0
+            if (resident) load_c(np, true, cset);
+            // Iteration c decodes chunk c (if any) and issues the products of chunk c - 1 (if any): with one
+            // group, its k-slices split evenly between the panels' decode steps; with several, its groups.
+            for (int64_t c = 0; c <= nchunks; ++c) {
+                const int64_t t0 = k0 + c * kc, tc = k1 - t0 < kc ? k1 - t0 : kc;
+                const int64_t pt0 = t0 - kc;
+                uint8_t* dec = abuf + (c % 2) * chunk_bytes;
+                const uint8_t* prev = abuf + ((c + 1) % 2) * chunk_bytes;
+                for (int64_t p = 0; p < kSetPanels; ++p) {
+                    if (c < nchunks && p < np) {
+                        const int64_t pr = r + p * kPanelRows, mrows = set_rows - p * kPanelRows;
+                        const int64_t m = mrows < kPanelRows ? mrows : kPanelRows;
+                        D::decode(w, pr, m, t0, tc, dec + p * kc * D::kParts * kTileBytes);
+                    }
+                    if (c == 0) continue;
+                    const int64_t last_tc = k1 - pt0 < kc ? k1 - pt0 : kc;
+                    if (resident) {
+                        const int64_t ps = last_tc * D::kParts;
+                        run_slices<D>(prev, kc, np, xp, bbytes, pt0, ps * p / kSetPanels, ps * (p + 1) / kSetPanels);
+                    } else {
+                        for (int64_t g = groups * p / kSetPanels; g < groups * (p + 1) / kSetPanels; ++g) {
+                            float* cb = cset + g * kSetFloatsPerGroup;
+                            load_c(np, pt0 == 0, cb);
+                            run_slices<D>(prev, kc, np, xp + g * kbs * bbytes, bbytes, pt0, 0, last_tc * D::kParts);
+                            store_c(np, cb);
+                        }
                     }
                 }
             }
-        }
-        if (resident) store_c(np, cbuf);
-        for (int64_t i = 0; i < n; ++i) {
-            const float* cg = cbuf + (i / kGroupInputs) * kSetPanels * 256 + 3 * (i % kGroupInputs);
-            for (int64_t m = 0; m < set_rows; ++m) {
-                const float* a = cg + (m / kPanelRows) * 256 + (m % kPanelRows) * 16;
-                y[i * w.rows + r + m] = (a[0] + a[1]) + a[2];
+            if (resident) store_c(np, cset);
+            if (k1 < kbs) continue;
+            for (int64_t i = 0; i < n; ++i) {
+                const float* cg = cset + (i / kGroupInputs) * kSetFloatsPerGroup + 3 * (i % kGroupInputs);
+                for (int64_t m = 0; m < set_rows; ++m) {
+                    const float* a = cg + (m / kPanelRows) * 256 + (m % kPanelRows) * 16;
+                    y[i * w.rows + r + m] = (a[0] + a[1]) + a[2];
+                }
             }
         }
     }
