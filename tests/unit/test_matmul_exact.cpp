@@ -104,6 +104,49 @@ TEST(MatmulExact, Mxfp4ExtremeScalesMatchReference) {
     }
 }
 
+// INT4 scales across the bf16 range, negative and zero ones included (kernels may fold the scale into the exponent
+// only inside a safe range and take another route elsewhere). Multiplying by the identity
+// (one input per column, as one batch and one at a time) must give exactly the reference's dequantised weights.
+TEST(MatmulExact, Int4ExtremeScalesGiveReferenceWeights) {
+    PathGuard guard;
+    ThreadPool pool(2);
+    // 11 blocks: whole pairs and a last half pair. Rows 0-15 (one 16-row panel) have only positive scales with
+    // exponents 1..251; rows 16-20 add negative and zero scales.
+    const int64_t rows = 21, cols = 352, nb = cols / 32;
+    const uint16_t exps[] = {1, 2, 60, 126, 127, 128, 200, 250, 251};
+    std::mt19937 rng(9);
+    std::vector<uint8_t> data(size_t(rows * cols / 2)), scales(size_t(rows * nb * 2));
+    for (auto& b : data) b = uint8_t(rng());
+    for (int64_t i = 0; i < rows * nb; ++i) {
+        uint16_t v = uint16_t((exps[rng() % 9] << 7) | (rng() & 0x7F));
+        if (i / nb >= 16 && i % 3 == 1) v |= 0x8000;       // negative
+        if (i / nb >= 16 && i % 5 == 2) v = i % 2 ? 0x8000 : 0;  // zero
+        scales[size_t(2 * i)] = uint8_t(v);
+        scales[size_t(2 * i + 1)] = uint8_t(v >> 8);
+    }
+    Weight w;
+    w.format = WeightFormat::INT4_G32;
+    w.rows = rows;
+    w.cols = cols;
+    w.data = data.data();
+    w.scales = scales.data();
+    std::vector<float> eye(size_t(cols * cols), 0.0f), want(size_t(rows * cols));
+    for (int64_t c = 0; c < cols; ++c) eye[size_t(c * cols + c)] = 1.0f;
+    for (int64_t r = 0; r < rows; ++r) ops::ref::dequantize_row(w, r, want.data() + r * cols);
+    for (auto p : ops::available_cpu_paths()) {
+        ops::set_cpu_path(p);
+        std::vector<float> y(size_t(cols * rows)), one(static_cast<size_t>(rows));
+        ops::matmul(w, eye.data(), cols, y.data(), pool);
+        for (int64_t c = 0; c < cols; ++c) {
+            ops::matmul(w, eye.data() + c * cols, 1, one.data(), pool);
+            for (int64_t r = 0; r < rows; ++r) {
+                ASSERT_EQ(y[size_t(c * rows + r)], want[size_t(r * cols + c)]) << ops::cpu_path_name(p) << " row " << r << " col " << c;
+                ASSERT_EQ(one[size_t(r)], want[size_t(r * cols + c)]) << ops::cpu_path_name(p) << " row " << r << " col " << c;
+            }
+        }
+    }
+}
+
 // Every row of a 37-row batch equals the same row computed alone, inside a 32-row batch at another position,
 // and with one or two threads; rows = 300 leaves a short 12-row panel at the end.
 TEST(MatmulExact, RowsBitIdenticalWhateverBatchAndThreads) {

@@ -76,6 +76,11 @@ inline float bits_f32(uint32_t b) {
     return f;
 }
 inline float e8m0(uint8_t v) { return bits_f32(v == 0 ? 0x00400000u : v == 0xFF ? 0x7fc00000u : uint32_t(v) << 23); }
+inline uint16_t rne_bf16(float f) {  // finite f: round to nearest even bf16 (core/dtype.h's, kept local: kernels.h)
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    return uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
 
 // Column of word j (0..31) of k-tile t. Natural order: 32t + j. Paired order (nibble formats): tiles 2P and 2P+1
 // hold the even and odd columns of the 64 columns of scale blocks 2P and 2P+1 (the low and high nibbles of those
@@ -269,11 +274,93 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
     static constexpr int kParts = 1;
     static constexpr bool kPaired = true;
     static constexpr int64_t kChunkTiles = 8;
+    // A scale is 2^(E-127) * (1 + m/128), so bf16(q * scale) is bf16(q * (1 + m/128)) with E - 127 added to its
+    // exponent (exact while the result stays normal: E in [1, 251], as |q * (1 + m/128)| is in [1, 16)). Table
+    // m holds bf16(q * (1 + m/128)) for the 16 codes at words 2v (even) or 2v + 1 (odd), so a pair's table is
+    // one OR of two rows plus one exponent add, like MXFP4's (word 2v + b: code v of block b).
+    struct Consts {
+        alignas(64) uint16_t even[128][32], odd[128][32];
+        __m512i c1e, blk;
+        __mmask32 nonzero;
+        Consts() {
+            for (int m = 0; m < 128; ++m)
+                for (int v = 0; v < 16; ++v) {
+                    const uint16_t b = rne_bf16(kInt4Table[v] * (1.0f + float(m) / 128.0f));
+                    even[m][2 * v] = b;
+                    even[m][2 * v + 1] = 0;
+                    odd[m][2 * v] = 0;
+                    odd[m][2 * v + 1] = b;
+                }
+            nonzero = ~__mmask32(3u << 16);  // code 8 is q = 0
+            c1e = _mm512_set1_epi16(0x1E);
+            blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
+        }
+    };
+    // Whole pairs of blocks, every scale positive with E in [1, 251]; returns false (nothing written) otherwise.
+    template <int64_t TC>
+    static bool decode_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
+        static_assert(TC <= 8 && TC % 2 == 0, "a row's scales fit 16 bytes");
+        const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
+        alignas(64) uint16_t sc[kPanelRows][8], off[kPanelRows][8];
+        alignas(64) uint32_t adj[kPanelRows * 4];
+        const uint8_t* s = w.scales + (uint64_t(r) * uint64_t(nb) + uint64_t(t0)) * 2;
+        for (int64_t m = 0; m < kPanelRows; ++m) {
+            _mm_store_si128(reinterpret_cast<__m128i*>(sc[m]), _mm_set1_epi16(0x3F80));  // 1.0: harmless
+            if (m < mrows) std::memcpy(sc[m], s + m * nb * 2, TC * 2);
+        }
+        const __m512i c7f = _mm512_set1_epi16(0x7F), cff = _mm512_set1_epi16(0xFF), c1 = _mm512_set1_epi16(1);
+        const __m512i c127 = _mm512_set1_epi16(127), c250 = _mm512_set1_epi16(250);
+        __mmask32 bad = 0;
+        for (int g = 0; g < 4; ++g) {  // 4 rows (32 scales) at a time
+            const __m512i v = _mm512_load_si512(sc + 4 * g);
+            const __m512i e = _mm512_and_si512(_mm512_srli_epi16(v, 7), cff);
+            bad |= _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(e, c1), c250) | _mm512_movepi16_mask(v);
+            _mm512_store_si512(adj + 16 * g, _mm512_slli_epi16(_mm512_sub_epi16(e, c127), 7));
+            _mm512_store_si512(off + 4 * g, _mm512_slli_epi16(_mm512_and_si512(v, c7f), 6));  // table row bytes
+        }
+        if (bad) return false;
+        const __m512i c1e = k.c1e, blk = k.blk;
+        const __mmask32 nz = k.nonzero;
+        const uint8_t* even = reinterpret_cast<const uint8_t*>(k.even);
+        const uint8_t* odd = reinterpret_cast<const uint8_t*>(k.odd);
+        const uint8_t* src = w.data + uint64_t(r) * uint64_t(row_bytes) + uint64_t(t0) * 16;
+        const uint8_t* ps = s + kPrefetchChunks * TC * 2;
+        for (int64_t m = 0; m < mrows; ++m, src += row_bytes, ps += nb * 2) {
+            const uint8_t* pf = src + kPrefetchChunks * TC * 16;
+            _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(pf + 64), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(ps), _MM_HINT_T0);
+            uint8_t* dst = abuf + m * 64;
+            const uint16_t* om = off[m];
+            const uint32_t* am = adj + m * 4;
+#pragma GCC unroll 4
+            for (int64_t p = 0; p < TC / 2; ++p) {
+                __m512i tab = _mm512_or_si512(_mm512_load_si512(even + om[2 * p]), _mm512_load_si512(odd + om[2 * p + 1]));
+                tab = _mm512_mask_add_epi16(tab, nz, tab, _mm512_set1_epi32(int(am[p])));
+                const __m512i v =
+                    _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + p * 32)));
+                const __m512i il = _mm512_ternarylogic_epi32(_mm512_add_epi16(v, v), c1e, blk, 0xEA);
+                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
+                _mm512_store_si512(dst + 2 * p * kTileBytes, _mm512_permutexvar_epi16(il, tab));
+                _mm512_store_si512(dst + (2 * p + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+            }
+        }
+        return true;
+    }
     static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
+        static const Consts k;
+        const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
+        if (nb - t0 >= tc) {  // whole pairs (tc is even: paired k-tiles)
+            const bool done = tc == 8   ? decode_fast<8>(w, r, mrows, t0, abuf, k)
+                              : tc == 6 ? decode_fast<6>(w, r, mrows, t0, abuf, k)
+                              : tc == 4 ? decode_fast<4>(w, r, mrows, t0, abuf, k)
+                                        : decode_fast<2>(w, r, mrows, t0, abuf, k);
+            if (done) return;
+        }
+        // The f32 route (same values): a last half pair, or scales outside the fast path's range.
         const __m512 table = _mm512_loadu_ps(kInt4Table);
         const __m512i c0f = _mm512_set1_epi16(0x0F);
         const __m512i blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
-        const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
         const int64_t valid = nb - t0 < tc ? nb - t0 : tc;
         const __mmask16 vm = __mmask16((1u << valid) - 1u);
         alignas(64) float sc[kChunkBlocks];
@@ -281,15 +368,13 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
             const uint8_t* q = w.data + uint64_t(r + m) * uint64_t(row_bytes);
             const uint8_t* s = w.scales + (uint64_t(r + m) * uint64_t(nb) + uint64_t(t0)) * 2;
             _mm512_store_ps(sc, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(vm, s)), 16)));
-            const float* scm = sc;
-            asm volatile("" : "+r"(scm) : : "memory");  // broadcast the scales from memory (load ports, not p5)
             uint8_t* dst = abuf + m * 64;
             prefetch_row(q + (t0 + kPrefetchChunks * tc) * 16, tc * 16, s + kPrefetchChunks * tc * 2);
             for (int64_t t = 0; t < tc; t += 2) {
                 // Table word v + 16b: code v of block b. q * scale is exact in f32; the conversion rounds it to
                 // bf16 (nearest even) like the reference.
-                const __m512 f0 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t]));
-                const __m512 f1 = _mm512_mul_ps(table, _mm512_set1_ps(scm[t + 1]));
+                const __m512 f0 = _mm512_mul_ps(table, _mm512_set1_ps(sc[t]));
+                const __m512 f1 = _mm512_mul_ps(table, _mm512_set1_ps(sc[t + 1]));
                 const __m512i tab = (__m512i)_mm512_cvtne2ps_pbh(f1, f0);
                 const int64_t left = row_bytes - (t0 + t) * 16;
                 const __m512i v = left >= 32 ? _mm512_cvtepu8_epi16(_mm256_loadu_si256(
@@ -485,12 +570,13 @@ bool covers(const Weight& w) {
 
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch) {
     switch (covers(w) ? w.format : WeightFormat::F32) {
-        // Chunks change no bits (each output's accumulator still takes the k-tiles in order). Half-size MXFP4 chunks
-        // were 8-15% faster at 1 and 8 rows from DRAM on 2 threads here (half the L1 buffer, products interleaved
-        // with decoding more finely) and ~10% slower at 32 rows; INT4 (more work per row and chunk) lost at 4.
+        // Chunks change no bits (each output's accumulator still takes the k-tiles in order). Half-size chunks were
+        // 5-15% faster at 1 and 8 rows from DRAM on 2 threads here (half the L1 buffer, products interleaved with
+        // decoding more finely) and ~10% slower at 32 rows.
         case WeightFormat::MXFP4:
             return n <= 8 ? matmul_panels<MxDecoder, 4>(w, x, n, y, r0, r1) : matmul_panels<MxDecoder>(w, x, n, y, r0, r1);
-        case WeightFormat::INT4_G32: return matmul_panels<Int4Decoder>(w, x, n, y, r0, r1);
+        case WeightFormat::INT4_G32:
+            return n <= 8 ? matmul_panels<Int4Decoder, 4>(w, x, n, y, r0, r1) : matmul_panels<Int4Decoder>(w, x, n, y, r0, r1);
         case WeightFormat::BF16: return matmul_panels<Bf16Decoder>(w, x, n, y, r0, r1);
         default: return avx512::matmul_rows(w, x, n, y, r0, r1, scratch);
     }
