@@ -27,12 +27,7 @@ namespace {
 struct Layer {
     std::vector<float> input_layernorm, post_attention_layernorm;  // [hidden]
     MlaWeights attn;
-    bool moe = false;
-    SwigluWeights mlp;             // dense layers
-    Weight router;                 // [E, hidden]
-    std::vector<float> router_bias;  // [E] e_score_correction_bias
-    bool has_shared = false;
-    SwigluWeights shared;          // [n_shared * moe_intermediate]
+    SigmoidMoeFfn ffn;
 };
 
 class DeepseekV3State : public SequenceState {
@@ -118,17 +113,18 @@ public:
             L.attn.kv_b_proj = bind_linear(ck_, a + "kv_b_proj", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
             L.attn.o_proj = bind_linear(ck_, a + "o_proj", d, H * c.v_head_dim);
             if (c.is_moe_layer(il)) {
-                L.moe = true;
-                L.router = bind_matrix(ck_, p + "mlp.gate.weight", E, d);
+                L.ffn.moe = true;
+                L.ffn.router = bind_matrix(ck_, p + "mlp.gate.weight", E, d);
                 if (ck_.has(p + "mlp.gate.e_score_correction_bias"))
-                    L.router_bias = load_f32(ck_, p + "mlp.gate.e_score_correction_bias", {E});
+                    L.ffn.router_bias = load_f32(ck_, p + "mlp.gate.e_score_correction_bias", {E});
                 if (c.n_shared_experts > 0) {
-                    L.has_shared = true;
-                    L.shared = bind_swiglu(ck_, p + "mlp.shared_experts.", c.n_shared_experts * c.moe_intermediate_size, d);
+                    L.ffn.has_shared = true;
+                    L.ffn.shared =
+                        bind_swiglu(ck_, p + "mlp.shared_experts.", c.n_shared_experts * c.moe_intermediate_size, d);
                 }
                 experts[size_t(il)] = bind_experts(ck_, p + "mlp.experts.", E, c.moe_intermediate_size, d);
             } else {
-                L.mlp = bind_swiglu(ck_, p + "mlp.", c.intermediate_size, d);
+                L.ffn.mlp = bind_swiglu(ck_, p + "mlp.", c.intermediate_size, d);
             }
             layers_.push_back(std::move(L));
         }
@@ -144,8 +140,8 @@ public:
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());
-            append_matrices(m, L.mlp.matrices());
-            append_matrices(m, L.shared.matrices());
+            append_matrices(m, L.ffn.mlp.matrices());
+            append_matrices(m, L.ffn.shared.matrices());
         }
         experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state, std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
@@ -179,20 +175,9 @@ public:
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
 
             ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
-            if (L.moe) {
-                Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
-                // look-ahead for the next layer once this layer's reads are queued (its experts are then pinned)
-                auto look_ahead = [&] {
-                    if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
-                        const Layer& N = layers_[size_t(il + 1)];
-                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h.data(), n, pool_);
-                    }
-                };
-                moe_forward(il, r, *experts_.source, L.has_shared ? &L.shared : nullptr, h.data(), n, d, y.data(), pool_,
-                            nullptr, {}, look_ahead);
-            } else {
-                swiglu_forward(L.mlp, h.data(), n, y.data(), pool_);
-            }
+            const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
+            sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source,
+                                    h.data(), n, d, y.data(), pool_);
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
         }
         for (auto& [s, rows] : rows_of) static_cast<DeepseekV3State*>(seqs[size_t(s)])->n += int64_t(rows.size());
@@ -204,7 +189,7 @@ public:
 private:
     void fill_info() {
         int64_t n_moe = 0;
-        for (const auto& L : layers_) n_moe += L.moe ? 1 : 0;
+        for (const auto& L : layers_) n_moe += L.ffn.moe ? 1 : 0;
         fill_model_info(info_, ck_, "DeepseekV3ForCausalLM", cfg_.model_type, cfg_, n_moe);
     }
 

@@ -190,4 +190,17 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
         for (int64_t i = 0; i < n * hidden; ++i) out[i] += s[size_t(i)];
 }
 
+void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,
+                             const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
+                             float* y, ThreadPool& pool) {
+    if (!ffn.moe) return swiglu_forward(ffn.mlp, x, n, y, pool);
+    const Routing r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, pool);
+    auto hint_next = [&] {
+        if (look_ahead && next && next->moe)
+            prefetch_experts(source, layer + 1, p, next->router, next->router_bias, x, n, pool);
+    };
+    moe_forward(layer, r, source, ffn.has_shared ? &ffn.shared : nullptr, x, n, hidden, y, pool, nullptr, {},
+                hint_next);
+}
+
 }  // namespace sluice

@@ -83,4 +83,22 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
                  const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats = nullptr,
                  const GluActivation& act = {}, const std::function<void()>& while_reading = {});
 
+// The FFN of a DeepSeek-V3-style layer (DeepSeek-V3 / Kimi-K2, Kimi Linear): a sigmoid-routed MoE with correction
+// bias and optional shared experts, or a dense SwiGLU MLP.
+struct SigmoidMoeFfn {
+    bool moe = false;
+    SwigluWeights mlp;               // dense layers
+    Weight router;                   // [E, hidden]
+    std::vector<float> router_bias;  // [E] e_score_correction_bias
+    bool has_shared = false;
+    SwigluWeights shared;            // [n_shared * moe_intermediate]
+};
+
+// y[n, H] = ffn(x) of layer `layer`. With `next` (the next layer's FFN, or null) an MoE too and `look_ahead`, the
+// experts its router picks for x are hinted to the source once this layer's reads are queued (this layer's experts
+// are pinned by then); never changes results.
+void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,
+                             const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
+                             float* y, ThreadPool& pool);
+
 }  // namespace sluice
