@@ -140,8 +140,10 @@ TEST(MatmulExact, Int4ExtremeScalesGiveReferenceWeights) {
         for (int64_t c = 0; c < cols; ++c) {
             ops::matmul(w, eye.data() + c * cols, 1, one.data(), pool);
             for (int64_t r = 0; r < rows; ++r) {
-                ASSERT_EQ(y[size_t(c * rows + r)], want[size_t(r * cols + c)]) << ops::cpu_path_name(p) << " row " << r << " col " << c;
-                ASSERT_EQ(one[size_t(r)], want[size_t(r * cols + c)]) << ops::cpu_path_name(p) << " row " << r << " col " << c;
+                const std::string at = std::string(ops::cpu_path_name(p)) + " row " + std::to_string(r) + " col " +
+                                       std::to_string(c);
+                ASSERT_EQ(y[size_t(c * rows + r)], want[size_t(r * cols + c)]) << at;
+                ASSERT_EQ(one[size_t(r)], want[size_t(r * cols + c)]) << at;
             }
         }
     }

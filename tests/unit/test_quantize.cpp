@@ -148,7 +148,8 @@ TEST(Quantize, Int4PackedWordsLsbFirstMinus8) {
 // compressed-tensors dequantises in the scale's dtype: q * scale rounded to bf16, ties to even. Scale 1 + 3/128
 // (bf16 0x3F83) times 3 is 3.0703125, halfway between bf16 3.0625 and 3.078125: to even gives 3.0625; scale
 // 1 + 1/128 times 3 is 3.0234375, halfway between 3.015625 and 3.03125: to even gives 3.03125; times 7 is
-// 7.0546875, nearest 7.0625; 7 * (1 + 3/128) = 7.1640625, nearest 7.15625. Every path (dequantise and matmul) must give these values.
+// 7.0546875, nearest 7.0625; 7 * (1 + 3/128) = 7.1640625, nearest 7.15625. Every path (dequantise and matmul)
+// must give these values.
 TEST(Quantize, Int4ValueIsBf16RoundedProduct) {
     const uint32_t codes = 0xF1B5u;  // elements 0..3 hold stored codes 5, 11, 1, 15: q = -3, 3, -7, 7
     uint32_t words[8] = {codes, codes, codes, codes, 0, 0, 0, 0};

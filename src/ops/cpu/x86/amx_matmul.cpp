@@ -335,7 +335,8 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
             const uint32_t* am = adj + m * 4;
 #pragma GCC unroll 4
             for (int64_t p = 0; p < TC / 2; ++p) {
-                __m512i tab = _mm512_or_si512(_mm512_load_si512(even + om[2 * p]), _mm512_load_si512(odd + om[2 * p + 1]));
+                __m512i tab =
+                    _mm512_or_si512(_mm512_load_si512(even + om[2 * p]), _mm512_load_si512(odd + om[2 * p + 1]));
                 tab = _mm512_mask_add_epi16(tab, nz, tab, _mm512_set1_epi32(int(am[p])));
                 const __m512i v =
                     _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + p * 32)));
@@ -574,9 +575,11 @@ void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r
         // 5-15% faster at 1 and 8 rows from DRAM on 2 threads here (half the L1 buffer, products interleaved with
         // decoding more finely) and ~10% slower at 32 rows.
         case WeightFormat::MXFP4:
-            return n <= 8 ? matmul_panels<MxDecoder, 4>(w, x, n, y, r0, r1) : matmul_panels<MxDecoder>(w, x, n, y, r0, r1);
+            return n <= 8 ? matmul_panels<MxDecoder, 4>(w, x, n, y, r0, r1)
+                          : matmul_panels<MxDecoder>(w, x, n, y, r0, r1);
         case WeightFormat::INT4_G32:
-            return n <= 8 ? matmul_panels<Int4Decoder, 4>(w, x, n, y, r0, r1) : matmul_panels<Int4Decoder>(w, x, n, y, r0, r1);
+            return n <= 8 ? matmul_panels<Int4Decoder, 4>(w, x, n, y, r0, r1)
+                          : matmul_panels<Int4Decoder>(w, x, n, y, r0, r1);
         case WeightFormat::BF16: return matmul_panels<Bf16Decoder>(w, x, n, y, r0, r1);
         default: return avx512::matmul_rows(w, x, n, y, r0, r1, scratch);
     }
