@@ -163,6 +163,17 @@ inline __m512i pair_bytes(const uint8_t* q, int64_t bytes) {
     return _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(__mmask32((1u << bytes) - 1u), q));
 }
 
+// The fast paths of the nibble decoders: the 32 bytes of a pair of blocks at src become k-tiles 2P (low nibbles) and
+// 2P + 1 (high nibbles) of one row, at dst and dst + kTileBytes, through a 32-word table whose word 2v + b is code
+// v of block b (paired order, see ktiles). c1e: 0x1E words; blk: 1 in the words of block 1 (the upper 16).
+inline void decode_pair(const uint8_t* src, __m512i tab, __m512i c1e, __m512i blk, uint8_t* dst) {
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+    const __m512i il = _mm512_ternarylogic_epi32(_mm512_add_epi16(v, v), c1e, blk, 0xEA);
+    const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
+    _mm512_store_si512(dst, _mm512_permutexvar_epi16(il, tab));
+    _mm512_store_si512(dst + kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+}
+
 struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
     static constexpr int kParts = 1;
     static constexpr bool kPaired = true;
@@ -219,21 +230,13 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
         const uint8_t* src = w.data + uint64_t(r) * uint64_t(row_bytes) + uint64_t(t0) * 16;
         const uint8_t* ps = s + kPrefetchChunks * TC;
         for (int64_t m = 0; m < mrows; ++m, src += row_bytes, ps += nb) {
-            const uint8_t* pf = src + kPrefetchChunks * TC * 16;
-            _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(pf + 64), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(ps), _MM_HINT_T0);
+            prefetch_row(src + kPrefetchChunks * TC * 16, 128, ps);
             uint8_t* dst = abuf + m * 64;
             const uint32_t* am = adj + m * kPairs;
 #pragma GCC unroll 4
             for (int64_t p = 0; p < TC / 2; ++p) {
                 const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(am[p])));
-                const __m512i v =
-                    _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + p * 32)));
-                const __m512i il = _mm512_ternarylogic_epi32(_mm512_add_epi16(v, v), c1e, blk, 0xEA);
-                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
-                _mm512_store_si512(dst + 2 * p * kTileBytes, _mm512_permutexvar_epi16(il, tab));
-                _mm512_store_si512(dst + (2 * p + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+                decode_pair(src + p * 32, tab, c1e, blk, dst + 2 * p * kTileBytes);
             }
         }
         return true;
@@ -326,10 +329,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
         const uint8_t* src = w.data + uint64_t(r) * uint64_t(row_bytes) + uint64_t(t0) * 16;
         const uint8_t* ps = s + kPrefetchChunks * TC * 2;
         for (int64_t m = 0; m < mrows; ++m, src += row_bytes, ps += nb * 2) {
-            const uint8_t* pf = src + kPrefetchChunks * TC * 16;
-            _mm_prefetch(reinterpret_cast<const char*>(pf), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(pf + 64), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(ps), _MM_HINT_T0);
+            prefetch_row(src + kPrefetchChunks * TC * 16, 128, ps);
             uint8_t* dst = abuf + m * 64;
             const uint16_t* om = off[m];
             const uint32_t* am = adj + m * 4;
@@ -338,12 +338,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
                 __m512i tab =
                     _mm512_or_si512(_mm512_load_si512(even + om[2 * p]), _mm512_load_si512(odd + om[2 * p + 1]));
                 tab = _mm512_mask_add_epi16(tab, nz, tab, _mm512_set1_epi32(int(am[p])));
-                const __m512i v =
-                    _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + p * 32)));
-                const __m512i il = _mm512_ternarylogic_epi32(_mm512_add_epi16(v, v), c1e, blk, 0xEA);
-                const __m512i ih = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), c1e, blk, 0xEA);
-                _mm512_store_si512(dst + 2 * p * kTileBytes, _mm512_permutexvar_epi16(il, tab));
-                _mm512_store_si512(dst + (2 * p + 1) * kTileBytes, _mm512_permutexvar_epi16(ih, tab));
+                decode_pair(src + p * 32, tab, c1e, blk, dst + 2 * p * kTileBytes);
             }
         }
         return true;
