@@ -1,5 +1,7 @@
 #include "formats/hf_config.h"
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -51,10 +53,14 @@ bool JsonObject::has(const std::string& key) const {
 int64_t JsonObject::get_int(const std::string& key) const {
     if (!has(key)) fail(FIELD, " is missing");
     const auto& v = impl_->j[key];
-    if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float()) {
-        double d = v.get<double>();
-        if (d == double(int64_t(d))) return int64_t(d);
+    if (v.is_number_unsigned()) {
+        if (v.get<uint64_t>() <= uint64_t(INT64_MAX)) return v.get<int64_t>();
+    } else if (v.is_number_integer()) {
+        return v.get<int64_t>();
+    } else if (v.is_number_float()) {
+        // A whole number inside int64's range (casting anything else, 3e32 or NaN, is undefined).
+        const double d = v.get<double>();
+        if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return int64_t(d);
     }
     fail(FIELD, " must be an integer, got ", v.dump());
 }

@@ -208,7 +208,19 @@ std::string percent_format(const std::string& fmt, const Value& args) {
             case 'd':
             case 'i':
                 SLUICE_CHECK(v.is_number(), "%", c, " format: a real number is required, not ", type_name(v));
-                out += std::to_string(v.kind == Kind::Float ? static_cast<int64_t>(v.f) : (v.kind == Kind::Bool ? v.b : v.i));
+                if (v.kind == Kind::Float) {  // Python: the float's integer part, exactly; NaN/inf are errors
+                    SLUICE_CHECK(std::isfinite(v.f), "%", c, " format: cannot convert float ", to_str(v),
+                                 " to integer");
+                    if (std::fabs(v.f) < 9.2e18) {
+                        out += std::to_string(static_cast<int64_t>(v.f));
+                    } else {
+                        char buf[400];
+                        std::snprintf(buf, sizeof buf, "%.0f", std::trunc(v.f));
+                        out += buf;
+                    }
+                } else {
+                    out += std::to_string(v.kind == Kind::Bool ? v.b : v.i);
+                }
                 break;
             case 'f': {
                 SLUICE_CHECK(v.is_number(), "%f format: a real number is required, not ", type_name(v));

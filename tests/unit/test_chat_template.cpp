@@ -160,6 +160,9 @@ TEST(ChatTemplate, ExpressionsFiltersAndMethods) {
     EXPECT_EQ(render("{{ 'a' if false }}|{{ 'a' ~ 1 ~ none }}|{{ 'x' in 'xyz' }}|{{ 2 not in [1] }}"),
               "|a1None|True|True");
     EXPECT_EQ(render("{{ '%s-%d' % ('a', 3) }} {{ '1'|int + '2.5'|float }}"), "a-3 3.5");
+    // %d of floats as Python: the integer part, exactly, also past int64 (a cast there was undefined behaviour).
+    EXPECT_EQ(render("{{ '%d|%d|%i' % (2.9, -2.9, 1e30) }}"), "2|-2|1000000000000000019884624838656");
+    EXPECT_THROW(render("{{ '%d' % ('nan'|float) }}"), sluice::Error);
     EXPECT_EQ(render("{{ strftime_now('%Y-%m-%d') }}"), "2026-01-15");
 }
 

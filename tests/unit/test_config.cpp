@@ -85,6 +85,9 @@ TEST(Config, ErrorsNameTheField) {
         {"{", "not valid JSON"},
         {"[]", "not a JSON object"},
         {with("hidden_size", "\"big\""), "'hidden_size' must be an integer"},
+        {with("hidden_size", "3e32"), "'hidden_size' must be an integer"},  // found by fuzz_config (UB cast)
+        {with("hidden_size", "64.5"), "'hidden_size' must be an integer"},
+        {with("hidden_size", "18446744073709551615"), "'hidden_size' must be an integer"},
         {with("hidden_size", "0"), "'hidden_size' must be > 0"},
         {with("vocab_size", "null"), "'vocab_size' is missing"},
         {with("num_experts_per_tok", "9"), "'num_experts_per_tok' must be in [1, n_routed_experts=8]"},
