@@ -175,9 +175,9 @@ inline void decode_pair(const uint8_t* src, __m512i tab, __m512i c1e, __m512i bl
 }
 
 // A nibble decoder's fast path for tc k-tiles, all in whole pairs (tc even, at most 8): the chunk size becomes a
-// template argument (a run-time count made the row pass ~10% slower). False if D's fast path declined the chunk.
+// template argument (a run-time count made the row pass ~10% slower).
 template <class D>
-bool decode_pairs_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf,
+void decode_pairs_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf,
                        const typename D::Consts& k) {
     switch (tc) {
         case 8: return D::template decode_fast<8>(w, r, mrows, t0, abuf, k);
@@ -191,8 +191,9 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
     static constexpr int kParts = 1;
     static constexpr bool kPaired = true;
     static constexpr int64_t kChunkTiles = 8;
-    // Table word 2v + b is E2M1 code v of block b of the pair; the scale 2^(e-127) is added to the bf16 exponent
-    // of the non-zero entries, exact while e is in [2, 252]; other scales take the f32 route (same values).
+    // Table word 2v + b is E2M1 code v of block b of the pair, with the sign bit of the non-zero entries flipped
+    // (see decode_fast); the scale 2^(e-127) is added to the bf16 exponent of the non-zero entries, exact while e
+    // is in [2, 252]; other scales take the f32 route (same values).
     struct Consts {
         __m512i table, c1e, blk, interleave;
         __mmask32 nonzero;
@@ -202,8 +203,9 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
             for (int k = 0; k < 32; ++k) {
                 uint32_t bits;
                 std::memcpy(&bits, &ref::kE2M1Values[k / 2], 4);
-                tab[k] = uint16_t(bits >> 16);
-                if ((k / 2) % 8 != 0) nz |= __mmask32(1u << k);
+                const bool zero = (k / 2) % 8 == 0;
+                tab[k] = uint16_t((bits >> 16) ^ (zero ? 0u : 0x8000u));
+                if (!zero) nz |= __mmask32(1u << k);
                 il[k] = uint16_t(16 * (k % 2) + k / 2);
             }
             table = _mm512_load_si512(tab);
@@ -213,51 +215,60 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
             blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
         }
     };
-    // Whole pairs of blocks with every scale in range (all but odd rows' last block and extreme scales): the scales
-    // of all rows are turned into exponent offsets at once and each row is one unrolled pass, so per-row work is a
-    // few instructions. Returns false (nothing written) if a scale is out of range.
-    // The chunk size is a template argument: a run-time count made the row pass ~10% slower.
+    // True if every scale of rows [r, r + rows), blocks [b0, b1) is in the fast path's range [2, 252].
+    static bool scales_fast(const Weight& w, int64_t r, int64_t rows, int64_t b0, int64_t b1) {
+        const int64_t nb = w.cols / kBlockCols;
+        b1 = b1 < nb ? b1 : nb;
+        __m512i lo = _mm512_set1_epi8(char(0xFF)), hi = _mm512_setzero_si512();
+        for (int64_t m = 0; m < rows; ++m) {
+            const uint8_t* s = w.scales + uint64_t(r + m) * uint64_t(nb);
+            for (int64_t b = b0; b < b1; b += 64) {
+                const __mmask64 mk = b1 - b >= 64 ? ~__mmask64(0) : (__mmask64(1) << (b1 - b)) - 1;
+                const __m512i v = _mm512_maskz_loadu_epi8(mk, s + b);
+                lo = _mm512_mask_min_epu8(lo, mk, lo, v);
+                hi = _mm512_mask_max_epu8(hi, mk, hi, v);
+            }
+        }
+        return !_mm512_cmplt_epu8_mask(lo, _mm512_set1_epi8(2)) && !_mm512_cmpgt_epu8_mask(hi, _mm512_set1_epi8(char(252)));
+    }
+    // Whole pairs of blocks whose scales scales_fast accepted. A pair's exponent offsets come from its two scale
+    // bytes by scalar arithmetic: (s + 129) << 7 is (s - 127) << 7 plus 0x8000, which the table's flipped sign bits
+    // absorb. (A per-chunk vector pass over all 16 rows' scales, with its range checks, cost ~10% at one row.)
     template <int64_t TC>
-    static bool decode_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
-        constexpr int64_t kPairs = kChunkTiles / 2;
-        static_assert(kChunkTiles == 8 && TC <= kChunkTiles && TC % 2 == 0, "a row's scales fit one 8-byte word");
+    static void decode_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
+        static_assert(TC <= kChunkTiles && TC % 2 == 0);
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
-        alignas(64) uint64_t sbytes[kPanelRows];
-        alignas(64) uint32_t adj[kPanelRows * kPairs];
-        const uint8_t* s = w.scales + uint64_t(r) * uint64_t(nb) + uint64_t(t0);
-        for (int64_t m = 0; m < kPanelRows; ++m) {
-            uint64_t v = 0x7F7F7F7F7F7F7F7Full;  // rows past mrows: a harmless in-range scale
-            if (m < mrows) std::memcpy(&v, s + m * nb, TC);
-            sbytes[m] = v;
-        }
-        const __m512i c127 = _mm512_set1_epi16(127), c2 = _mm512_set1_epi16(2), c250 = _mm512_set1_epi16(250);
-        __mmask32 bad = 0;
-        for (int g = 0; g < 4; ++g) {  // 4 rows (32 scales) at a time
-            const __m512i e = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(sbytes + 4 * g)));
-            bad |= _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(e, c2), c250);
-            _mm512_store_si512(adj + 16 * g, _mm512_slli_epi16(_mm512_sub_epi16(e, c127), 7));
-        }
-        if (bad) return false;
         const __m512i table = k.table, c1e = k.c1e, blk = k.blk;
         const __mmask32 nz = k.nonzero;
+        const uint8_t* s = w.scales + uint64_t(r) * uint64_t(nb) + uint64_t(t0);
         const uint8_t* src = w.data + uint64_t(r) * uint64_t(row_bytes) + uint64_t(t0) * 16;
-        const uint8_t* ps = s + kPrefetchChunks * TC;
-        for (int64_t m = 0; m < mrows; ++m, src += row_bytes, ps += nb) {
-            prefetch_row(src + kPrefetchChunks * TC * 16, 128, ps);
+        for (int64_t m = 0; m < mrows; ++m, src += row_bytes, s += nb) {
+            prefetch_row(src + kPrefetchChunks * TC * 16, 128, nullptr);
             uint8_t* dst = abuf + m * 64;
-            const uint32_t* am = adj + m * kPairs;
+            alignas(8) uint32_t adj[TC / 2 + 1];
+            for (int64_t q = 0; q < TC / 2; q += 2) {
+                if (q + 1 < TC / 2) {
+                    uint32_t x;
+                    std::memcpy(&x, s + 2 * q, 4);
+                    const uint64_t y = (_pdep_u64(x, 0x00FF00FF00FF00FFull) + 0x0081008100810081ull) << 7;
+                    std::memcpy(adj + q, &y, 8);
+                } else {
+                    uint16_t x;
+                    std::memcpy(&x, s + 2 * q, 2);
+                    adj[q] = (_pdep_u32(x, 0x00FF00FFu) + 0x00810081u) << 7;
+                }
+            }
 #pragma GCC unroll 4
             for (int64_t p = 0; p < TC / 2; ++p) {
-                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(am[p])));
+                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj[p])));
                 decode_pair(src + p * 32, tab, c1e, blk, dst + 2 * p * kTileBytes);
             }
         }
-        return true;
     }
-    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
+    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf, bool fast) {
         static const Consts k;
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
-        if (nb - t0 >= tc && decode_pairs_fast<MxDecoder>(w, r, mrows, t0, tc, abuf, k)) return;
+        if (fast && nb - t0 >= tc) return decode_pairs_fast<MxDecoder>(w, r, mrows, t0, tc, abuf, k);
         // The f32 route (same values): a last half pair, or scales whose exponent add would leave bf16's range.
         const __m512 e2m1 = _mm512_loadu_ps(ref::kE2M1Values);
         const __m512i c1e = k.c1e, blk = k.blk;
@@ -295,7 +306,8 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
         Consts() {
             for (int m = 0; m < 128; ++m)
                 for (int v = 0; v < 16; ++v) {
-                    const uint16_t b = rne_bf16(kInt4Table[v] * (1.0f + float(m) / 128.0f));
+                    // Nonzero entries have the sign bit flipped (see decode_fast).
+                    const uint16_t b = uint16_t(rne_bf16(kInt4Table[v] * (1.0f + float(m) / 128.0f)) ^ (v == 8 ? 0 : 0x8000));
                     even[m][2 * v] = b;
                     even[m][2 * v + 1] = 0;
                     odd[m][2 * v] = 0;
@@ -306,54 +318,56 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
             blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
         }
     };
-    // Whole pairs of blocks, every scale positive with E in [1, 251]; returns false (nothing written) otherwise.
+    // True if every scale of rows [r, r + rows), blocks [b0, b1) is positive with E in [1, 251] (the fast path's
+    // range): as bf16 bits, in [0x0080, 0x7DFF].
+    static bool scales_fast(const Weight& w, int64_t r, int64_t rows, int64_t b0, int64_t b1) {
+        const int64_t nb = w.cols / kBlockCols;
+        b1 = b1 < nb ? b1 : nb;
+        __m512i lo = _mm512_set1_epi16(-1), hi = _mm512_setzero_si512();
+        for (int64_t m = 0; m < rows; ++m) {
+            const uint8_t* s = w.scales + uint64_t(r + m) * uint64_t(nb) * 2;
+            for (int64_t b = b0; b < b1; b += 32) {
+                const __mmask32 mk = b1 - b >= 32 ? ~__mmask32(0) : (__mmask32(1) << (b1 - b)) - 1;
+                const __m512i v = _mm512_maskz_loadu_epi16(mk, s + 2 * b);
+                lo = _mm512_mask_min_epu16(lo, mk, lo, v);
+                hi = _mm512_mask_max_epu16(hi, mk, hi, v);
+            }
+        }
+        return !_mm512_cmplt_epu16_mask(lo, _mm512_set1_epi16(0x80)) &&
+               !_mm512_cmpgt_epu16_mask(hi, _mm512_set1_epi16(0x7DFF));
+    }
+    // Whole pairs of blocks whose scales scales_fast accepted. A pair's two bf16 scales give its table rows (the
+    // mantissas) and exponent offsets by scalar arithmetic; (E + 129) << 7 is (E - 127) << 7 plus 0x8000, which
+    // the tables' flipped sign bits absorb.
     template <int64_t TC>
-    static bool decode_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
-        static_assert(TC <= 8 && TC % 2 == 0, "a row's scales fit 16 bytes");
+    static void decode_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
+        static_assert(TC <= kChunkTiles && TC % 2 == 0);
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
-        alignas(64) uint16_t sc[kPanelRows][8], off[kPanelRows][8];
-        alignas(64) uint32_t adj[kPanelRows * 4];
-        const uint8_t* s = w.scales + (uint64_t(r) * uint64_t(nb) + uint64_t(t0)) * 2;
-        for (int64_t m = 0; m < kPanelRows; ++m) {
-            _mm_store_si128(reinterpret_cast<__m128i*>(sc[m]), _mm_set1_epi16(0x3F80));  // 1.0: harmless
-            if (m < mrows) std::memcpy(sc[m], s + m * nb * 2, TC * 2);
-        }
-        const __m512i c7f = _mm512_set1_epi16(0x7F), cff = _mm512_set1_epi16(0xFF), c1 = _mm512_set1_epi16(1);
-        const __m512i c127 = _mm512_set1_epi16(127), c250 = _mm512_set1_epi16(250);
-        __mmask32 bad = 0;
-        for (int g = 0; g < 4; ++g) {  // 4 rows (32 scales) at a time
-            const __m512i v = _mm512_load_si512(sc + 4 * g);
-            const __m512i e = _mm512_and_si512(_mm512_srli_epi16(v, 7), cff);
-            bad |= _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(e, c1), c250) | _mm512_movepi16_mask(v);
-            _mm512_store_si512(adj + 16 * g, _mm512_slli_epi16(_mm512_sub_epi16(e, c127), 7));
-            _mm512_store_si512(off + 4 * g, _mm512_slli_epi16(_mm512_and_si512(v, c7f), 6));  // table row bytes
-        }
-        if (bad) return false;
         const __m512i c1e = k.c1e, blk = k.blk;
         const __mmask32 nz = k.nonzero;
         const uint8_t* even = reinterpret_cast<const uint8_t*>(k.even);
         const uint8_t* odd = reinterpret_cast<const uint8_t*>(k.odd);
+        const uint8_t* s = w.scales + (uint64_t(r) * uint64_t(nb) + uint64_t(t0)) * 2;
         const uint8_t* src = w.data + uint64_t(r) * uint64_t(row_bytes) + uint64_t(t0) * 16;
-        const uint8_t* ps = s + kPrefetchChunks * TC * 2;
-        for (int64_t m = 0; m < mrows; ++m, src += row_bytes, ps += nb * 2) {
-            prefetch_row(src + kPrefetchChunks * TC * 16, 128, ps);
+        for (int64_t m = 0; m < mrows; ++m, src += row_bytes, s += nb * 2) {
+            prefetch_row(src + kPrefetchChunks * TC * 16, 128, nullptr);
             uint8_t* dst = abuf + m * 64;
-            const uint16_t* om = off[m];
-            const uint32_t* am = adj + m * 4;
 #pragma GCC unroll 4
             for (int64_t p = 0; p < TC / 2; ++p) {
-                __m512i tab =
-                    _mm512_or_si512(_mm512_load_si512(even + om[2 * p]), _mm512_load_si512(odd + om[2 * p + 1]));
-                tab = _mm512_mask_add_epi16(tab, nz, tab, _mm512_set1_epi32(int(am[p])));
+                uint32_t x;  // the pair's scales
+                std::memcpy(&x, s + 4 * p, 4);
+                const uint32_t adj = (((x >> 7) & 0x00FF00FFu) + 0x00810081u) << 7;
+                __m512i tab = _mm512_or_si512(_mm512_load_si512(even + ((x & 0x7Fu) << 6)),
+                                              _mm512_load_si512(odd + (((x >> 16) & 0x7Fu) << 6)));
+                tab = _mm512_mask_add_epi16(tab, nz, tab, _mm512_set1_epi32(int(adj)));
                 decode_pair(src + p * 32, tab, c1e, blk, dst + 2 * p * kTileBytes);
             }
         }
-        return true;
     }
-    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf) {
+    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf, bool fast) {
         static const Consts k;
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
-        if (nb - t0 >= tc && decode_pairs_fast<Int4Decoder>(w, r, mrows, t0, tc, abuf, k)) return;
+        if (fast && nb - t0 >= tc) return decode_pairs_fast<Int4Decoder>(w, r, mrows, t0, tc, abuf, k);
         // The f32 route (same values): a last half pair, or scales outside the fast path's range.
         const __m512 table = _mm512_loadu_ps(kInt4Table);
         const __m512i c0f = _mm512_set1_epi16(0x0F);
@@ -390,7 +404,8 @@ struct Bf16Decoder {  // copies rows block by block (sequential reads the prefet
     static constexpr int kParts = 1;
     static constexpr bool kPaired = false;
     static constexpr int64_t kChunkTiles = 8;
-    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t kb0, int64_t kc, uint8_t* abuf) {
+    static bool scales_fast(const Weight&, int64_t, int64_t, int64_t, int64_t) { return true; }
+    static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t kb0, int64_t kc, uint8_t* abuf, bool) {
         for (int64_t m = 0; m < mrows; ++m) {
             const uint8_t* p = w.data + (uint64_t(r + m) * uint64_t(w.cols) + uint64_t(kb0 * kBlockCols)) * 2;
             prefetch_row(p + kPrefetchChunks * kc * 64, kc * 64, nullptr);
@@ -498,6 +513,7 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
             float* cset = cbuf + (resident ? 0 : s * set_floats);
             if (set_rows % kPanelRows) std::memset(abuf, 0, size_t(2 * chunk_bytes));  // rows past the end stay 0
             if (resident) load_c(np, true, cset);
+            const bool fast = D::scales_fast(w, r, set_rows, k0, k1);
             // Iteration c decodes chunk c (if any) and issues the products of chunk c - 1 (if any): with one
             // group, its k-slices split evenly between the panels' decode steps; with several, its groups.
             for (int64_t c = 0; c <= nchunks; ++c) {
@@ -509,7 +525,7 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                     if (c < nchunks && p < np) {
                         const int64_t pr = r + p * kPanelRows, mrows = set_rows - p * kPanelRows;
                         const int64_t m = mrows < kPanelRows ? mrows : kPanelRows;
-                        D::decode(w, pr, m, t0, tc, dec + p * kc * D::kParts * kTileBytes);
+                        D::decode(w, pr, m, t0, tc, dec + p * kc * D::kParts * kTileBytes, fast);
                     }
                     if (c == 0) continue;
                     const int64_t last_tc = k1 - pt0 < kc ? k1 - pt0 : kc;
