@@ -56,30 +56,37 @@ bool spin_until(Done done) {
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
     if (n <= 0) return;
     min_chunk = std::max<int64_t>(1, min_chunk);
-    int parts = int(std::min<int64_t>(n_threads_, (n + min_chunk - 1) / min_chunk));
-    if (parts <= 1) {
-        fn(0, n);
-        return;
-    }
+    const int parts = int(std::min<int64_t>(n_threads_, (n + min_chunk - 1) / min_chunk));
+    if (parts <= 1) return fn(0, n);
+    run(n, parts, (n + parts - 1) / parts, 0, fn);
+}
+
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (n <= 0) return;
+    grain = std::max<int64_t>(1, grain);
+    const int parts = int(std::min<int64_t>(n_threads_, (n + grain - 1) / grain));
+    if (parts <= 1) return fn(0, n);
+    run(n, parts, 0, grain, fn);
+}
+
+void ThreadPool::run(int64_t n, int parts, int64_t chunk, int64_t grain,
+                     const std::function<void(int64_t, int64_t)>& fn) {
     bool wake;
     {
         std::lock_guard<std::mutex> lock(mu_);
         job_ = &fn;
         job_n_ = n;
         job_parts_ = parts;
-        job_chunk_ = (n + parts - 1) / parts;
+        job_chunk_ = chunk;
+        job_grain_ = grain;
+        next_.store(0, std::memory_order_relaxed);
         pending_.store(parts - 1);  // workers 1 .. parts-1 report; the others only note the generation
         error_ = nullptr;
         generation_.fetch_add(1, std::memory_order_release);
         wake = sleepers_ > 0;
     }
     if (wake) cv_start_.notify_all();
-    try {
-        fn(0, std::min(n, job_chunk_));
-    } catch (...) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!error_) error_ = std::current_exception();
-    }
+    run_share(0, fn);
     if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
         std::unique_lock<std::mutex> lock(mu_);
         caller_sleeping_ = true;
@@ -89,6 +96,26 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     std::lock_guard<std::mutex> lock(mu_);
     job_ = nullptr;
     if (error_) std::rethrow_exception(error_);
+}
+
+// The job's fields are read here without the lock: they were written before the generation this thread saw
+// (release/acquire), and the caller does not change them until every share has reported.
+void ThreadPool::run_share(int index, const std::function<void(int64_t, int64_t)>& fn) {
+    try {
+        if (job_grain_ == 0) {
+            const int64_t begin = std::min(job_n_, index * job_chunk_), end = std::min(job_n_, begin + job_chunk_);
+            if (begin < end) fn(begin, end);
+        } else {
+            for (;;) {
+                const int64_t begin = next_.fetch_add(job_grain_, std::memory_order_relaxed);
+                if (begin >= job_n_) break;
+                fn(begin, std::min(job_n_, begin + job_grain_));
+            }
+        }
+    } catch (...) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+    }
 }
 
 void ThreadPool::worker(int index) {
@@ -102,22 +129,14 @@ void ThreadPool::worker(int index) {
             --sleepers_;
         }
         const std::function<void(int64_t, int64_t)>* job;
-        int64_t begin, end;
         {
             std::lock_guard<std::mutex> lock(mu_);
             if (stop_) return;
             seen = generation_.load(std::memory_order_relaxed);
             if (index >= job_parts_) continue;
             job = job_;
-            begin = std::min(job_n_, index * job_chunk_);
-            end = std::min(job_n_, begin + job_chunk_);
         }
-        try {
-            if (begin < end) (*job)(begin, end);
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(mu_);
-            if (!error_) error_ = std::current_exception();
-        }
+        run_share(index, *job);
         if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
             std::lock_guard<std::mutex> lock(mu_);
             if (caller_sleeping_) cv_done_.notify_all();

@@ -53,6 +53,33 @@ TEST(ThreadPool, CoversRangeOnce) {
     }
 }
 
+TEST(ThreadPool, DynamicCoversRangeOnceInGrains) {
+    ThreadPool pool(3);
+    for (int64_t n : {1, 2, 7, 100, 1001})
+        for (int64_t grain : {1, 3, 16, 2000}) {
+            std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+            std::atomic<int> bad_ranges{0};
+            pool.parallel_for_dynamic(n, grain, [&](int64_t b, int64_t e) {
+                if (b % grain != 0 || (e - b != grain && e != n)) ++bad_ranges;
+                for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+            });
+            EXPECT_EQ(bad_ranges.load(), 0) << "n=" << n << " grain=" << grain;
+            for (auto& h : hits) EXPECT_EQ(h.load(), 1) << "n=" << n << " grain=" << grain;
+        }
+}
+
+TEST(ThreadPool, DynamicPropagatesErrorsAndRecovers) {
+    ThreadPool pool(2);
+    EXPECT_THROW(pool.parallel_for_dynamic(10, 2, [](int64_t b, int64_t) {
+        if (b == 4) fail("boom");
+    }), Error);
+    std::atomic<int64_t> sum{0};
+    pool.parallel_for_dynamic(100, 7, [&](int64_t b, int64_t e) { sum += e - b; });
+    EXPECT_EQ(sum.load(), 100);
+    pool.parallel_for(100, [&](int64_t b, int64_t e) { sum += e - b; });  // static jobs still work after
+    EXPECT_EQ(sum.load(), 200);
+}
+
 TEST(ThreadPool, PropagatesErrors) {
     ThreadPool pool(2);
     EXPECT_THROW(pool.parallel_for(10, [](int64_t b, int64_t) {

@@ -12,9 +12,14 @@
 
 namespace sluice::ops {
 
+namespace cpu {
+thread_local uint64_t t_matmul_call = 0;
+}
+
 namespace {
 
 constexpr int kUnset = -1;
+constexpr int64_t kMinDynamicBlocks = 256 / cpu::kRowBlock;  // 256 rows
 std::atomic<int> g_path{kUnset};
 
 CpuPath best_path() {
@@ -109,13 +114,24 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& po
         for (int64_t i = 0; i < n * w.rows; ++i) y[i] = 0.0f;
         return;
     }
+    static std::atomic<uint64_t> g_calls{0};
+    const uint64_t call = ++g_calls;
     const auto fn = path_fns(cpu_path()).matmul_rows;
     const int64_t blocks = (w.rows + cpu::kRowBlock - 1) / cpu::kRowBlock;
-    pool.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+    // Ranges of about a quarter of a thread's share (at least 256 rows, whole 32-row AMX sets) go to whichever
+    // thread is free: with an even split the call waits for the slower half, and on a shared machine the halves
+    // of a memory-bound decode matmul often finish tens of microseconds apart. Rows do not depend on the split.
+    const int64_t share = (blocks + pool.n_threads() * 4 - 1) / (pool.n_threads() * 4);
+    const int64_t grain = std::max(kMinDynamicBlocks, (share + 1) / 2 * 2);
+    pool.parallel_for_dynamic(blocks, grain, [&](int64_t b0, int64_t b1) {
         thread_local std::vector<float> scratch;
         const auto need = size_t(cpu::matmul_scratch_floats(w.cols));
         if (scratch.size() < need) scratch.resize(need);
         const int64_t r0 = b0 * cpu::kRowBlock, r1 = std::min(w.rows, b1 * cpu::kRowBlock);
+        struct CallMark {  // reset even when fn throws
+            explicit CallMark(uint64_t c) { cpu::t_matmul_call = c; }
+            ~CallMark() { cpu::t_matmul_call = 0; }
+        } mark(call);
         fn(w, x, n, y, r0, r1, scratch.data());
     });
 }

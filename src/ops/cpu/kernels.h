@@ -26,6 +26,11 @@ static inline int64_t matmul_block_rows(int64_t cols) {
 }
 static inline int64_t matmul_scratch_floats(int64_t cols) { return matmul_block_rows(cols) * cols; }
 
+// The ops::matmul call that the calling thread's matmul_rows calls belong to, set by dispatch.cpp around each
+// row range (0 outside one). One call's x never changes, so a kernel that packs x (AMX) packs it once per call
+// and thread however many ranges the thread takes.
+extern thread_local uint64_t t_matmul_call;
+
 // y[:, r0:r1] of y[n, w.rows] = x[n, w.cols] . W^T. scratch: matmul_scratch_floats(w.cols) floats.
 using MatmulRowsFn = void (*)(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1,
                               float* scratch);
