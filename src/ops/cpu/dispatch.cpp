@@ -1,6 +1,7 @@
 // Chooses the CPU kernel path at run time (cpuid, or SLUICE_CPU_PATH / set_cpu_path) and runs ops::matmul and
-// ops::dequantize_row on it. Threads split the output rows in blocks of kRowBlock; every output element is
-// computed by one thread in a fixed order, so y is the same for any thread count.
+// ops::dequantize_row on it. Threads take the output rows in ranges of whole kRowBlock blocks (whichever thread
+// is free takes the next range); every output element is computed by one thread in a fixed order that does not
+// depend on the range, so y is the same for any thread count or split.
 #include <atomic>
 #include <cstdlib>
 #include <vector>
