@@ -102,61 +102,114 @@ inline int64_t ktiles(int64_t cols, bool paired) {
     return paired ? (kbs + 1) / 2 * 2 : kbs;
 }
 
-// Activations as B tiles: tile (g, t) holds k-tile t of inputs 5g..5g+4; row kp, column 3*ii + part is the bf16
-// pair (part of x at word 2kp, part of x at word 2kp+1) of input 5g + ii. Unused columns (15, and those past the
-// last input) keep whatever the buffer held: they only reach C columns that are never read, so they are not
-// cleared (clearing the panel was ~3% of a 32-input matmul). Tiles are `width` columns wide: 16, or 3n for n < 5
-// (so one input reads 192-byte B tiles that stay in L1).
-void build_xpanel(const float* x, int64_t n, int64_t cols, bool paired, int64_t width, uint32_t* panel) {
-    const int64_t kts = ktiles(cols, paired);
-    alignas(64) uint16_t odd_words[32];
-    alignas(64) int32_t row_offsets[16], even_floats[16], odd_floats[16];
-    for (int w = 0; w < 32; ++w) odd_words[w] = uint16_t(2 * w + 1);
-    for (int r = 0; r < 16; ++r) {
-        row_offsets[r] = int32_t(width * r);
-        even_floats[r] = 2 * r;
-        odd_floats[r] = 2 * r + 1;
+// Transposes 16 vectors of 16 dwords in place: afterwards r[k] holds dword k of every input vector, in order.
+inline void transpose16x16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
     }
-    const __m512i odd = _mm512_load_si512(odd_words), rows = _mm512_load_si512(row_offsets);
-    const __m512i ev = _mm512_load_si512(even_floats), od = _mm512_load_si512(odd_floats);
-    const __m512i top = _mm512_set1_epi32(int(0xFFFF0000u));
-    for (int64_t i = 0; i < n; ++i) {
-        const int64_t g = i / kGroupInputs, col = 3 * (i % kGroupInputs);
-        const float* xi = x + i * cols;
-        for (int64_t t = 0; t < kts; ++t) {
-            __m512 v[2];  // the tile's 32 x values in word order
-            if (!paired) {
-                v[0] = _mm512_loadu_ps(xi + t * kBlockCols);
-                v[1] = _mm512_loadu_ps(xi + t * kBlockCols + 16);
-            } else {
-                const int64_t c0 = (t / 2) * 64;
-                __m512 q[4];
-                for (int h = 0; h < 4; ++h) {
-                    const int64_t c = c0 + 16 * h;
-                    q[h] = c < cols ? _mm512_loadu_ps(xi + c) : _mm512_setzero_ps();
-                }
-                const __m512i sel = t % 2 ? od : ev;
-                v[0] = _mm512_permutex2var_ps(q[0], sel, q[1]);
-                v[1] = _mm512_permutex2var_ps(q[2], sel, q[3]);
-            }
-            __m512 hi[2], mid[2], lo[2];
-            for (int h = 0; h < 2; ++h) {
-                hi[h] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[h]), top));
-                // x - hi is exact; Inf/NaN keep everything in hi.
-                const __mmask16 finite = __mmask16(~_mm512_fpclass_ps_mask(v[h], 0x99));
-                const __m512 r = _mm512_maskz_sub_ps(finite, v[h], hi[h]);
-                mid[h] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r), top));
-                lo[h] = _mm512_sub_ps(r, mid[h]);
-            }
-            uint32_t* tile = panel + (g * kts + t) * 16 * width + col;
-            const __m512 parts[3][2] = {{hi[0], hi[1]}, {mid[0], mid[1]}, {lo[0], lo[1]}};
-            for (int p = 0; p < 3; ++p) {
-                const __m512i pairs = _mm512_permutex2var_epi16(_mm512_castps_si512(parts[p][0]), odd,
-                                                                _mm512_castps_si512(parts[p][1]));
-                _mm512_i32scatter_epi32(tile + p, rows, pairs, 4);
-            }
+    for (int i = 0; i < 4; ++i) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 4; ++j) {
+            t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+            t[8 * i + 4 + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xDD);
         }
+    for (int j = 0; j < 8; ++j) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xDD);
     }
+}
+
+// The three B-tile columns of one input for k-tile t: dword kp of out[part] is the bf16 pair (part of x at word
+// 2kp, part of x at word 2kp + 1), the parts being hi, mid and lo.
+struct XColumns {
+    __m512i odd, ev, od, top;
+    XColumns() {
+        alignas(64) uint16_t odd_words[32];
+        alignas(64) int32_t even_floats[16], odd_floats[16];
+        for (int w = 0; w < 32; ++w) odd_words[w] = uint16_t(2 * w + 1);
+        for (int r = 0; r < 16; ++r) {
+            even_floats[r] = 2 * r;
+            odd_floats[r] = 2 * r + 1;
+        }
+        odd = _mm512_load_si512(odd_words);
+        ev = _mm512_load_si512(even_floats);
+        od = _mm512_load_si512(odd_floats);
+        top = _mm512_set1_epi32(int(0xFFFF0000u));
+    }
+    void get(const float* xi, int64_t cols, bool paired, int64_t t, __m512i out[3]) const {
+        __m512 v[2];  // the tile's 32 x values in word order
+        if (!paired) {
+            v[0] = _mm512_loadu_ps(xi + t * kBlockCols);
+            v[1] = _mm512_loadu_ps(xi + t * kBlockCols + 16);
+        } else {
+            const int64_t c0 = (t / 2) * 64;
+            __m512 q[4];
+            for (int h = 0; h < 4; ++h) {
+                const int64_t c = c0 + 16 * h;
+                q[h] = c < cols ? _mm512_loadu_ps(xi + c) : _mm512_setzero_ps();
+            }
+            const __m512i sel = t % 2 ? od : ev;
+            v[0] = _mm512_permutex2var_ps(q[0], sel, q[1]);
+            v[1] = _mm512_permutex2var_ps(q[2], sel, q[3]);
+        }
+        __m512 hi[2], mid[2], lo[2];
+        for (int h = 0; h < 2; ++h) {
+            hi[h] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v[h]), top));
+            // x - hi is exact; Inf/NaN keep everything in hi.
+            const __mmask16 finite = __mmask16(~_mm512_fpclass_ps_mask(v[h], 0x99));
+            const __m512 r = _mm512_maskz_sub_ps(finite, v[h], hi[h]);
+            mid[h] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(r), top));
+            lo[h] = _mm512_sub_ps(r, mid[h]);
+        }
+        const __m512 parts[3][2] = {{hi[0], hi[1]}, {mid[0], mid[1]}, {lo[0], lo[1]}};
+        for (int p = 0; p < 3; ++p)
+            out[p] = _mm512_permutex2var_epi16(_mm512_castps_si512(parts[p][0]), odd, _mm512_castps_si512(parts[p][1]));
+    }
+};
+
+// Activations as B tiles: tile (g, t) holds k-tile t of inputs 5g..5g+4; row kp, column 3*ii + part is the bf16
+// pair (part of x at word 2kp, part of x at word 2kp+1) of input 5g + ii. Tiles are `width` columns wide: 3n
+// for n < 5 (so one input reads 192-byte B tiles that stay in L1), each input's columns scattered into place; or
+// 16, where a group's 15 columns and a zero one are transposed into whole 64-byte rows (scattering them was ~9%
+// of a 32-input matmul).
+void build_xpanel(const float* x, int64_t n, int64_t cols, bool paired, int64_t width, uint32_t* panel) {
+    static const XColumns xc;
+    const int64_t kts = ktiles(cols, paired);
+    if (width < 16) {
+        alignas(64) int32_t row_offsets[16];
+        for (int r = 0; r < 16; ++r) row_offsets[r] = int32_t(width * r);
+        const __m512i rows = _mm512_load_si512(row_offsets);
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t t = 0; t < kts; ++t) {
+                __m512i c[3];
+                xc.get(x + i * cols, cols, paired, t, c);
+                uint32_t* tile = panel + t * 16 * width + 3 * i;
+                for (int p = 0; p < 3; ++p) _mm512_i32scatter_epi32(tile + p, rows, c[p], 4);
+            }
+        return;
+    }
+    for (int64_t g = 0; g * kGroupInputs < n; ++g)
+        for (int64_t t = 0; t < kts; ++t) {
+            __m512i c[16];
+            for (int64_t ii = 0; ii < kGroupInputs; ++ii) {
+                const int64_t i = g * kGroupInputs + ii;
+                if (i < n)
+                    xc.get(x + i * cols, cols, paired, t, c + 3 * ii);
+                else
+                    c[3 * ii] = c[3 * ii + 1] = c[3 * ii + 2] = _mm512_setzero_si512();
+            }
+            c[15] = _mm512_setzero_si512();
+            transpose16x16(c);
+            uint32_t* tile = panel + (g * kts + t) * 256;
+            for (int kp = 0; kp < 16; ++kp) _mm512_store_si512(tile + kp * 16, c[kp]);
+        }
 }
 
 // Decoders write A tiles for rows [r, r + mrows) and k-tiles [t0, t0 + tc) (t0 even): abuf[(t - t0) * kParts +
