@@ -239,6 +239,38 @@ inline void decode_pair(const uint8_t* src, __m512i tab, __m512i c1e, __m512i bl
     _mm512_store_si512(dst + kTileBytes, _mm512_permutexvar_epi16(ih, tab));
 }
 
+// True if every scale (one T per 32-column block, as unsigned bits) of rows [r, r + rows), blocks [b0, b1) is in
+// [lo, hi]: one min/max pass decides a nibble decoder's route for a whole set.
+template <class T>
+bool scales_within(const Weight& w, int64_t r, int64_t rows, int64_t b0, int64_t b1, T lo_ok, T hi_ok) {
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2);
+    constexpr int64_t kLanes = 64 / int64_t(sizeof(T));
+    const int64_t nb = w.cols / kBlockCols;
+    b1 = b1 < nb ? b1 : nb;
+    __m512i lo = _mm512_set1_epi8(char(0xFF)), hi = _mm512_setzero_si512();
+    for (int64_t m = 0; m < rows; ++m) {
+        const uint8_t* s = w.scales + uint64_t(r + m) * uint64_t(nb) * sizeof(T);
+        for (int64_t b = b0; b < b1; b += kLanes) {
+            const uint64_t mk = b1 - b >= kLanes ? ~uint64_t(0) : (uint64_t(1) << (b1 - b)) - 1;
+            if constexpr (sizeof(T) == 1) {
+                const __m512i v = _mm512_maskz_loadu_epi8(mk, s + b);
+                lo = _mm512_mask_min_epu8(lo, mk, lo, v);
+                hi = _mm512_mask_max_epu8(hi, mk, hi, v);
+            } else {
+                const __m512i v = _mm512_maskz_loadu_epi16(__mmask32(mk), s + 2 * b);
+                lo = _mm512_mask_min_epu16(lo, __mmask32(mk), lo, v);
+                hi = _mm512_mask_max_epu16(hi, __mmask32(mk), hi, v);
+            }
+        }
+    }
+    if constexpr (sizeof(T) == 1)
+        return !_mm512_cmplt_epu8_mask(lo, _mm512_set1_epi8(char(lo_ok))) &&
+               !_mm512_cmpgt_epu8_mask(hi, _mm512_set1_epi8(char(hi_ok)));
+    else
+        return !_mm512_cmplt_epu16_mask(lo, _mm512_set1_epi16(short(lo_ok))) &&
+               !_mm512_cmpgt_epu16_mask(hi, _mm512_set1_epi16(short(hi_ok)));
+}
+
 // A nibble decoder's fast path for tc k-tiles, all in whole pairs (tc even, at most 8): the chunk size becomes a
 // template argument (a run-time count made the row pass ~10% slower).
 template <class D>
@@ -283,19 +315,7 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
     };
     // True if every scale of rows [r, r + rows), blocks [b0, b1) is in the fast path's range [2, 252].
     static bool scales_fast(const Weight& w, int64_t r, int64_t rows, int64_t b0, int64_t b1) {
-        const int64_t nb = w.cols / kBlockCols;
-        b1 = b1 < nb ? b1 : nb;
-        __m512i lo = _mm512_set1_epi8(char(0xFF)), hi = _mm512_setzero_si512();
-        for (int64_t m = 0; m < rows; ++m) {
-            const uint8_t* s = w.scales + uint64_t(r + m) * uint64_t(nb);
-            for (int64_t b = b0; b < b1; b += 64) {
-                const __mmask64 mk = b1 - b >= 64 ? ~__mmask64(0) : (__mmask64(1) << (b1 - b)) - 1;
-                const __m512i v = _mm512_maskz_loadu_epi8(mk, s + b);
-                lo = _mm512_mask_min_epu8(lo, mk, lo, v);
-                hi = _mm512_mask_max_epu8(hi, mk, hi, v);
-            }
-        }
-        return !_mm512_cmplt_epu8_mask(lo, _mm512_set1_epi8(2)) && !_mm512_cmpgt_epu8_mask(hi, _mm512_set1_epi8(char(252)));
+        return scales_within<uint8_t>(w, r, rows, b0, b1, 2, 252);
     }
     // Whole pairs of blocks whose scales scales_fast accepted. A pair's exponent offsets come from its two scale
     // bytes by scalar arithmetic: (s + 129) << 7 is (s - 127) << 7 plus 0x8000, which the table's flipped sign bits
@@ -311,22 +331,12 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
         for (int64_t m = 0; m < mrows; ++m, src += row_bytes, s += nb) {
             prefetch_row(src + kPrefetchChunks * TC * 16, 128, nullptr);
             uint8_t* dst = abuf + m * 64;
-            alignas(8) uint32_t adj[TC / 2 + 1];
-            for (int64_t q = 0; q < TC / 2; q += 2) {
-                if (q + 1 < TC / 2) {
-                    uint32_t x;
-                    std::memcpy(&x, s + 2 * q, 4);
-                    const uint64_t y = (_pdep_u64(x, 0x00FF00FF00FF00FFull) + 0x0081008100810081ull) << 7;
-                    std::memcpy(adj + q, &y, 8);
-                } else {
-                    uint16_t x;
-                    std::memcpy(&x, s + 2 * q, 2);
-                    adj[q] = (_pdep_u32(x, 0x00FF00FFu) + 0x00810081u) << 7;
-                }
-            }
 #pragma GCC unroll 4
             for (int64_t p = 0; p < TC / 2; ++p) {
-                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj[p])));
+                uint16_t x;  // the pair's scales
+                std::memcpy(&x, s + 2 * p, 2);
+                const uint32_t adj = (_pdep_u32(x, 0x00FF00FFu) + 0x00810081u) << 7;
+                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj)));
                 decode_pair(src + p * 32, tab, c1e, blk, dst + 2 * p * kTileBytes);
             }
         }
@@ -388,20 +398,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
     // True if every scale of rows [r, r + rows), blocks [b0, b1) is positive with E in [1, 251] (the fast path's
     // range): as bf16 bits, in [0x0080, 0x7DFF].
     static bool scales_fast(const Weight& w, int64_t r, int64_t rows, int64_t b0, int64_t b1) {
-        const int64_t nb = w.cols / kBlockCols;
-        b1 = b1 < nb ? b1 : nb;
-        __m512i lo = _mm512_set1_epi16(-1), hi = _mm512_setzero_si512();
-        for (int64_t m = 0; m < rows; ++m) {
-            const uint8_t* s = w.scales + uint64_t(r + m) * uint64_t(nb) * 2;
-            for (int64_t b = b0; b < b1; b += 32) {
-                const __mmask32 mk = b1 - b >= 32 ? ~__mmask32(0) : (__mmask32(1) << (b1 - b)) - 1;
-                const __m512i v = _mm512_maskz_loadu_epi16(mk, s + 2 * b);
-                lo = _mm512_mask_min_epu16(lo, mk, lo, v);
-                hi = _mm512_mask_max_epu16(hi, mk, hi, v);
-            }
-        }
-        return !_mm512_cmplt_epu16_mask(lo, _mm512_set1_epi16(0x80)) &&
-               !_mm512_cmpgt_epu16_mask(hi, _mm512_set1_epi16(0x7DFF));
+        return scales_within<uint16_t>(w, r, rows, b0, b1, 0x0080, 0x7DFF);
     }
     // Whole pairs of blocks whose scales scales_fast accepted. A pair's two bf16 scales give its table rows (the
     // mantissas) and exponent offsets by scalar arithmetic; (E + 129) << 7 is (E - 127) << 7 plus 0x8000, which
@@ -588,8 +585,6 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
             if (set_rows % kPanelRows) std::memset(abuf, 0, size_t(2 * chunk_bytes));  // rows past the end stay 0
             if (resident) load_c(np, true, cset);
             const bool fast = D::scales_fast(w, r, set_rows, k0, k1);
-            // Iteration c decodes chunk c (if any) and issues the products of chunk c - 1 (if any): with one
-            // group, its k-slices split evenly between the panels' decode steps; with several, its groups.
             // The next set's scales (contiguous rows) are prefetched a few lines per chunk, so the next scales_fast
             // pass does not stall on them (1-5% at one row from DRAM). Resident only: otherwise every set is
             // visited once per column range, not in order.
@@ -601,6 +596,8 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                 next_scale_bytes = next_rows * D::scale_row_bytes(w);
             }
             const int64_t scale_bytes_per_chunk = (next_scale_bytes / (nchunks + 1) + 127) / 64 * 64;
+            // Iteration c decodes chunk c (if any) and issues the products of chunk c - 1 (if any): with one
+            // group, its k-slices split evenly between the panels' decode steps; with several, its groups.
             for (int64_t c = 0; c <= nchunks; ++c) {
                 const int64_t t0 = k0 + c * kc, tc = k1 - t0 < kc ? k1 - t0 : kc;
                 const int64_t pt0 = t0 - kc;
