@@ -46,6 +46,7 @@ CpuFeatures detect() {
         f.avx512bw = (b >> 30) & 1;
         f.avx512vl = (b >> 31) & 1;
         f.avx512_vnni = (c >> 11) & 1;
+        f.avx512_vbmi = (c >> 1) & 1;
     }
     // AMX needs the OS to save tile state too (XCR0 bits 17-18); Linux also wants a per-process request.
     f.amx_bf16 = os_zmm && (xcr0 & 0x60000) == 0x60000 && ((d >> 22) & 1) && ((d >> 24) & 1);
@@ -74,6 +75,7 @@ std::string CpuFeatures::describe() const {
     add(avx512dq, "avx512dq");
     add(avx512_bf16, "avx512_bf16");
     add(avx512_vnni, "avx512_vnni");
+    add(avx512_vbmi, "avx512_vbmi");
     add(amx_bf16, "amx_bf16");
     return s.empty() ? "none" : s;
 }

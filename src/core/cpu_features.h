@@ -16,6 +16,7 @@ struct CpuFeatures {
     bool avx512dq = false;
     bool avx512_bf16 = false;
     bool avx512_vnni = false;
+    bool avx512_vbmi = false;  // vpermb (byte permutes across the register)
     bool amx_bf16 = false;  // amx-tile + amx-bf16 with OS tile state (ops ask Linux for permission on use)
 
     std::string describe() const;  // e.g. "avx2 fma f16c avx512f ..."

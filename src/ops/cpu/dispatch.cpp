@@ -26,7 +26,7 @@ std::atomic<int> g_path{kUnset};
 CpuPath best_path() {
     const auto& f = cpu_features();
     if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) {
-        if (f.avx512_bf16 && cpu::amx::enable(f.amx_bf16)) return CpuPath::Amx;
+        if (f.avx512_bf16 && f.avx512_vbmi && cpu::amx::enable(f.amx_bf16)) return CpuPath::Amx;
         return CpuPath::Avx512;
     }
     if (f.avx2 && f.fma && f.f16c) return CpuPath::Avx2;
