@@ -1,9 +1,11 @@
 // CPU matmul kernels: GB/s of weight bytes (payload + scales) per format and input row count, next to the machine's
 // memory bandwidth from STREAM-like probes (read-only sums over one and over 16 streams per thread, and triad) in
 // the same run and with the same threads.
-// Weights cycle through copies totalling SLUICE_BENCH_POOL_MIB (default 1024) so they come from DRAM, as streamed
-// experts do. Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH. Medians of 5 repetitions; on a
-// shared machine the figures are noisy. A summary table follows the benchmark output.
+// Weights cycle through copies totalling SLUICE_BENCH_POOL_MIB (default 1024) per format, all formats resident, so
+// they come from DRAM, as streamed experts do. Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH.
+// Medians of 5 repetitions, run in random interleaved order by default, so the probes and the kernels sample the
+// same periods of a machine whose memory speed drifts (in order, the probes ran minutes before the kernels and the
+// ratios swung by a third; --benchmark_enable_random_interleaving=false restores it). A summary table follows.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -147,10 +149,7 @@ std::unique_ptr<ExpertPool> make_pool(WeightFormat f) {
 const ExpertPool& expert_pool(WeightFormat f) {
     static std::map<WeightFormat, std::unique_ptr<ExpertPool>> pools;
     auto it = pools.find(f);
-    if (it == pools.end()) {
-        pools.clear();  // one format resident at a time
-        it = pools.emplace(f, make_pool(f)).first;
-    }
+    if (it == pools.end()) it = pools.emplace(f, make_pool(f)).first;  // kept: interleaved runs switch formats often
     return *it->second;
 }
 
@@ -250,7 +249,13 @@ void register_all() {
 }  // namespace sluice
 
 int main(int argc, char** argv) {
-    benchmark::Initialize(&argc, argv);
+    // Interleaved repetitions unless the command line says otherwise (a later flag overrides this one).
+    std::vector<char*> args(argv, argv + argc);
+    static char interleave[] = "--benchmark_enable_random_interleaving=true";
+    args.insert(args.begin() + 1, interleave);
+    int args_n = int(args.size());
+    args.push_back(nullptr);
+    benchmark::Initialize(&args_n, args.data());
     sluice::register_all();
     sluice::SummaryReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
