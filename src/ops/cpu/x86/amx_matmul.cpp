@@ -30,7 +30,7 @@ namespace {
 
 constexpr int64_t kPanelRows = 16;     // weight rows per A tile
 constexpr int64_t kBlockCols = 32;     // columns per tile product (one MXFP4/INT4 scale block)
-constexpr int64_t kGroupInputs = 5;    // inputs per B tile: 3 columns (hi, mid, lo) each, column 15 unused
+constexpr int64_t kTileCols = 16;      // B-tile columns: each input takes 3 (hi, mid, lo), packed densely
 // Panels sharing each B tile load (one C tile each, tmm4 + p; up to 4 fit). 4 halves the B traffic again but its
 // two decode buffers no longer fit in L1 at a useful chunk size, which cost more than it saved here.
 constexpr int64_t kSetPanels = 2;
@@ -174,11 +174,13 @@ struct XColumns {
     }
 };
 
-// Activations as B tiles: tile (g, t) holds k-tile t of inputs 5g..5g+4; row kp, column 3*ii + part is the bf16
-// pair (part of x at word 2kp, part of x at word 2kp+1) of input 5g + ii. Tiles are `width` columns wide: 3n
-// for n < 5 (so one input reads 192-byte B tiles that stay in L1), each input's columns scattered into place; or
-// 16, where a group's 15 columns and a zero one are transposed into whole 64-byte rows (scattering them was ~9%
-// of a 32-input matmul).
+// Activations as B tiles. Column 3i + part of the whole panel is part (hi, mid, lo) of input i, and tile (g, t) holds
+// columns [16g, 16g + 16) of k-tile t: its row kp, column j is the bf16 pair (part of x at word 2kp, part of x at
+// word 2kp + 1) of column 16g + j. An input's three columns may fall in two groups. Tiles are `width` columns wide:
+// 3n for n < 5 (so one input reads 192-byte B tiles that stay in L1), each input's columns scattered into place;
+// or 16, where a group's columns are transposed into whole 64-byte rows (scattering them was ~9% of a 32-input
+// matmul). Packing the columns densely needs ceil(3n / 16) groups: 6 products per weight tile at 32 inputs, not 7
+// as with five inputs per group.
 void build_xpanel(const float* x, int64_t n, int64_t cols, bool paired, int64_t width, uint32_t* panel) {
     static const XColumns xc;
     const int64_t kts = ktiles(cols, paired);
@@ -195,17 +197,19 @@ void build_xpanel(const float* x, int64_t n, int64_t cols, bool paired, int64_t 
             }
         return;
     }
-    for (int64_t g = 0; g * kGroupInputs < n; ++g)
+    for (int64_t g = 0; g * kTileCols < 3 * n; ++g)
         for (int64_t t = 0; t < kts; ++t) {
-            __m512i c[16];
-            for (int64_t ii = 0; ii < kGroupInputs; ++ii) {
-                const int64_t i = g * kGroupInputs + ii;
-                if (i < n)
-                    xc.get(x + i * cols, cols, paired, t, c + 3 * ii);
-                else
-                    c[3 * ii] = c[3 * ii + 1] = c[3 * ii + 2] = _mm512_setzero_si512();
+            __m512i c[kTileCols];
+            for (int64_t j = 0; j < kTileCols;) {
+                const int64_t i = (g * kTileCols + j) / 3;
+                if (i >= n) {
+                    c[j++] = _mm512_setzero_si512();
+                    continue;
+                }
+                __m512i parts[3];
+                xc.get(x + i * cols, cols, paired, t, parts);
+                for (int64_t part = (g * kTileCols + j) % 3; part < 3 && j < kTileCols; ++part) c[j++] = parts[part];
             }
-            c[15] = _mm512_setzero_si512();
             transpose16x16(c);
             uint32_t* tile = panel + (g * kts + t) * 256;
             for (int kp = 0; kp < 16; ++kp) _mm512_store_si512(tile + kp * 16, c[kp]);
@@ -599,8 +603,8 @@ template <class D, int64_t kc = D::kChunkTiles>
 void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
     static_assert(kc <= D::kChunkTiles && kc <= kChunkBlocks && kc % 2 == 0);
     constexpr int64_t kSetRows = kSetPanels * kPanelRows, kSetFloatsPerGroup = kSetPanels * 256;
-    const int64_t cols = w.cols, kbs = ktiles(cols, D::kPaired), groups = (n + kGroupInputs - 1) / kGroupInputs;
-    const int64_t width = n < kGroupInputs ? 3 * n : 16, bbytes = 64 * width;
+    const int64_t cols = w.cols, kbs = ktiles(cols, D::kPaired), groups = (3 * n + kTileCols - 1) / kTileCols;
+    const int64_t width = 3 * n < kTileCols ? 3 * n : kTileCols, bbytes = 64 * width;
     const XpanelKey key{t_matmul_call, x, n, cols, width, D::kPaired};
     const bool reuse = key.call != 0 && key == t_xpanel_key;  // a later range of the same ops::matmul call
     if (!reuse) t_xpanel_key = XpanelKey{};
@@ -689,10 +693,12 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
             if (resident) store_c(np, cset);
             if (k1 < kbs) continue;
             for (int64_t i = 0; i < n; ++i) {
-                const float* cg = cset + (i / kGroupInputs) * kSetFloatsPerGroup + 3 * (i % kGroupInputs);
+                const float* part[3];  // columns 3i, 3i + 1, 3i + 2, possibly in two groups
+                for (int64_t k = 0; k < 3; ++k)
+                    part[k] = cset + (3 * i + k) / kTileCols * kSetFloatsPerGroup + (3 * i + k) % kTileCols;
                 for (int64_t m = 0; m < set_rows; ++m) {
-                    const float* a = cg + (m / kPanelRows) * 256 + (m % kPanelRows) * 16;
-                    y[i * w.rows + r + m] = (a[0] + a[1]) + a[2];
+                    const int64_t at = (m / kPanelRows) * 256 + (m % kPanelRows) * 16;
+                    y[i * w.rows + r + m] = (part[0][at] + part[1][at]) + part[2][at];
                 }
             }
         }
