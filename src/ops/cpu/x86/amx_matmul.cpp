@@ -177,7 +177,7 @@ struct XColumns {
 // Activations as B tiles. Column 3i + part of the whole panel is part (hi, mid, lo) of input i, and tile (g, t) holds
 // columns [16g, 16g + 16) of k-tile t: its row kp, column j is the bf16 pair (part of x at word 2kp, part of x at
 // word 2kp + 1) of column 16g + j. An input's three columns may fall in two groups. Tiles are `width` columns wide:
-// 3n for n < 5 (so one input reads 192-byte B tiles that stay in L1), each input's columns scattered into place;
+// 3n for n <= 5 (so one input reads 192-byte B tiles that stay in L1), each input's columns scattered into place;
 // or 16, where a group's columns are transposed into whole 64-byte rows (scattering them was ~9% of a 32-input
 // matmul). Packing the columns densely needs ceil(3n / 16) groups: 6 products per weight tile at 32 inputs, not 7
 // as with five inputs per group.
