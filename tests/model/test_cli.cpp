@@ -113,7 +113,9 @@ TEST(Cli, UsageStatsFileRoundTrip) {
     ASSERT_EQ(status, 0);
     std::ifstream f(stats);
     ASSERT_TRUE(f.good()) << "no usage statistics file written";
-    EXPECT_NO_THROW((void)nlohmann::json::parse(f));
+    nlohmann::json parsed;
+    EXPECT_NO_THROW(parsed = nlohmann::json::parse(f));
+    EXPECT_TRUE(parsed.is_object()) << parsed.dump();
     EXPECT_EQ(ids(run(args, &status)), first);
     EXPECT_EQ(status, 0);
     std::ofstream(stats) << "{ not json";

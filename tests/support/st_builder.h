@@ -10,14 +10,11 @@
 
 #include <unistd.h>
 
+#include "scratch_dir.h"
+
 namespace sluice::test {
 
-inline std::string temp_dir(const std::string& name) {
-    auto p = std::filesystem::temp_directory_path() / ("sluice_test_" + name + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(p);
-    std::filesystem::create_directories(p);
-    return p.string();
-}
+inline std::string temp_dir(const std::string& name) { return scratch_dir(name).string(); }  // removed at exit
 
 inline void write_file(const std::string& path, const std::string& bytes) {
     std::ofstream f(path, std::ios::binary);

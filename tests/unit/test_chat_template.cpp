@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/scratch_dir.h"
 #include "core/error.h"
 #include "tokenizer/chat_template.h"
 
@@ -233,8 +234,7 @@ TEST(ChatTemplate, LoadsFromModelDirectory) {
 TEST(ChatTemplate, CliRendersNamedTemplateWithTokensAndKwargs) {
     if (!std::ifstream(SLUICE_BINARY)) GTEST_SKIP() << "sluice binary not built";
     namespace fs = std::filesystem;
-    fs::path dir = fs::temp_directory_path() / ("sluice_tpl_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
+    const fs::path dir = sluice::test::scratch_dir("tpl");
     nlohmann::ordered_json config = {
         {"bos_token", {{"content", "<s>"}, {"lstrip", false}}},
         {"eos_token", "</s>"},

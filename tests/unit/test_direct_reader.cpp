@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 
+#include "../support/scratch_dir.h"
 #include "core/error.h"
 #include "io/direct_reader.h"
 
@@ -28,11 +29,8 @@ fs::path make_test_dir(const std::string& name) {
     fs::path dir = base / ("direct_reader_" + name + "_" + std::to_string(::getpid()));
     std::error_code ec;
     fs::create_directories(dir, ec);
-    if (ec) {
-        dir = fs::temp_directory_path() / ("direct_reader_" + name + "_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-    }
-    return dir;
+    if (ec) return test::scratch_dir("direct_reader_" + name);
+    return test::scratch_dir_at(dir);
 }
 
 std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {

@@ -67,7 +67,9 @@ TEST(Safetensors, RejectsBadHeaders) {
     for (const auto& c : cases) {
         const std::string err = parse_error(c.bytes);
         EXPECT_NE(err.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << err;
-        if (!err.empty()) EXPECT_EQ(err.rfind("f.safetensors", 0), 0u) << err;
+        if (!err.empty()) {
+            EXPECT_EQ(err.rfind("f.safetensors", 0), 0u) << err;
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../support/scratch_dir.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats/checkpoint.h"
@@ -29,12 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-    fs::path p = fs::temp_directory_path() / ("sluice_test_synth_" + std::to_string(::getpid()) + "_" + name);
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p;
-}
+fs::path temp_dir(const std::string& name) { return test::scratch_dir("synth_" + name); }
 
 std::string read_file(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../support/scratch_dir.h"
 #include "core/error.h"
 #include "experts/expert_cache.h"
 #include "experts/usage_stats.h"
@@ -20,12 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_dir(const std::string& name) {
-    fs::path p = fs::temp_directory_path() / ("sluice_test_usage_" + std::to_string(::getpid()) + "_" + name);
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p;
-}
+fs::path temp_dir(const std::string& name) { return test::scratch_dir("usage_" + name); }
 
 std::string slurp(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
