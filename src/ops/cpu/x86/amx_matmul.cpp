@@ -599,6 +599,11 @@ void store_c(int64_t np, float* cb, float* cb2 = nullptr) {
 // With several groups of inputs, columns also go in ranges whose B tiles (all groups) fit kBRangeBytes, and every
 // set of the call is done for one range before the next: each set reads every B tile, so they must stay in L2
 // while the weights stream past (the C tiles of every set wait in memory between ranges).
+// Measured, no better (one row unless said; single thread with weights in L2, or 2 threads from DRAM): products
+// issued between decoded rows (slower, at 1 row much slower), three decode buffers instead of two, four A tile
+// registers loaded in one burst, decode buffers staggered against 4K aliasing, scale terms precomputed per 32
+// k-tiles, 8-tile chunks at n <= 8, 4-panel sets, software prefetch of the next set's weights (slower) or of the
+// next B tiles at 32 rows.
 template <class D, int64_t kc = D::kChunkTiles>
 void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
     static_assert(kc <= D::kChunkTiles && kc <= kChunkBlocks && kc % 2 == 0);
