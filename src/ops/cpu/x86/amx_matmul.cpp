@@ -299,11 +299,14 @@ bool scales_within(const Weight& w, int64_t r, int64_t rows, int64_t b0, int64_t
 template <class D>
 void decode_pairs_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, int64_t tc, uint8_t* abuf,
                        const typename D::Consts& k) {
+    // tc is even and at most the chunk size, so these cases are all there are. (Raising kChunkTiles without adding
+    // cases would decode 2 tiles of a larger chunk and leave the rest stale.)
+    static_assert(D::kChunkTiles <= 8, "add cases for larger chunks");
     switch (tc) {
         case 8: return D::template decode_fast<8>(w, r, mrows, t0, abuf, k);
         case 6: return D::template decode_fast<6>(w, r, mrows, t0, abuf, k);
         case 4: return D::template decode_fast<4>(w, r, mrows, t0, abuf, k);
-        default: return D::template decode_fast<2>(w, r, mrows, t0, abuf, k);
+        default: return D::template decode_fast<2>(w, r, mrows, t0, abuf, k);  // tc == 2
     }
 }
 
