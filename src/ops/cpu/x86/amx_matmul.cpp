@@ -681,8 +681,10 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                         const int64_t ps = last_tc * D::kParts;
                         run_slices<D>(prev, kc, np, xp, bbytes, pt0, ps * p / kSetPanels, ps * (p + 1) / kSetPanels);
                     } else {
-                        const int64_t g1 = groups * (p + 1) / kSetPanels;
-                        for (int64_t g = groups * p / kSetPanels; g < g1; g += 2) {
+                        // Whole pairs of groups to each panel step, so only an odd last group goes alone.
+                        const int64_t pairs = (groups + 1) / 2, g0 = 2 * (pairs * p / kSetPanels);
+                        const int64_t g1p = 2 * (pairs * (p + 1) / kSetPanels), g1 = g1p < groups ? g1p : groups;
+                        for (int64_t g = g0; g < g1; g += 2) {
                             float* cb = cset + g * kSetFloatsPerGroup;
                             const uint8_t* xg = xp + g * kbs * bbytes;
                             if (g + 1 < g1) {
