@@ -8,8 +8,6 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "scratch_dir.h"
 
 namespace sluice::test {

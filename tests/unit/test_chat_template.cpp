@@ -2,7 +2,6 @@
 // tools/reference/make_template_goldens.py) must come out byte-identical; plus interpreter semantics and errors.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>

@@ -1,7 +1,6 @@
 // Safetensors writer (single file, sharded + index) and `synth` checkpoints: read back through SafetensorsFile
 // and Checkpoint, determinism in the seed and independence of the thread count, quantized scale shapes, errors.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>

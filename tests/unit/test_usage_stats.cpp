@@ -2,7 +2,6 @@
 // ignored with one warning, the experts it names are preloaded and held against eviction, held experts that live
 // use does not justify are released, and none of it changes a bit of the logits.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
