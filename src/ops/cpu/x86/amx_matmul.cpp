@@ -292,6 +292,10 @@ bool scales_within(const Weight& w, int64_t r, int64_t rows, int64_t b0, int64_t
                !_mm512_cmpgt_epu16_mask(hi, _mm512_set1_epi16(short(hi_ok)));
 }
 
+// The nibble decoders' tables hold their non-zero entries plus this, so that a pair's exponent offsets are just
+// its scales' exponents shifted into place (mod 2^16 per word, like the adds).
+constexpr uint16_t kTermBias = 129 << 7;
+
 // A nibble decoder's fast path for tc k-tiles, all in whole pairs (tc even, at most 8): the chunk size becomes a
 // template argument (a run-time count made the row pass ~10% slower).
 template <class D>
@@ -327,7 +331,7 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
                 uint32_t bits;
                 std::memcpy(&bits, &ref::kE2M1Values[k / 2], 4);
                 const bool zero = (k / 2) % 8 == 0;
-                tab[k] = uint16_t((bits >> 16) ^ (zero ? 0u : 0x8000u));
+                tab[k] = uint16_t(zero ? bits >> 16 : ((bits >> 16) ^ 0x8000u) + kTermBias);
                 if (!zero) nz |= __mmask32(1u << k);
                 il[k] = uint16_t(16 * (k % 2) + k / 2);
             }
@@ -343,8 +347,9 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
         return scales_within<uint8_t>(w, r, rows, b0, b1, 2, 252);
     }
     // Whole pairs of blocks whose scales scales_fast accepted. A pair's exponent offsets come from its two scale
-    // bytes by scalar arithmetic: (s + 129) << 7 is (s - 127) << 7 plus 0x8000, which the table's flipped sign bits
-    // absorb. (A per-chunk vector pass over all 16 rows' scales, with its range checks, cost ~10% at one row.)
+    // bytes by one pdep: s << 7 in each word. (s + 129) << 7 is (s - 127) << 7 plus 0x8000, and the tables' non-zero
+    // entries hold the 0x8000 (as a flipped sign bit) and 129 << 7 already. (A per-chunk vector pass over all 16
+    // rows' scales, with its range checks, cost ~10% at one row.)
     template <int64_t TC>
     static void decode_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
         static_assert(TC <= kChunkTiles && TC % 2 == 0);
@@ -360,7 +365,7 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
             for (int64_t p = 0; p < TC / 2; ++p) {
                 uint16_t x;  // the pair's scales
                 std::memcpy(&x, s + 2 * p, 2);
-                const uint32_t adj = (_pdep_u32(x, 0x00FF00FFu) + 0x00810081u) << 7;
+                const uint32_t adj = _pdep_u32(x, 0x7F807F80u);
                 const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj)));
                 decode_pair(src + p * 32, tab, dup, c3c, cb, dst + 2 * p * kTileBytes);
             }
@@ -408,8 +413,9 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
         Consts() {
             for (int m = 0; m < 128; ++m)
                 for (int v = 0; v < 16; ++v) {
-                    // Nonzero entries have the sign bit flipped (see decode_fast).
-                    const uint16_t b = uint16_t(rne_bf16(kInt4Table[v] * (1.0f + float(m) / 128.0f)) ^ (v == 8 ? 0 : 0x8000));
+                    // Nonzero entries have the sign bit flipped and 129 << 7 added (see decode_fast).
+                    const uint16_t q = rne_bf16(kInt4Table[v] * (1.0f + float(m) / 128.0f));
+                    const uint16_t b = uint16_t(v == 8 ? q : (q ^ 0x8000) + kTermBias);
                     even[m][2 * v] = b;
                     even[m][2 * v + 1] = 0;
                     odd[m][2 * v] = 0;
@@ -424,8 +430,8 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
         return scales_within<uint16_t>(w, r, rows, b0, b1, 0x0080, 0x7DFF);
     }
     // Whole pairs of blocks whose scales scales_fast accepted. A pair's two bf16 scales give its table rows (the
-    // mantissas) and exponent offsets by scalar arithmetic; (E + 129) << 7 is (E - 127) << 7 plus 0x8000, which
-    // the tables' flipped sign bits absorb.
+    // mantissas) and exponent offsets E << 7 (their exponent bits, in place); (E + 129) << 7 is (E - 127) << 7 plus
+    // 0x8000, and the tables' non-zero entries hold the 0x8000 (as a flipped sign bit) and 129 << 7 already.
     template <int64_t TC>
     static void decode_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, uint8_t* abuf, const Consts& k) {
         static_assert(TC <= kChunkTiles && TC % 2 == 0);
@@ -443,7 +449,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
             for (int64_t p = 0; p < TC / 2; ++p) {
                 uint32_t x;  // the pair's scales
                 std::memcpy(&x, s + 4 * p, 4);
-                const uint32_t adj = (((x >> 7) & 0x00FF00FFu) + 0x00810081u) << 7;
+                const uint32_t adj = x & 0x7F807F80u;
                 __m512i tab = _mm512_or_si512(_mm512_load_si512(even + ((x & 0x7Fu) << 6)),
                                               _mm512_load_si512(odd + (((x >> 16) & 0x7Fu) << 6)));
                 tab = _mm512_mask_add_epi16(tab, nz, tab, _mm512_set1_epi32(int(adj)));
