@@ -180,5 +180,32 @@ TEST(MatmulExact, RowsBitIdenticalWhateverBatchAndThreads) {
     }
 }
 
+// A batch large enough that the AMX kernel splits the columns into several ranges (its activation tiles for all
+// columns would not fit the L2: 160 inputs x 2048 columns are 30 groups x 64 k-tiles x 1 KB), with the output
+// tiles of every row set parked in memory between ranges: still every row equals the row computed alone.
+TEST(MatmulExact, RowsBitIdenticalAcrossColumnRanges) {
+    PathGuard guard;
+    const int64_t rows = 40, cols = 2048, n = 160;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> src(size_t(rows * cols)), x(size_t(n * cols));
+    for (auto& v : src) v = d(rng);
+    for (auto& v : x) v = d(rng);
+    ThreadPool two(2);
+    for (WeightFormat f : {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::INT4_G32}) {
+        const auto q = quantize(src.data(), rows, cols, f);
+        for (auto p : ops::available_cpu_paths()) {
+            ops::set_cpu_path(p);
+            std::vector<float> all(size_t(n * rows)), alone(static_cast<size_t>(rows));
+            ops::matmul(q.view(), x.data(), n, all.data(), two);
+            for (int64_t i : {int64_t(0), int64_t(1), int64_t(77), n - 1}) {
+                ops::matmul(q.view(), x.data() + i * cols, 1, alone.data(), two);
+                EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + i * rows, size_t(rows) * 4))
+                    << label(f, p) << " n=1 row " << i;
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace sluice
