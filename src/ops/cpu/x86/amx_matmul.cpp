@@ -325,22 +325,22 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
     // is in [2, 252]; other scales take the f32 route (same values).
     struct Consts {
         __m512i table, c1e, blk, interleave;
-        __mmask32 nonzero;
+        __mmask16 nonzero_dwords;  // codes (dword v: words 2v, 2v + 1) that are not zero
         PairIndex index;
         Consts() {
             alignas(64) uint16_t tab[32], il[32];
-            __mmask32 nz = 0;
+            __mmask16 nz = 0;
             for (int k = 0; k < 32; ++k) {
                 uint32_t bits;
                 std::memcpy(&bits, &ref::kE2M1Values[k / 2], 4);
                 const bool zero = (k / 2) % 8 == 0;
                 tab[k] = uint16_t(zero ? bits >> 16 : ((bits >> 16) ^ 0x8000u) + kTermBias);
-                if (!zero) nz |= __mmask32(1u << k);
+                if (!zero) nz |= __mmask16(1u << (k / 2));
                 il[k] = uint16_t(16 * (k % 2) + k / 2);
             }
             table = _mm512_load_si512(tab);
             interleave = _mm512_load_si512(il);
-            nonzero = nz;
+            nonzero_dwords = nz;
             c1e = _mm512_set1_epi16(0x1E);
             blk = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
         }
@@ -358,7 +358,7 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
         static_assert(TC <= kChunkTiles && TC % 2 == 0);
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
         const __m512i table = k.table, dup = k.index.dup, c3c = k.index.c3c, cb = k.index.cb;
-        const __mmask32 nz = k.nonzero;
+        const __mmask16 nzd = k.nonzero_dwords;
         const uint8_t* s = w.scales + uint64_t(r) * uint64_t(nb) + uint64_t(t0);
         const uint8_t* src = w.data + uint64_t(r) * uint64_t(row_bytes) + uint64_t(t0) * 16;
         for (int64_t m = 0; m < mrows; ++m, src += row_bytes, s += nb) {
@@ -369,7 +369,9 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
                 uint16_t x;  // the pair's scales
                 std::memcpy(&x, s + 2 * p, 2);
                 const uint32_t adj = _pdep_u32(x, 0x7F807F80u);
-                const __m512i tab = _mm512_mask_add_epi16(table, nz, table, _mm512_set1_epi32(int(adj)));
+                // The zero codes are whole dwords (v = 0, 8): a zero-masked broadcast spares the copy of `table`
+                // that a merge-masked add needs.
+                const __m512i tab = _mm512_add_epi16(table, _mm512_maskz_set1_epi32(nzd, int(adj)));
                 decode_pair(src + p * 32, tab, dup, c3c, cb, dst + 2 * p * kTileBytes);
             }
         }
