@@ -74,7 +74,7 @@ struct Buffer {
     }
     ~Buffer() { std::free(p); }
 };
-thread_local Buffer t_xpanel, t_abuf, t_cbuf, t_xcols;
+thread_local Buffer t_xpanel, t_abuf, t_cbuf;
 struct XpanelKey {  // what t_xpanel holds: the packing of x for one ops::matmul call (call 0: none)
     uint64_t call = 0;
     const float* x = nullptr;
@@ -200,16 +200,20 @@ void build_xpanel(const float* x, int64_t n, int64_t cols, bool paired, int64_t 
             }
         return;
     }
-    // Per k-tile, every input's three columns once into an L1 scratch (the columns past 3n stay zero), then each
-    // group's 16 transposed. (Computing them per group, through a called function, was ~9% of a 32-input matmul.)
-    const int64_t groups = (3 * n + kTileCols - 1) / kTileCols;
-    __m512i* c = reinterpret_cast<__m512i*>(t_xcols.get(size_t(groups * kTileCols * 64)));
-    for (int64_t j = 3 * n; j < groups * kTileCols; ++j) c[j] = _mm512_setzero_si512();
-    for (int64_t t = 0; t < kts; ++t) {
-        for (int64_t i = 0; i < n; ++i) xc.get(x + i * cols, cols, paired, t, c + 3 * i);
-        for (int64_t g = 0; g < groups; ++g) {
+    // Per k-tile and group, the three columns of each input the group touches (at most 7, an input straddling two
+    // groups is done for each) into a scratch that stays in L1, then the group's 16 transposed. (The same through
+    // a called function, once per column, was ~9% of a 32-input matmul; all 3n columns of a k-tile at once no
+    // longer fit in L1 at a few hundred inputs.)
+    constexpr int64_t kMostInputs = kTileCols / 3 + 2;
+    __m512i c[3 * kMostInputs];
+    for (int64_t g = 0; g * kTileCols < 3 * n; ++g) {
+        const int64_t i0 = g * kTileCols / 3, i1e = (g * kTileCols + kTileCols + 2) / 3;
+        const int64_t i1 = i1e < n ? i1e : n, skip = g * kTileCols - 3 * i0;  // columns of input i0 in group g - 1
+        for (int64_t j = 3 * (i1 - i0); j < 3 * kMostInputs; ++j) c[j] = _mm512_setzero_si512();
+        for (int64_t t = 0; t < kts; ++t) {
+            for (int64_t i = i0; i < i1; ++i) xc.get(x + i * cols, cols, paired, t, c + 3 * (i - i0));
             __m512i r[kTileCols];
-            for (int64_t j = 0; j < kTileCols; ++j) r[j] = c[g * kTileCols + j];
+            for (int64_t j = 0; j < kTileCols; ++j) r[j] = c[skip + j];
             transpose16x16(r);
             uint32_t* tile = panel + (g * kts + t) * 256;
             for (int kp = 0; kp < 16; ++kp) _mm512_store_si512(tile + kp * 16, r[kp]);
@@ -637,7 +641,9 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
     float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t((resident ? 1 : nsets) * set_floats * 4)));
     int64_t range_tiles = kbs;
     if (!resident) {
-        const int64_t fit = kBRangeBytes / (groups * bbytes), most = fit < 1 ? 1 : fit;
+        // Most k-tiles a range may take, in whole chunks (at least one); the ranges then share the columns evenly,
+        // which rounded up to whole chunks stays within that.
+        const int64_t fit = kBRangeBytes / (groups * bbytes) / kc * kc, most = fit < kc ? kc : fit;
         const int64_t ranges = groups * bbytes * kbs <= kWholeRangeBytes ? 1 : (kbs + most - 1) / most;
         range_tiles = ((kbs + ranges - 1) / ranges + kc - 1) / kc * kc;
     }
