@@ -417,7 +417,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
     // one OR of two rows plus one exponent add, like MXFP4's (word 2v + b: code v of block b).
     struct Consts {
         alignas(64) uint16_t even[128][32], odd[128][32];
-        __mmask32 nonzero;
+        __mmask16 nonzero_dwords;  // codes (dword v: words 2v, 2v + 1) that are not zero
         PairIndex index;
         Consts() {
             for (int m = 0; m < 128; ++m)
@@ -430,7 +430,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
                     odd[m][2 * v] = 0;
                     odd[m][2 * v + 1] = b;
                 }
-            nonzero = ~__mmask32(3u << 16);  // code 8 is q = 0
+            nonzero_dwords = __mmask16(~(1u << 8));  // code 8 is q = 0
         }
     };
     // True if every scale of rows [r, r + rows), blocks [b0, b1) is positive with E in [1, 251] (the fast path's
@@ -446,7 +446,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
         static_assert(TC <= kChunkTiles && TC % 2 == 0);
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
         const __m512i dup = k.index.dup, c3c = k.index.c3c, cb = k.index.cb;
-        const __mmask32 nz = k.nonzero;
+        const __mmask16 nzd = k.nonzero_dwords;
         const uint8_t* even = reinterpret_cast<const uint8_t*>(k.even);
         const uint8_t* odd = reinterpret_cast<const uint8_t*>(k.odd);
         const uint8_t* s = w.scales + (uint64_t(r) * uint64_t(nb) + uint64_t(t0)) * 2;
@@ -461,7 +461,7 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
                 const uint32_t adj = x & 0x7F807F80u;
                 __m512i tab = _mm512_or_si512(_mm512_load_si512(even + ((x & 0x7Fu) << 6)),
                                               _mm512_load_si512(odd + (((x >> 16) & 0x7Fu) << 6)));
-                tab = _mm512_mask_add_epi16(tab, nz, tab, _mm512_set1_epi32(int(adj)));
+                tab = _mm512_add_epi16(tab, _mm512_maskz_set1_epi32(nzd, int(adj)));  // as MXFP4's
                 decode_pair(src + p * 32, tab, dup, c3c, cb, dst + 2 * p * kTileBytes);
             }
         }
