@@ -413,10 +413,11 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
     static constexpr int64_t kChunkTiles = 8;
     // A scale is 2^(E-127) * (1 + m/128), so bf16(q * scale) is bf16(q * (1 + m/128)) with E - 127 added to its
     // exponent (exact while the result stays normal: E in [1, 251], as |q * (1 + m/128)| is in [1, 16)). Table
-    // m holds bf16(q * (1 + m/128)) for the 16 codes at words 2v (even) or 2v + 1 (odd), so a pair's table is
-    // one OR of two rows plus one exponent add, like MXFP4's (word 2v + b: code v of block b).
+    // m holds bf16(q * (1 + m/128)) for the 16 codes at both words 2v and 2v + 1, so a pair's table is one blend of
+    // two rows (even words from block 0's, odd from block 1's) plus one exponent add, like MXFP4's (word 2v + b:
+    // code v of block b). One 8 KB table, not an even and an odd one: ~4% faster at one row from DRAM.
     struct Consts {
-        alignas(64) uint16_t even[128][32], odd[128][32];
+        alignas(64) uint16_t both[128][32];
         __mmask16 nonzero_dwords;  // codes (dword v: words 2v, 2v + 1) that are not zero
         PairIndex index;
         Consts() {
@@ -425,10 +426,8 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
                     // Nonzero entries have the sign bit flipped and 129 << 7 added (see decode_fast).
                     const uint16_t q = rne_bf16(kInt4Table[v] * (1.0f + float(m) / 128.0f));
                     const uint16_t b = uint16_t(v == 8 ? q : (q ^ 0x8000) + kTermBias);
-                    even[m][2 * v] = b;
-                    even[m][2 * v + 1] = 0;
-                    odd[m][2 * v] = 0;
-                    odd[m][2 * v + 1] = b;
+                    both[m][2 * v] = b;
+                    both[m][2 * v + 1] = b;
                 }
             nonzero_dwords = __mmask16(~(1u << 8));  // code 8 is q = 0
         }
@@ -447,8 +446,8 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
         const int64_t nb = w.cols / kBlockCols, row_bytes = w.cols / 2;
         const __m512i dup = k.index.dup, c3c = k.index.c3c, cb = k.index.cb;
         const __mmask16 nzd = k.nonzero_dwords;
-        const uint8_t* even = reinterpret_cast<const uint8_t*>(k.even);
-        const uint8_t* odd = reinterpret_cast<const uint8_t*>(k.odd);
+        const uint8_t* both = reinterpret_cast<const uint8_t*>(k.both);
+        const __mmask32 odd_words = 0xAAAAAAAAu;
         const uint8_t* s = w.scales + (uint64_t(r) * uint64_t(nb) + uint64_t(t0)) * 2;
         const uint8_t* src = w.data + uint64_t(r) * uint64_t(row_bytes) + uint64_t(t0) * 16;
         for (int64_t m = 0; m < mrows; ++m, src += row_bytes, s += nb * 2) {
@@ -459,8 +458,9 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
                 uint32_t x;  // the pair's scales
                 std::memcpy(&x, s + 4 * p, 4);
                 const uint32_t adj = x & 0x7F807F80u;
-                __m512i tab = _mm512_or_si512(_mm512_load_si512(even + ((x & 0x7Fu) << 6)),
-                                              _mm512_load_si512(odd + (((x >> 16) & 0x7Fu) << 6)));
+                const __m512i row0 = _mm512_load_si512(both + ((x & 0x7Fu) << 6));  // block 0's mantissa
+                const __m512i row1 = _mm512_load_si512(both + (((x >> 16) & 0x7Fu) << 6));
+                __m512i tab = _mm512_mask_blend_epi16(odd_words, row0, row1);
                 tab = _mm512_add_epi16(tab, _mm512_maskz_set1_epi32(nzd, int(adj)));  // as MXFP4's
                 decode_pair(src + p * 32, tab, dup, c3c, cb, dst + 2 * p * kTileBytes);
             }
