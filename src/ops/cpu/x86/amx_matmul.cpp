@@ -640,7 +640,8 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
     }
     const int64_t chunk_bytes = kSetPanels * kc * D::kParts * kTileBytes;
     uint8_t* abuf = t_abuf.get(size_t(2 * chunk_bytes));
-    const bool resident = groups == 1;  // C tiles stay in registers for the whole set
+    // With one or two groups of inputs (n <= 10) the set's C tiles stay in registers (tmm4-7) for the whole set.
+    const bool resident = groups <= 2;
     const int64_t nsets = (r1 - r0 + kSetRows - 1) / kSetRows, set_floats = groups * kSetFloatsPerGroup;
     float* cbuf = reinterpret_cast<float*>(t_cbuf.get(size_t((resident ? 1 : nsets) * set_floats * 4)));
     int64_t range_tiles = kbs;
@@ -666,7 +667,7 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
             const int64_t np = (set_rows + kPanelRows - 1) / kPanelRows;
             float* cset = cbuf + (resident ? 0 : s * set_floats);
             if (set_rows % kPanelRows) std::memset(abuf, 0, size_t(2 * chunk_bytes));  // rows past the end stay 0
-            if (resident) load_c(np, true, cset);
+            if (resident) load_c(np, true, cset, groups == 2 ? cset + kSetFloatsPerGroup : nullptr);
             const bool fast = D::scales_fast(w, r, set_rows, k0, k1);
             // The next set's scales (contiguous rows) are prefetched a few lines per chunk, so the next scales_fast
             // pass does not stall on them (1-5% at one row from DRAM). Resident only: otherwise every set is
@@ -699,7 +700,11 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                     const int64_t last_tc = k1 - pt0 < kc ? k1 - pt0 : kc;
                     if (resident) {
                         const int64_t ps = last_tc * D::kParts;
-                        run_slices<D>(prev, kc, np, xp, bbytes, pt0, ps * p / kSetPanels, ps * (p + 1) / kSetPanels);
+                        const int64_t j0 = ps * p / kSetPanels, j1 = ps * (p + 1) / kSetPanels;
+                        if (groups == 1)
+                            run_slices<D>(prev, kc, np, xp, bbytes, pt0, j0, j1);
+                        else
+                            run_slices_2g<D>(prev, kc, np, xp, xp + kbs * bbytes, bbytes, pt0, j0, j1);
                     } else {
                         // Whole pairs of groups to each panel step, so only an odd last group goes alone.
                         const int64_t pairs = (groups + 1) / 2, g0 = 2 * (pairs * p / kSetPanels);
@@ -720,7 +725,7 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                     }
                 }
             }
-            if (resident) store_c(np, cset);
+            if (resident) store_c(np, cset, groups == 2 ? cset + kSetFloatsPerGroup : nullptr);
             if (k1 < kbs) continue;
             for (int64_t i = 0; i < n; ++i) {
                 const float* part[3];  // columns 3i, 3i + 1, 3i + 2, possibly in two groups
