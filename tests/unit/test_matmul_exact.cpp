@@ -149,16 +149,21 @@ TEST(MatmulExact, Int4ExtremeScalesGiveReferenceWeights) {
     }
 }
 
+// `count` draws of N(0, 1).
+std::vector<float> normal_values(size_t count, std::mt19937& rng) {
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> v(count);
+    for (auto& e : v) e = d(rng);
+    return v;
+}
+
 // Every row of a 37-row batch equals the same row computed alone, inside a 32-row batch at another position,
 // and with one or two threads; rows = 300 leaves a short 12-row panel at the end.
 TEST(MatmulExact, RowsBitIdenticalWhateverBatchAndThreads) {
     PathGuard guard;
     const int64_t rows = 300, cols = 1024, n = 37;
     std::mt19937 rng(5);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> src(size_t(rows * cols)), x(size_t(n * cols));
-    for (auto& v : src) v = d(rng);
-    for (auto& v : x) v = d(rng);
+    const std::vector<float> src = normal_values(size_t(rows * cols), rng), x = normal_values(size_t(n * cols), rng);
     ThreadPool one(1), two(2);
     for (WeightFormat f : kFormats) {
         const auto q = quantize(src.data(), rows, cols, f);
@@ -187,10 +192,7 @@ TEST(MatmulExact, RowsBitIdenticalAcrossColumnRanges) {
     PathGuard guard;
     const int64_t rows = 40, cols = 2048, n = 160;
     std::mt19937 rng(11);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> src(size_t(rows * cols)), x(size_t(n * cols));
-    for (auto& v : src) v = d(rng);
-    for (auto& v : x) v = d(rng);
+    const std::vector<float> src = normal_values(size_t(rows * cols), rng), x = normal_values(size_t(n * cols), rng);
     ThreadPool two(2);
     for (WeightFormat f : {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::INT4_G32}) {
         const auto q = quantize(src.data(), rows, cols, f);
