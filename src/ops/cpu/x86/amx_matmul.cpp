@@ -624,6 +624,11 @@ void store_c(int64_t np, float* cb, float* cb2 = nullptr) {
 // weights laid out chunk by chunk (one sequential stream: slower); scale terms made per set and broadcast from
 // memory (MXFP4 +5% in L2, nothing from DRAM; INT4 slower). And weights as the B operand with the activations as
 // a 3-row A: the product takes ~11 cycles instead of ~18, but each 16-row B tile load takes ~18.
+// At one row in L2 (~4 GHz): the decode alone ~50 ns per KB of MXFP4, tile loads alone ~23 (an A tile load is ~8
+// vector uops on ports 0/5, a 12-byte-row B tile load ~9.5), products alone ~19; together ~70-76. Also no better
+// there: MXFP4 tables precomputed per scale and blended per pair (7-8 port 0/5 uops a pair instead of 9: same or
+// slower in L2 and from DRAM, so those uops are not the bound); vpermi2b on two per-block tables (2 uops on port 5);
+// sets of 3 or 4 panels at 4-tile chunks (fewer B tile loads, 3-15% slower); two rows per decode loop iteration.
 template <class D, int64_t kc = D::kChunkTiles>
 void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
     static_assert(kc <= D::kChunkTiles && kc <= kChunkBlocks && kc % 2 == 0);
