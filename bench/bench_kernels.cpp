@@ -2,7 +2,7 @@
 // memory bandwidth from STREAM-like probes (read-only sums over one and over 16 streams per thread, and triad) in
 // the same run and with the same threads.
 // Weights cycle through copies totalling SLUICE_BENCH_POOL_MIB (default 1024) per format, all formats resident, so
-// they come from DRAM, as streamed experts do. Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH.
+// they come from DRAM, as streamed experts do, and in memory advised as huge pages, as the expert cache's is. Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH.
 // Medians of 5 repetitions, run in random interleaved order by default, so the probes and the kernels sample the
 // same periods of a machine whose memory speed drifts (in order, the probes ran minutes before the kernels and the
 // ratios swung by a third; --benchmark_enable_random_interleaving=false restores it). A summary table follows.
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
@@ -34,6 +35,11 @@ int64_t env_int(const char* name, int64_t fallback) {
 int bench_threads() { return int(env_int("SLUICE_BENCH_THREADS", 2)); }
 uint64_t pool_bytes() { return uint64_t(env_int("SLUICE_BENCH_POOL_MIB", 1024)) << 20; }
 
+// Probes and weights live in memory like the expert cache's (2 MiB-aligned, advised huge pages), so the kernels see
+// the TLB behaviour streamed experts get, and the probes the same.
+template <class T>
+using HugeVector = std::vector<T, HugePageAllocator<T>>;
+
 ThreadPool& pool() {
     static ThreadPool p(bench_threads());
     return p;
@@ -43,7 +49,7 @@ ThreadPool& pool() {
 
 void BM_MemoryRead(benchmark::State& state) {
     const uint64_t n = pool_bytes() / 8;
-    std::vector<uint64_t> buf(n);
+    HugeVector<uint64_t> buf(n);
     pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {  // first touch from the reading threads
         for (int64_t i = b; i < e; ++i) buf[size_t(i)] = uint64_t(i);
     });
@@ -67,7 +73,7 @@ void BM_MemoryRead(benchmark::State& state) {
 void BM_MemoryReadStreams(benchmark::State& state) {
     constexpr int64_t kStreams = 16, kRunWords = 32, kAheadWords = 256;  // 256-byte runs, prefetch 2 KiB ahead
     const uint64_t n = pool_bytes() / 8;
-    std::vector<uint64_t> buf(n);
+    HugeVector<uint64_t> buf(n);
     pool().parallel_for(int64_t(n), [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) buf[size_t(i)] = uint64_t(i);
     });
@@ -94,7 +100,7 @@ void BM_MemoryReadStreams(benchmark::State& state) {
 
 void BM_MemoryTriad(benchmark::State& state) {
     const uint64_t n = pool_bytes() / 3 / 4;
-    std::vector<float> a(n), b(n), c(n);
+    HugeVector<float> a(n), b(n), c(n);
     pool().parallel_for(int64_t(n), [&](int64_t s, int64_t e) {
         for (int64_t i = s; i < e; ++i) a[size_t(i)] = b[size_t(i)] = c[size_t(i)] = 1.0f;
     });
@@ -113,7 +119,7 @@ void BM_MemoryTriad(benchmark::State& state) {
 constexpr int64_t kRows = 2048, kCols = 7168;  // one DeepSeek-V3 expert gate/up projection [out, in]
 
 struct ExpertPool {
-    std::vector<uint8_t> data, scales;
+    HugeVector<uint8_t> data, scales;
     uint64_t data_stride = 0, scale_stride = 0;
     int count = 0;
     Weight proto;

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
 #include <cmath>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 
 using namespace sluice;
@@ -88,4 +91,18 @@ TEST(ThreadPool, PropagatesErrors) {
     int calls = 0;
     pool.parallel_for(1, [&](int64_t, int64_t) { ++calls; });
     EXPECT_EQ(calls, 1);
+}
+
+TEST(HugePages, AlignedRoundedAndWritable) {
+    EXPECT_EQ(alloc_huge_advised(0), nullptr);
+    uint8_t* p = alloc_huge_advised(3 * k_huge_page_bytes / 2);  // rounded up to two huge pages
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % k_huge_page_bytes, 0u);
+    p[0] = 1;
+    p[2 * k_huge_page_bytes - 1] = 2;  // the last byte of the rounded size is ours
+    EXPECT_EQ(p[0] + p[2 * k_huge_page_bytes - 1], 3);
+    std::free(p);
+    std::vector<float, HugePageAllocator<float>> v(1000, 1.5f);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % k_huge_page_bytes, 0u);
+    EXPECT_EQ(v[999], 1.5f);
 }
