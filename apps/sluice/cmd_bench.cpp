@@ -65,10 +65,10 @@ void register_bench(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("bench", "Cold decode with experts streamed under --memory, next to the drive's raw rate");
     add_model_args(sub, a->m);
-    sub->add_option("--tokens", a->tokens, "tokens to decode")->check(CLI::PositiveNumber)->capture_default_str();
+    sub->add_option("--tokens", a->tokens, "tokens to decode")->check(positive())->capture_default_str();
     sub->add_option("--prompt-tokens", a->prompt_tokens, "random prompt length (prefilled in --chunk rows)")
-        ->check(CLI::PositiveNumber)->capture_default_str();
-    sub->add_option("--chunk", a->chunk, "prefill rows per forward pass")->check(CLI::PositiveNumber)->capture_default_str();
+        ->check(positive())->capture_default_str();
+    sub->add_option("--chunk", a->chunk, "prefill rows per forward pass")->check(positive())->capture_default_str();
     sub->add_option("--raw-seconds", a->raw_seconds, "duration of the raw read probe")->capture_default_str();
     sub->add_option("-s,--seed", a->seed, "seed of the random prompt")->capture_default_str();
     sub->add_flag("--json", a->json, "last line of stdout: one JSON object");

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "models/model.h"
 #include "runtime/generate.h"
+#include "runtime/sampler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,17 +42,17 @@ void register_generate(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("generate", "Generate tokens from a prompt");
     add_model_args(sub, a->m);
-    auto* ids = sub->add_option("--ids", a->ids, "prompt as comma-separated token ids");
+    auto* ids = sub->add_option("--ids", a->ids, "prompt as token ids: 5,17,3 or [5, 17, 3] (as sluice tokenize prints)");
     auto* prompt = sub->add_option("-p,--prompt", a->prompt, "prompt text (needs a tokenizer in the model folder)");
     ids->excludes(prompt);
     sub->add_flag("--chat", a->chat, "wrap -p as one user message with the model's chat template");
-    sub->add_option("-n,--n-predict", a->n, "tokens to generate")->check(CLI::NonNegativeNumber);
-    sub->add_option("--temp", a->temp, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-    sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0 = off)");
+    sub->add_option("-n,--n-predict", a->n, "tokens to generate")->check(non_negative());
+    sub->add_option("--temp,--temperature", a->temp, "sampling temperature (0 = greedy)")->check(non_negative());
+    sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0 = off)")->check(non_negative());
     sub->add_option("--top-p", a->top_p, "nucleus sampling mass (1 = off)");
     sub->add_option("--min-p", a->min_p, "drop tokens below min-p x the top probability (0 = off)");
     sub->add_option("-s,--seed", a->seed, "random seed");
-    sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(CLI::PositiveNumber);
+    sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(positive());
     sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
     sub->add_flag("--json", a->json, "print one JSON object as the last line of stdout");
     sub->add_flag("--dry-run", a->dry_run, "print the memory plan and what a token must read, then exit");
@@ -61,7 +62,11 @@ void register_generate(CLI::App& app) {
             print_plan(*model, 0, stdout);
             return;
         }
+        check_model_folder(a->m.model);  // before the tokenizer check, which would blame a missing tokenizer
         SLUICE_CHECK(!a->ids.empty() || !a->prompt.empty(), "generate: give a prompt with --ids or -p");
+        const SamplingParams sampling{
+            .temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed};
+        Sampler{sampling};  // checks the values now, not after loading the model
         std::unique_ptr<Tokenizer> tok;
         if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);
         std::vector<int32_t> prompt_ids;
@@ -84,7 +89,7 @@ void register_generate(CLI::App& app) {
         opt.max_new_tokens = a->n;
         opt.prefill_chunk = a->chunk;
         opt.stop_at_eos = !a->ignore_eos;
-        opt.sampling = {.temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed};
+        opt.sampling = sampling;
         std::unique_ptr<StreamDecoder> dec;
         if (tok) dec = std::make_unique<StreamDecoder>(*tok, true);
         std::string text;

@@ -21,7 +21,7 @@ void register_logits(CLI::App& app) {
     add_model_args(sub, a->m);
     sub->add_option("--ids", a->ids, "comma-separated token ids, e.g. 5,17,3")->required();
     sub->add_option("-o,--output", a->out, "output .npy path (float32 [n_ids, vocab])")->required();
-    sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(CLI::PositiveNumber);
+    sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(positive());
     sub->callback([a] {
         const auto ids = parse_ids(a->ids);
         auto model = load_model(a->m.model, a->m.to_options());

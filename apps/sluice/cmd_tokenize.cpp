@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "common.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -62,7 +63,7 @@ void register_tokenize(CLI::App& app) {
     tok_cmd->add_option("-m,--model", opt->dir, "Model folder with tokenizer.json or tiktoken.model")->required();
     tok_cmd->add_flag("--special", opt->special, "Add the BOS/EOS the tokenizer config asks for");
     tok_cmd->add_option("--bench", opt->bench, "Measure encoding speed over this file instead (NUL separates documents)");
-    tok_cmd->add_option("--repeats", opt->repeats, "Timed passes for --bench")->check(CLI::PositiveNumber);
+    tok_cmd->add_option("--repeats", opt->repeats, "Timed passes for --bench")->check(positive());
     tok_cmd->callback([opt] {
         const auto tok = tok::load_tokenizer(opt->dir);
         if (!opt->bench.empty()) return run_bench(*tok, opt->bench, opt->repeats);

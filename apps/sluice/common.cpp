@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,7 +11,14 @@
 
 namespace sluice::cli {
 
-std::vector<int32_t> parse_ids(const std::string& text) {
+std::vector<int32_t> parse_ids(const std::string& text_in) {
+    std::string text = text_in;
+    const size_t first = text.find_first_not_of(" \t\r\n"), last = text.find_last_not_of(" \t\r\n");
+    text = first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+    if (!text.empty() && text.front() == '[') {  // a JSON array, as `sluice tokenize` prints
+        SLUICE_CHECK(text.back() == ']', "--ids: '[' without a closing ']'");
+        text = text.substr(1, text.size() - 2);
+    }
     std::vector<int32_t> ids;
     size_t i = 0;
     int item = 0;
@@ -18,8 +26,8 @@ std::vector<int32_t> parse_ids(const std::string& text) {
         size_t j = text.find(',', i);
         if (j == std::string::npos) j = text.size();
         std::string tok = text.substr(i, j - i);
-        while (!tok.empty() && tok.front() == ' ') tok.erase(tok.begin());
-        while (!tok.empty() && tok.back() == ' ') tok.pop_back();
+        while (!tok.empty() && std::isspace(static_cast<unsigned char>(tok.front()))) tok.erase(tok.begin());
+        while (!tok.empty() && std::isspace(static_cast<unsigned char>(tok.back()))) tok.pop_back();
         SLUICE_CHECK(!tok.empty(), "--ids: item ", item, " is empty (expected comma-separated integers like 5,17,3)");
         size_t used = 0;
         long long v = 0;
@@ -37,17 +45,40 @@ std::vector<int32_t> parse_ids(const std::string& text) {
     return ids;
 }
 
+namespace {
+CLI::Validator number_check(const char* name, bool strict) {
+    return CLI::Validator(
+        [strict](std::string& v) -> std::string {
+            double d = 0;
+            size_t used = 0;
+            try {
+                d = std::stod(v, &used);
+            } catch (...) {
+                used = 0;
+            }
+            if (used != v.size() || v.empty()) return "'" + v + "' is not a number";
+            if (std::isnan(d) || (strict ? !(d > 0) : !(d >= 0)))
+                return std::string(strict ? "must be > 0" : "must be >= 0") + ", got " + v;
+            return {};
+        },
+        name);
+}
+}  // namespace
+
+CLI::Validator non_negative() { return number_check(">= 0", false); }
+CLI::Validator positive() { return number_check("> 0", true); }
+
 void add_model_args(CLI::App* sub, ModelArgs& a) {
     sub->add_option("-m,--model", a.model, "model folder (Hugging Face layout)")->required();
-    sub->add_option("-t,--threads", a.threads, "worker threads (0 = all cores)");
+    sub->add_option("-t,--threads", a.threads, "worker threads (0 = all cores)")->check(non_negative());
     sub->add_option("--memory", a.memory,
                     "memory budget for everything (e.g. 48G; default 80% of available memory; 0: no budget, weights "
                     "served from the memory map); what does not fit streams from SSD");
     sub->add_flag("--stream", a.stream, "stream routed experts from SSD even without a budget");
     sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu")->capture_default_str();
     sub->add_option("--io", a.io_backend, "read backend: auto, uring, pread, buffered")->capture_default_str();
-    sub->add_option("--qd", a.queue_depth, "reads in flight")->capture_default_str();
-    sub->add_option("--ctx", a.ctx, "context tokens reserved in the memory plan")->capture_default_str();
+    sub->add_option("--qd", a.queue_depth, "reads in flight")->check(positive())->capture_default_str();
+    sub->add_option("--ctx", a.ctx, "context tokens reserved in the memory plan")->check(positive())->capture_default_str();
     sub->add_flag("--stats", a.stats, "print I/O and cache statistics to stderr");
     sub->add_flag("--no-prefetch", a.no_prefetch, "do not read the next layer's likely experts ahead");
     sub->add_option("--experts-dir", a.experts_dir,

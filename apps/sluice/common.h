@@ -40,7 +40,12 @@ void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out)
 // One line on experts pinned from --usage-stats (nothing when no file was given).
 void print_pin_stats(const StreamingExpertSource& s, FILE* out);
 
-// "5,17,3" -> {5, 17, 3}; errors name the offending item.
+// "5,17,3" or "[5, 17, 3]" (the JSON array `sluice tokenize` prints) -> {5, 17, 3}; errors name the offending item.
 std::vector<int32_t> parse_ids(const std::string& text);
+
+// Number checks for options, with plain messages ("must be >= 0, got -3"; CLI11's own print its range's limits as
+// 300-digit numbers). NaN fails both.
+CLI::Validator non_negative();
+CLI::Validator positive();
 
 }  // namespace sluice::cli

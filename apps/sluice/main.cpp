@@ -22,7 +22,10 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+        // A bad command line: one line, like every other error, and status 2 as usage errors have elsewhere.
+        std::fprintf(stderr, "sluice: error: %s (--help lists the options)\n", e.what());
+        return 2;
     } catch (const sluice::Error& e) {
         std::fprintf(stderr, "sluice: error: %s\n", e.what());
         return 1;

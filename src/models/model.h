@@ -80,6 +80,8 @@ public:
 };
 
 // Reads DIR/config.json, picks the architecture, binds the weights. Throws Error naming the file and field.
+// Throws Error unless dir is an existing folder ("no such folder", "not a directory"); load_model starts with it.
+void check_model_folder(const std::string& dir);
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options = {});
 
 }  // namespace sluice

@@ -52,9 +52,16 @@ void check_quantization(const JsonObject& cfg) {
     }
 }
 
+void check_model_folder(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) fail(dir, ": no such folder");
+    if (!fs::is_directory(dir, ec)) fail(dir, ": not a directory (expected a Hugging Face model folder)");
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
     namespace fs = std::filesystem;
-    if (!fs::is_directory(dir)) fail(dir, ": not a directory (expected a Hugging Face model folder)");
+    check_model_folder(dir);
     const std::string path = (fs::path(dir) / "config.json").string();
     if (!fs::exists(path)) fail(path, ": not found (a model folder needs config.json)");
     JsonObject cfg = JsonObject::load_file(path);

@@ -16,8 +16,9 @@ using namespace sluice;
 namespace {
 const std::string kFixture = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/dsv3_qlora_group_yarn";
 
-std::string run(const std::string& args, int* status = nullptr) {
-    std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>/dev/null";
+// stdout only, or with with_stderr stdout and stderr together.
+std::string run(const std::string& args, int* status = nullptr, bool with_stderr = false) {
+    std::string cmd = std::string(SLUICE_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
     FILE* p = popen(cmd.c_str(), "r");
     std::string out;
     std::array<char, 4096> buf;
@@ -34,7 +35,10 @@ nlohmann::json ref() {
 
 std::string join(const std::vector<int>& ids) {
     std::string s;
-    for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (i) s += ',';
+        s += std::to_string(ids[i]);
+    }
     return s;
 }
 }  // namespace
@@ -81,6 +85,44 @@ TEST(Cli, SeededSamplingIsReproducible) {
     EXPECT_EQ(ids(run(args)), ids(run(args)));
     EXPECT_NE(ids(run(args)),
               ids(run("generate -m " + kFixture + " --ids 1,2,3 -n 8 --temp 0.9 --top-k 20 --seed 8 --ignore-eos --json")));
+}
+
+// `sluice tokenize` prints ids as a JSON array; --ids takes that form as well as 5,17,3.
+TEST(Cli, IdsTakeTheJsonArrayTokenizePrints) {
+    const std::string tail = " -n 4 --ignore-eos --json";
+    auto ids = [](const std::string& out) { return nlohmann::json::parse(out)["ids"].get<std::vector<int>>(); };
+    const auto plain = ids(run("generate -m " + kFixture + " --ids 1,2,3" + tail));
+    EXPECT_EQ(ids(run("generate -m " + kFixture + " --ids '[1, 2, 3]'" + tail)), plain);
+    EXPECT_EQ(ids(run("generate -m " + kFixture + " --ids ' [1,2,3]\n'" + tail)), plain);
+}
+
+// Bad options fail before any model loads, in one line naming the option and the value, with a non-zero status
+// (2 for a bad command line, 1 for a value the engine rejects).
+TEST(Cli, BadOptionsGetOnePlainError) {
+    const std::string gen = "generate -m " + kFixture + " --ids 1,2 ";
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {gen + "-n -3", "--n-predict: must be >= 0, got -3"},
+        {gen + "-n abc", "--n-predict: 'abc' is not a number"},
+        {gen + "--temp nan", "--temp: must be >= 0, got nan"},
+        {gen + "--top-k -1", "--top-k: must be >= 0, got -1"},
+        {gen + "--top-p 1.5", "top-p must be in (0, 1], got 1.5"},
+        {gen + "--min-p 2", "min-p must be in [0, 1], got 2"},
+        {gen + "--ctx 0", "--ctx: must be > 0, got 0"},
+        {gen + "-t -5", "--threads: must be >= 0, got -5"},
+        {gen + "--bogus-flag 3", "--bogus-flag"},
+        {"generate --ids 1", "--model is required"},
+        {"generate -m " + kFixture + " --ids '[1,2' -n 1", "--ids: '[' without a closing ']'"},
+        {"generate -m " + kFixture + " --ids 1,x -n 1", "--ids: item 1 ('x') is not an integer"},
+    };
+    for (const auto& [args, want] : cases) {
+        int status = 0;
+        const std::string out = run(args, &status, true);
+        EXPECT_NE(status, 0) << args;
+        EXPECT_NE(out.find("sluice: error: "), std::string::npos) << args << "\n" << out;
+        EXPECT_EQ(out.find('\n'), out.size() - 1) << "one line: " << args << "\n" << out;
+        EXPECT_NE(out.find(want), std::string::npos) << args << "\n" << out;
+        EXPECT_EQ(out.find("17976931"), std::string::npos) << args << "\n" << out;  // no 300-digit range limits
+    }
 }
 
 TEST(Cli, InspectJson) {

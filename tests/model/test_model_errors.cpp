@@ -68,8 +68,10 @@ std::string load_error(const std::string& dir) {
 }  // namespace
 
 TEST(ModelErrors, MissingFolderOrConfig) {
-    EXPECT_CONTAINS(load_error("/nonexistent/model"), "not a directory");
+    EXPECT_CONTAINS(load_error("/nonexistent/model"), "/nonexistent/model: no such folder");
     auto dir = temp_dir("noconfig");
+    write_file(dir + "/file", "x");
+    EXPECT_CONTAINS(load_error(dir + "/file"), "file: not a directory");
     EXPECT_CONTAINS(load_error(dir), "config.json: not found");
     write_file(dir + "/config.json", "{\"architectures\": [");
     EXPECT_CONTAINS(load_error(dir), "config.json: not valid JSON");
@@ -219,7 +221,9 @@ TEST(ModelErrors, CliExitsWithOneClearLine) {
     } cases[] = {
         {"logits -m " + kFixture + " --ids 1,x,3 -o " + out, "--ids: item 1 ('x') is not an integer"},
         {"logits -m " + kFixture + " --ids 1,999 -o " + out, "token id 999 at batch row 1 is outside the vocabulary"},
-        {"generate -m /nonexistent --ids 1 -n 2", "/nonexistent: not a directory"},
+        {"generate -m /nonexistent --ids 1 -n 2", "/nonexistent: no such folder"},
+        {"generate -m /nonexistent -p hi -n 2", "/nonexistent: no such folder"},
+        {"inspect -m " + kFixture + "/config.json", "config.json: not a directory (expected a Hugging Face model folder)"},
         {"generate -m " + kFixture + " --ids 1 -n 2 --top-p 3", "top-p must be in (0, 1]"},
         {"inspect -m " + std::string(SLUICE_TEST_DATA_DIR), "config.json: not found"},
     };

@@ -60,7 +60,9 @@ TEST_P(StreamingTest, BitIdenticalToResident) {
         EXPECT_GT(st.experts_read, 0u);
         // reads on demand never exceed uses; read-aheads (prefetch hints) come on top
         EXPECT_LE(st.experts_read - st.prefetch_issued, st.experts_requested);
-        if (v.cache_experts == 0) EXPECT_EQ(st.experts_read, st.experts_requested);  // no slot to read ahead into
+        if (v.cache_experts == 0) {
+            EXPECT_EQ(st.experts_read, st.experts_requested);  // no slot to read ahead into
+        }
         // a second pass over the same prompt with a cache that holds every expert reads nothing new
         if (v.cache_experts == 1000) {
             const uint64_t before = st.experts_read;
