@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "common.h"
 #include "core/error.h"
 #include "io/read_probe.h"
 
@@ -75,7 +76,7 @@ void register_bench_io(CLI::App& app) {
         ->delimiter(',');
     sub->add_option("--qd", args->queue_depths, "queue depths (reads in flight; threads for mmap)")->delimiter(',');
     sub->add_option("--method", args->methods, "uring, pread, buffered, mmap")->delimiter(',');
-    sub->add_option("--seconds", args->seconds, "duration of each run");
+    sub->add_option("--seconds", args->seconds, "duration of each run")->check(positive());
     sub->add_option("--total-bytes", args->total_bytes, "bytes per run instead of a duration");
     sub->add_option("--runs", args->runs, "runs per cell; the median is reported");
     sub->add_option("--chunk-bytes", args->chunk_bytes, "reader chunk size");

@@ -77,11 +77,11 @@ void register_demo(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("demo", "Make the built-in default model (first use) and generate from it, streaming experts");
     sub->add_option("-p,--prompt", a->prompt, "prompt text")->capture_default_str();
-    sub->add_option("-n,--n-predict", a->n, "tokens to generate")->capture_default_str();
+    sub->add_option("-n,--n-predict", a->n, "tokens to generate")->check(non_negative())->capture_default_str();
     sub->add_option("--memory", a->memory, "memory budget (the model is larger: experts stream)")->capture_default_str();
-    sub->add_option("--temp", a->temp, "sampling temperature")->capture_default_str();
+    sub->add_option("--temp,--temperature", a->temp, "sampling temperature")->check(non_negative())->capture_default_str();
     sub->add_option("-s,--seed", a->seed, "random seed")->capture_default_str();
-    sub->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)");
+    sub->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)")->check(non_negative());
     sub->callback([a] {
         const std::string dir = ensure_default_model();
         auto tok = tok::load_tokenizer(dir);

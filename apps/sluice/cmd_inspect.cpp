@@ -45,7 +45,8 @@ void register_inspect(CLI::App& app) {
     auto* sub = app.add_subcommand("inspect", "Describe a model folder: architecture, parameters, experts, bytes");
     add_model_args(sub, a->m);
     sub->add_flag("--json", a->json, "print JSON");
-    sub->add_option("--drive-gbps", a->drive_gbps, "drive read bandwidth for the tokens/s estimate (with --memory)");
+    sub->add_option("--drive-gbps", a->drive_gbps, "drive read bandwidth for the tokens/s estimate (with --memory)")
+        ->check(non_negative());
     sub->callback([a] {
         LoadOptions lo = a->m.to_options();
         lo.n_threads = 1;

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "common.h"
 #include "core/error.h"
 #include "experts/packed_store.h"
 #include "models/expert_pack.h"
@@ -85,8 +86,8 @@ void register_pack(CLI::App& app) {
     sub->add_option("--dirs", args->dirs, "data folders, comma-separated (one per drive)");
     sub->add_option("--verify", args->verify, "re-read the store in this folder and check every checksum");
     sub->add_option("--io", args->io_backend, "read backend: auto, uring, pread, buffered")->capture_default_str();
-    sub->add_option("--qd", args->queue_depth, "reads in flight")->capture_default_str();
-    sub->add_option("-t,--threads", args->threads, "copy/checksum threads (0 = all cores)");
+    sub->add_option("--qd", args->queue_depth, "reads in flight")->check(positive())->capture_default_str();
+    sub->add_option("-t,--threads", args->threads, "copy/checksum threads (0 = all cores)")->check(non_negative());
     sub->add_flag("--no-sync", args->no_sync, "skip fdatasync before renaming data files");
     sub->callback([args] { run_pack(*args); });
 }

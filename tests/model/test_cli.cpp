@@ -111,6 +111,11 @@ TEST(Cli, BadOptionsGetOnePlainError) {
         {gen + "-t -5", "--threads: must be >= 0, got -5"},
         {gen + "--bogus-flag 3", "--bogus-flag"},
         {"generate --ids 1", "--model is required"},
+        {"demo -n -1", "--n-predict: must be >= 0, got -1"},
+        {"inspect -m " + kFixture + " --drive-gbps -1", "--drive-gbps: must be >= 0, got -1"},
+        {"bench -m " + kFixture + " --raw-seconds -1", "--raw-seconds: must be > 0, got -1"},
+        {"bench-io --file " + kFixture + "/config.json --seconds 0", "--seconds: must be > 0, got 0"},
+        {"pack " + kFixture + " unused-dir --qd 0", "--qd: must be > 0, got 0"},
         {"generate -m " + kFixture + " --ids '[1,2' -n 1", "--ids: '[' without a closing ']'"},
         {"generate -m " + kFixture + " --ids 1,x -n 1", "--ids: item 1 ('x') is not an integer"},
     };
