@@ -9,7 +9,9 @@
 // the thread split or the tile a row lands in. Needs amx-tile/amx-bf16 +
 // avx512-bf16 and Linux's XTILEDATA permission.
 // GCC 12 warns about the _mm512_undefined_* inside its own intrinsic headers (a known false positive).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdlib>

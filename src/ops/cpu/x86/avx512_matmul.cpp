@@ -3,7 +3,9 @@
 // Values are bit-identical to the reference dequantiser (exact conversions, one rounding for the scale product);
 // Q4_K/Q6_K reuse the reference block decoders. Compiled with AVX-512 flags; called only when cpuid allows.
 // GCC 12 warns about the _mm512_undefined_* inside its own intrinsic headers (a known false positive).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>

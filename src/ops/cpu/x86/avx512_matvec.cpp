@@ -3,7 +3,9 @@
 // is exactly that of the blocked path (same values, same column order, same 512-column chunk sums), so results
 // do not depend on n. MXFP4/INT4 scale a 16-entry value table once per block and look codes up with vpermps.
 // GCC 12 warns about the _mm512_undefined_* inside its own intrinsic headers (a known false positive).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>
