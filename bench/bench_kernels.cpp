@@ -216,10 +216,21 @@ private:
             double g[4];
             const int ns[4] = {1, 8, 32, 128};
             for (int k = 0; k < 4; ++k) g[k] = find(gbps_, "BM_Matmul/" + std::string(f) + "/" + std::to_string(ns[k]));
+            if (g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0) continue;  // filtered out of this run
             const double r1 = find(rows_, std::string("BM_Matmul/") + f + "/1"),
                          r32 = find(rows_, std::string("BM_Matmul/") + f + "/32");
-            std::printf("%-8s %10.1f %10.1f %10.1f %10.1f   %7.0f%%  %.1fx\n", f, g[0], g[1], g[2], g[3],
-                        read > 0 ? 100 * g[0] / read : 0.0, r1 > 0 ? r32 / r1 : 0.0);
+            auto cell = [](double v, const char* fmt) {  // "-" where this run did not measure it
+                char buf[32];
+                if (v > 0)
+                    std::snprintf(buf, sizeof buf, fmt, v);
+                else
+                    std::snprintf(buf, sizeof buf, "-");
+                return std::string(buf);
+            };
+            std::printf("%-8s %10s %10s %10s %10s   %8s  %s\n", f, cell(g[0], "%.1f").c_str(), cell(g[1], "%.1f").c_str(),
+                        cell(g[2], "%.1f").c_str(), cell(g[3], "%.1f").c_str(),
+                        cell(read > 0 && g[0] > 0 ? 100 * g[0] / read : 0, "%.0f%%").c_str(),
+                        cell(r1 > 0 && r32 > 0 ? r32 / r1 : 0, "%.1fx").c_str());
         }
         std::printf("(GB/s counts weight payload + scale bytes read once per call)\n");
     }
