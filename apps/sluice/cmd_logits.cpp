@@ -19,7 +19,7 @@ void register_logits(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("logits", "Write next-token logits for every prefix of --ids as a .npy file");
     add_model_args(sub, a->m);
-    sub->add_option("--ids", a->ids, "comma-separated token ids, e.g. 5,17,3")->required();
+    sub->add_option("--ids", a->ids, "token ids: 5,17,3 or [5, 17, 3] (as sluice tokenize prints)")->required();
     sub->add_option("-o,--output", a->out, "output .npy path (float32 [n_ids, vocab])")->required();
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(positive());
     sub->callback([a] {
