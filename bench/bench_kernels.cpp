@@ -2,7 +2,8 @@
 // memory bandwidth from STREAM-like probes (read-only sums over one and over 16 streams per thread, and triad) in
 // the same run and with the same threads.
 // Weights cycle through copies totalling SLUICE_BENCH_POOL_MIB (default 1024) per format, all formats resident, so
-// they come from DRAM, as streamed experts do, and in memory advised as huge pages, as the expert cache's is. Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH.
+// they come from DRAM, as streamed experts do, and in memory advised as huge pages, as the expert cache's is.
+// Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH.
 // Medians of 5 repetitions, run in random interleaved order by default, so the probes and the kernels sample the
 // same periods of a machine whose memory speed drifts (in order, the probes ran minutes before the kernels and the
 // ratios swung by a third; --benchmark_enable_random_interleaving=false restores it). A summary table follows.
@@ -35,8 +36,7 @@ int64_t env_int(const char* name, int64_t fallback) {
 int bench_threads() { return int(env_int("SLUICE_BENCH_THREADS", 2)); }
 uint64_t pool_bytes() { return uint64_t(env_int("SLUICE_BENCH_POOL_MIB", 1024)) << 20; }
 
-// Probes and weights live in memory like the expert cache's (2 MiB-aligned, advised huge pages), so the kernels see
-// the TLB behaviour streamed experts get, and the probes the same.
+// Probes and weights in huge-page memory, like the expert cache's (see the top of the file).
 template <class T>
 using HugeVector = std::vector<T, HugePageAllocator<T>>;
 
@@ -227,8 +227,8 @@ private:
                     std::snprintf(buf, sizeof buf, "-");
                 return std::string(buf);
             };
-            std::printf("%-8s %10s %10s %10s %10s   %8s  %s\n", f, cell(g[0], "%.1f").c_str(), cell(g[1], "%.1f").c_str(),
-                        cell(g[2], "%.1f").c_str(), cell(g[3], "%.1f").c_str(),
+            std::printf("%-8s %10s %10s %10s %10s   %8s  %s\n", f, cell(g[0], "%.1f").c_str(),
+                        cell(g[1], "%.1f").c_str(), cell(g[2], "%.1f").c_str(), cell(g[3], "%.1f").c_str(),
                         cell(read > 0 && g[0] > 0 ? 100 * g[0] / read : 0, "%.0f%%").c_str(),
                         cell(r1 > 0 && r32 > 0 ? r32 / r1 : 0, "%.1fx").c_str());
         }

@@ -69,7 +69,9 @@ void register_bench(CLI::App& app) {
     sub->add_option("--prompt-tokens", a->prompt_tokens, "random prompt length (prefilled in --chunk rows)")
         ->check(positive())->capture_default_str();
     sub->add_option("--chunk", a->chunk, "prefill rows per forward pass")->check(positive())->capture_default_str();
-    sub->add_option("--raw-seconds", a->raw_seconds, "duration of the raw read probe")->check(positive())->capture_default_str();
+    sub->add_option("--raw-seconds", a->raw_seconds, "duration of the raw read probe")
+        ->check(positive())
+        ->capture_default_str();
     sub->add_option("-s,--seed", a->seed, "seed of the random prompt")->capture_default_str();
     sub->add_flag("--json", a->json, "last line of stdout: one JSON object");
     sub->add_flag("--greedy", a->greedy,

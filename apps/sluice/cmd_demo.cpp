@@ -79,7 +79,9 @@ void register_demo(CLI::App& app) {
     sub->add_option("-p,--prompt", a->prompt, "prompt text")->capture_default_str();
     sub->add_option("-n,--n-predict", a->n, "tokens to generate")->check(non_negative())->capture_default_str();
     sub->add_option("--memory", a->memory, "memory budget (the model is larger: experts stream)")->capture_default_str();
-    sub->add_option("--temp,--temperature", a->temp, "sampling temperature")->check(non_negative())->capture_default_str();
+    sub->add_option("--temp,--temperature", a->temp, "sampling temperature")
+        ->check(non_negative())
+        ->capture_default_str();
     sub->add_option("-s,--seed", a->seed, "random seed")->capture_default_str();
     sub->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)")->check(non_negative());
     sub->callback([a] {

@@ -78,7 +78,9 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
     sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu")->capture_default_str();
     sub->add_option("--io", a.io_backend, "read backend: auto, uring, pread, buffered")->capture_default_str();
     sub->add_option("--qd", a.queue_depth, "reads in flight")->check(positive())->capture_default_str();
-    sub->add_option("--ctx", a.ctx, "context tokens reserved in the memory plan")->check(positive())->capture_default_str();
+    sub->add_option("--ctx", a.ctx, "context tokens reserved in the memory plan")
+        ->check(positive())
+        ->capture_default_str();
     sub->add_flag("--stats", a.stats, "print I/O and cache statistics to stderr");
     sub->add_flag("--no-prefetch", a.no_prefetch, "do not read the next layer's likely experts ahead");
     sub->add_option("--experts-dir", a.experts_dir,
