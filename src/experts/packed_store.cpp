@@ -144,7 +144,9 @@ PackedManifest parse_manifest(const std::string& text, const std::string& what) 
         fail(what, ": not valid JSON: ", e.what());
     }
     PackedManifest m;
-    SLUICE_CHECK(j.is_object() && j.value("format", "") == "sluice-packed-experts", what,
+    SLUICE_CHECK(j.is_object() && j.contains("format") && j["format"].is_string() &&
+                     j["format"].get<std::string>() == "sluice-packed-experts",
+                 what,
                  ": field format must be \"sluice-packed-experts\" (not a packed expert manifest)");
     m.version = int(get_u64(j, "version", "", what));
     SLUICE_CHECK(m.version == k_packed_format_version, what, ": field version is ", m.version, ", this build reads ",
@@ -209,8 +211,10 @@ PackedManifest parse_manifest(const std::string& text, const std::string& what) 
                      " files");
         SLUICE_CHECK(e.offset % k_align == 0, what, ": ", id, ".offset ", e.offset, " is not 4 KiB-aligned");
         SLUICE_CHECK(e.length > 0, what, ": ", id, ".length is 0");
-        SLUICE_CHECK(e.offset + io::align_up(e.length, k_align) <= m.files[e.file].bytes, what, ": ", id,
-                     " ends past its file (", m.files[e.file].bytes, " bytes)");
+        // Compared without overflow (any number may be huge): the padded extent must fit the file.
+        const uint64_t whole_pages = m.files[e.file].bytes / k_align * k_align;
+        SLUICE_CHECK(e.length <= whole_pages && e.offset <= whole_pages - io::align_up(e.length, k_align), what, ": ",
+                     id, " ends past its file (", m.files[e.file].bytes, " bytes)");
         const json& parts = get_array(ej, "parts", p, what);
         SLUICE_CHECK(!parts.empty() && parts.size() <= 6, what, ": ", id, ".parts must hold 1 to 6 entries");
         uint64_t end = 0;
@@ -219,7 +223,8 @@ PackedManifest parse_manifest(const std::string& text, const std::string& what) 
             SLUICE_CHECK(pj.is_array() && pj.size() == 2 && pj[0].is_number_unsigned() && pj[1].is_number_unsigned(),
                          what, ": ", id, ".parts[", k, "] must be [offset, length]");
             const uint64_t off = pj[0].get<uint64_t>(), len = pj[1].get<uint64_t>();
-            SLUICE_CHECK(off % k_align == 0 && off >= end && len > 0 && off + len <= e.length, what, ": ", id,
+            SLUICE_CHECK(off % k_align == 0 && off >= end && len > 0 && len <= e.length && off <= e.length - len, what,
+                         ": ", id,
                          ".parts[", k, "] = [", off, ", ", len, "] is unaligned, overlapping or outside the expert");
             end = off + len;
             e.parts.push_back({off, len});

@@ -43,6 +43,19 @@ const json& field(const json& j, const char* key, const std::string& where) {
     return *it;
 }
 
+// Ids index dense tables, so one stray large id costs memory in proportion (an id near 2^24 took ~1 GB; found by
+// fuzz_tokenizer_files). 2^21 is far above real vocabularies (a few hundred thousand ids).
+constexpr int64_t kMaxIds = int64_t(1) << 21;
+
+// A token id field: an integer in [0, kMaxIds) (a float or a huge number was undefined behaviour to convert).
+int32_t token_id(const json& j, const std::string& what) {
+    SLUICE_CHECK(j.is_number_integer(), "tokenizer.json: ", what, " is not an integer");
+    const bool in_range = j.is_number_unsigned() ? j.get<uint64_t>() < uint64_t(kMaxIds)
+                                                 : j.get<int64_t>() >= 0 && j.get<int64_t>() < kMaxIds;
+    SLUICE_CHECK(in_range, "tokenizer.json: ", what, " = ", j.dump(), " is out of range [0, ", kMaxIds, ")");
+    return int32_t(j.get<int64_t>());
+}
+
 std::string type_of(const json& j, const std::string& where) {
     const json& t = field(j, "type", where);
     SLUICE_CHECK(t.is_string(), "tokenizer.json: ", where, ".type is not a string");
@@ -167,7 +180,8 @@ void HfTokenizer::load_pre_tokenizer(const json& j, const std::string& where) {
 }
 
 void HfTokenizer::set_token(int32_t id, const std::string& token, bool special) {
-    SLUICE_CHECK(id >= 0 && id < (1 << 24), "tokenizer.json: token id ", id, " of \"", token, "\" is out of range");
+    SLUICE_CHECK(id >= 0 && id < kMaxIds, "tokenizer.json: token id ", id, " of \"", token, "\" is out of range [0, ",
+                 kMaxIds, ")");
     if (static_cast<size_t>(id) >= id_token_.size()) {
         id_token_.resize(id + 1);
         id_bytes_.resize(id + 1);
@@ -195,8 +209,7 @@ void HfTokenizer::load_model(const json& model) {
     const json& vocab = field(model, "vocab", "model");
     SLUICE_CHECK(vocab.is_object(), "tokenizer.json: model.vocab is not an object");
     for (const auto& [token, idj] : vocab.items()) {
-        SLUICE_CHECK(idj.is_number_integer(), "tokenizer.json: model.vocab[\"", token, "\"] is not an integer");
-        const auto id = idj.get<int32_t>();
+        const int32_t id = token_id(idj, "model.vocab[\"" + token + "\"]");
         set_token(id, token, false);
         if (auto bytes = byte_level_to_bytes(token)) bpe_.add_token(*bytes, id);
     }
@@ -232,7 +245,7 @@ void HfTokenizer::load_added(const json& added) {
     for (const json& a : added) {
         AddedToken t;
         t.content = field(a, "content", "added_tokens[]").get<std::string>();
-        t.id = field(a, "id", "added_tokens[]").get<int32_t>();
+        t.id = token_id(field(a, "id", "added_tokens[]"), "added_tokens[\"" + t.content + "\"].id");
         t.special = a.value("special", false);
         t.normalized = a.value("normalized", !t.special);
         t.lstrip = a.value("lstrip", false);
@@ -268,7 +281,8 @@ void HfTokenizer::load_post_processor(const json& j, const std::string& where) {
         SLUICE_CHECK(item.contains("SpecialToken"), "tokenizer.json: ", where, ".single has an unknown item");
         const std::string name = item["SpecialToken"]["id"].get<std::string>();
         SLUICE_CHECK(specials.contains(name), "tokenizer.json: ", where, " special token ", name, " is undefined");
-        for (const json& id : specials[name]["ids"]) (seen_sequence ? suffix_ids_ : prefix_ids_).push_back(id.get<int32_t>());
+        auto& ids = seen_sequence ? suffix_ids_ : prefix_ids_;
+        for (const json& id : specials[name]["ids"]) ids.push_back(token_id(id, where + " special " + name + " id"));
     }
 }
 

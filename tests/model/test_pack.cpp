@@ -213,6 +213,31 @@ TEST(Pack, TruncatedMissingAndForeignStoresAreClearErrors) {
     fs::remove_all(tmp);
 }
 
+// Manifest fields of the wrong type or with numbers that would overflow the bounds checks (found by
+// fuzz_packed_manifest: a non-string "format" threw past every handler, and offset + length could wrap).
+TEST(Pack, ManifestWrongTypesAndOverflowsAreClearErrors) {
+    const std::string tmp = test::temp_dir("pack_manifest");
+    pack(kK2, tmp + "/s");
+    std::ifstream f(tmp + "/s/manifest.json");
+    const auto good = nlohmann::json::parse(f);
+    const auto error_for = [&](const std::function<void(nlohmann::json&)>& edit) {
+        auto j = good;
+        edit(j);
+        return error_of([&] { parse_manifest(j.dump(), "m.json"); });
+    };
+    EXPECT_EQ(error_for([](nlohmann::json&) {}), "");
+    std::string msg = error_for([](nlohmann::json& j) { j["format"] = 5; });
+    EXPECT_NE(msg.find("m.json: field format must be"), std::string::npos) << msg;
+    const uint64_t huge = ~uint64_t(0) / 4096 * 4096;  // aligned, and offset + padded length wraps past 2^64
+    msg = error_for([&](nlohmann::json& j) { j["experts"][0]["offset"] = huge; });
+    EXPECT_NE(msg.find("ends past its file"), std::string::npos) << msg;
+    msg = error_for([&](nlohmann::json& j) { j["experts"][0]["length"] = ~uint64_t(0) - 100; });
+    EXPECT_NE(msg.find("ends past its file"), std::string::npos) << msg;
+    msg = error_for([&](nlohmann::json& j) { j["experts"][0]["parts"][0] = {huge, 8192}; });
+    EXPECT_NE(msg.find("parts[0]"), std::string::npos) << msg;
+    fs::remove_all(tmp);
+}
+
 TEST(Pack, CliPackAndVerify) {
     const std::string tmp = test::temp_dir("pack_cli");
     auto run = [](const std::string& args) {

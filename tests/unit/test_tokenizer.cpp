@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "models/synth_tokenizer.h"
 #include "tokenizer/regex_split.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
@@ -146,6 +147,28 @@ TEST(Tokenizer, BadInputFailsClearly) {
                  sluice::Error);
     EXPECT_THROW(load_tiktoken_tokenizer("!!!! 0\n", "{}", "bad.model"), sluice::Error);
     EXPECT_THROW(load_tiktoken_tokenizer("QQ== x\n", "{}", "bad.model"), sluice::Error);
+    // One stray huge id is refused rather than sizing the id tables by it (found by fuzz_tokenizer_files).
+    auto huge = nlohmann::json::parse(sluice::synth::synth_tokenizer_json());
+    ASSERT_NO_THROW(load_hf_tokenizer(huge.dump(), "", "ok.json"));
+    huge["model"]["vocab"]["zz"] = 16000000;
+    try {
+        load_hf_tokenizer(huge.dump(), "", "huge.json");
+        FAIL();
+    } catch (const sluice::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("model.vocab[\"zz\"] = 16000000 is out of range"), std::string::npos)
+            << e.what();
+    }
+    // A non-integer id (converting 1.6e92 to int was undefined behaviour) or a negative one.
+    for (const char* id : {"1.6e92", "-3", "\"7\""}) {
+        auto j = nlohmann::json::parse(sluice::synth::synth_tokenizer_json());
+        j["added_tokens"][0]["id"] = nlohmann::json::parse(id);
+        try {
+            load_hf_tokenizer(j.dump(), "", "bad_id.json");
+            ADD_FAILURE() << id;
+        } catch (const sluice::Error& e) {
+            EXPECT_NE(std::string(e.what()).find("added_tokens[\"<|bos|>\"].id"), std::string::npos) << e.what();
+        }
+    }
     auto tok = open_tokenizer("kimi_like");
     ASSERT_TRUE(tok);
     EXPECT_THROW(tok->decode({tok->vocab_size()}), sluice::Error);

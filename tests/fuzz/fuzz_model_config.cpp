@@ -1,0 +1,108 @@
+// Fuzzes loading a model folder whose config.json (or shard index) is the input. Byte 0 picks one of the committed
+// fixtures (every architecture sluice runs) and, with its top bit set, a sharded one's
+// model.safetensors.index.json instead of the config; the rest of the input replaces that file, the weights stay.
+// This reaches every architecture's config validation, the shard index, and the binding of the checkpoint's
+// tensors to the shapes the config claims, then one token through the model when it loads. Bad input must end in
+// sluice::Error, never a crash, an out-of-memory or a hang (libFuzzer reports all three).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "models/model.h"
+#include "runtime/batch.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kIndex = "model.safetensors.index.json";
+
+std::string read_all(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void write_all(const std::string& path, const char* data, size_t size) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(data, std::streamsize(size));
+}
+
+// One scratch folder per fixture: links to its weights; config.json and the index written per input.
+struct Folders {
+    fs::path root;
+    std::vector<std::string> dirs, configs;
+    std::vector<size_t> sharded;       // fixtures with an index
+    std::vector<std::string> indexes;  // their index text, same order
+    Folders() {
+        char tmpl[] = "/tmp/fuzz_model_config.XXXXXX";
+        if (!mkdtemp(tmpl)) std::abort();
+        root = tmpl;
+        std::vector<fs::path> fixtures;
+        for (const auto& e : fs::directory_iterator(SLUICE_TEST_DATA_DIR "/fixtures"))
+            if (fs::exists(e.path() / "config.json")) fixtures.push_back(e.path());
+        std::sort(fixtures.begin(), fixtures.end());
+        for (const auto& fx : fixtures) {
+            const fs::path d = root / fx.filename();
+            fs::create_directory(d);
+            for (const auto& f : fs::directory_iterator(fx))
+                if (f.path().filename() != "config.json" && f.path().filename() != kIndex)
+                    fs::create_symlink(f.path(), d / f.path().filename());
+            if (fs::exists(fx / kIndex)) {
+                sharded.push_back(dirs.size());
+                indexes.push_back(read_all(fx / kIndex));
+            }
+            dirs.push_back(d.string());
+            configs.push_back(read_all(fx / "config.json"));
+        }
+        if (dirs.empty() || sharded.empty()) std::abort();
+    }
+    ~Folders() {
+        std::error_code ec;
+        fs::remove_all(root, ec);
+    }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    static Folders folders;
+    if (size < 1) return 0;
+    const char* rest = reinterpret_cast<const char*>(data + 1);
+    std::string dir;
+    if (data[0] & 0x80) {  // the index of a sharded fixture, its config as committed
+        const size_t s = (data[0] & 0x7F) % folders.sharded.size(), i = folders.sharded[s];
+        dir = folders.dirs[i];
+        write_all(dir + "/config.json", folders.configs[i].data(), folders.configs[i].size());
+        write_all(dir + "/" + kIndex, rest, size - 1);
+    } else {
+        const size_t i = data[0] % folders.dirs.size();
+        dir = folders.dirs[i];
+        write_all(dir + "/config.json", rest, size - 1);
+        for (size_t s = 0; s < folders.sharded.size(); ++s)
+            if (folders.sharded[s] == i)
+                write_all(dir + "/" + kIndex, folders.indexes[s].data(), folders.indexes[s].size());
+    }
+    try {
+        sluice::LoadOptions opt;
+        opt.n_threads = 1;
+        opt.max_context_tokens = 16;
+        auto model = sluice::load_model(dir, opt);
+        auto seq = model->new_sequence();
+        sluice::Batch batch;
+        batch.add(int32_t(1 % model->info().vocab_size), 0, 0, true);
+        sluice::SequenceState* seqs[] = {seq.get()};
+        std::vector<float> logits;
+        model->forward(batch, seqs, logits);
+    } catch (const sluice::Error&) {
+    }
+    return 0;
+}
