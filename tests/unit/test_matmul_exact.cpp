@@ -149,6 +149,49 @@ TEST(MatmulExact, Int4ExtremeScalesGiveReferenceWeights) {
     }
 }
 
+// Scales that are Inf, NaN, or so large that q * scale rounds up to Inf: a row computed alone (the one- and
+// two-row kernels of some paths) equals the same row inside a batch (the blocked kernels), NaN for NaN.
+TEST(MatmulExact, NibbleNonFiniteScalesSameAloneAndBatched) {
+    PathGuard guard;
+    ThreadPool pool(2);
+    const int64_t rows = 8, cols = 256, nb = cols / 32, n = 5;
+    std::mt19937 rng(21);
+    for (WeightFormat f : {WeightFormat::INT4_G32, WeightFormat::MXFP4}) {
+        const bool int4 = f == WeightFormat::INT4_G32;
+        std::vector<uint8_t> data(size_t(rows * cols / 2)), scales(size_t(rows * nb * (int4 ? 2 : 1)));
+        for (auto& b : data) b = uint8_t(rng());
+        // One scale per row, so a non-finite row does not hide the others: Inf, NaN, products that overflow or
+        // sit at the top of the range, -Inf, and mantissas where q * scale must round (INT4).
+        const uint16_t int4_scales[rows] = {0x7F80, 0x7FC0, 0x7F7F, 0xFF80, 0x7F40, 0x3FFF, 0x3F81, 0xCB7F};
+        const uint8_t mx_scales[rows] = {0xFF, 0xFE, 0x00, 0x01, 0x7F, 0xF0, 0xFD, 0x80};
+        for (int64_t i = 0; i < rows * nb; ++i) {
+            if (int4) {
+                const uint16_t v = int4_scales[i / nb];
+                scales[size_t(2 * i)] = uint8_t(v);
+                scales[size_t(2 * i + 1)] = uint8_t(v >> 8);
+            } else {
+                scales[size_t(i)] = mx_scales[i / nb];
+            }
+        }
+        const Weight w{f, rows, cols, data.data(), scales.data()};
+        std::vector<float> x(size_t(n * cols));
+        for (auto& v : x) v = float(int(rng() % 7) - 3) * 0.25f;
+        for (auto p : ops::available_cpu_paths()) {
+            ops::set_cpu_path(p);
+            std::vector<float> all(size_t(n * rows)), alone(static_cast<size_t>(rows));
+            ops::matmul(w, x.data(), n, all.data(), pool);
+            for (int64_t i = 0; i < n; ++i) {
+                ops::matmul(w, x.data() + i * cols, 1, alone.data(), pool);
+                for (int64_t r = 0; r < rows; ++r) {
+                    const float a = alone[size_t(r)], b = all[size_t(i * rows + r)];
+                    EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0)
+                        << label(f, p) << " input " << i << " row " << r << ": " << a << " vs " << b;
+                }
+            }
+        }
+    }
+}
+
 // `count` draws of N(0, 1).
 std::vector<float> normal_values(size_t count, std::mt19937& rng) {
     std::normal_distribution<float> d(0.0f, 1.0f);

@@ -43,6 +43,8 @@ void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* 
 }  // namespace portable
 
 namespace avx2 {  // needs avx2 + fma + f16c
+// n <= 2 without scratch (avx2_matvec.cpp); false when the format or width is not covered there.
+bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
 }  // namespace avx2

@@ -197,6 +197,7 @@ struct Kernel {
 }  // namespace
 
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch) {
+    if (matmul_rows_fused(w, x, n, y, r0, r1)) return;  // one or two input rows (avx2_matvec.cpp): same bits
     matmul_rows_blocked<Kernel>(w, x, n, y, r0, r1, scratch);
 }
 

@@ -1,0 +1,192 @@
+// AVX2 matmul for one or two input rows: weights are decoded straight into registers and consumed by FMAs, 4
+// weight rows at a time (4 sequential read streams), with no f32 scratch round trip. The arithmetic per output
+// is exactly that of the blocked path in avx2_matmul.cpp (same values, same 8-lane accumulators fed in column
+// order, same 512-column chunk sums and horizontal adds), so results do not depend on n. Nibble formats look
+// their codes up in a per-block table of 8 scaled values with vpermps.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/cpu/kernels.h"
+#include "ops/reference/dequantize_detail.h"
+
+namespace sluice::ops::cpu::avx2 {
+
+namespace {
+
+alignas(32) constexpr float kE2M1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+alignas(32) constexpr float kInt4Negative[8] = {-8, -7, -6, -5, -4, -3, -2, -1};  // codes 0..7
+alignas(32) constexpr float kInt4Positive[8] = {0, 1, 2, 3, 4, 5, 6, 7};          // codes 8..15
+
+// vpshufb indices putting byte 4g + e/2 of 16 bytes (held in both 128-bit lanes) into the low byte of dword e,
+// the other bytes zero; vpsrlvd by 4 on odd dwords then brings the high nibble down (element 2j is the low
+// nibble of byte j). Code bits above 3 stay in even dwords: vpermps reads only bits 0-2 and the sign is taken
+// from bit 3 by a shift to bit 31 that drops the rest.
+struct SpreadTables {
+    alignas(32) uint8_t idx[4][32];
+    alignas(32) uint32_t shifts[8];
+    alignas(32) uint32_t code_bits[8];  // k << 28: see NibbleDec
+    SpreadTables() {
+        for (int g = 0; g < 4; ++g)
+            for (int e = 0; e < 8; ++e)
+                for (int b = 0; b < 4; ++b) idx[g][4 * e + b] = b == 0 ? uint8_t(4 * g + e / 2) : uint8_t(0x80);
+        for (int e = 0; e < 8; ++e) {
+            shifts[e] = (e % 2) ? 4 : 0;
+            code_bits[e] = uint32_t(e) << 28;
+        }
+    }
+};
+const SpreadTables kSpread;
+
+// round_bf16_ps without its NaN guard, for products of two bf16 values (low 16 bits zero). Such a product's NaN
+// keeps its low 16 bits zero (an operand's payload, or the default NaN), so the rounding add cannot carry out of
+// the mantissa: the same bits as round_bf16_ps, in 5 instructions instead of 8.
+inline __m256 round_bf16_product(__m256 f) {
+    const __m256i b = _mm256_castps_si256(f);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb),
+                                                _mm256_set1_epi32(int(0xFFFF0000u))));
+}
+
+inline float bits_f32(uint32_t b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+inline float e8m0(uint8_t v) { return bits_f32(v == 0 ? 0x00400000u : v == 0xFF ? 0x7fc00000u : uint32_t(v) << 23); }
+inline uint16_t u16_at(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
+
+// The blocked path's horizontal add, operation for operation.
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// Every decoder prefetches its row this far ahead, one line per 64 bytes consumed (as the AVX-512 matvec).
+constexpr int64_t kPrefetchBytes = 512;
+
+// MXFP4 (kMx) and INT4_G32, 32 columns (16 bytes, one scale block) per load.
+template <bool kMx>
+struct NibbleDec {
+    static constexpr int kVecs = 4;
+    const uint8_t* q;
+    const uint8_t* s;
+    void init(const Weight& w, int64_t r) {
+        q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
+        s = w.scales + uint64_t(r) * uint64_t(w.cols / 32) * (kMx ? 1 : 2);
+    }
+    // MXFP4: the table holds magnitude k times the scale with k << 28 XORed in, so XORing the code shifted left by
+    // 28 cancels those bits and sets the sign from code bit 3: (+-m) * s, as the blocked path computes it (the
+    // product's sign is symmetric). INT4_G32: two tables, q - 8 for codes 0..7 and 8..15, each q * scale rounded
+    // to bf16 like the blocked path, chosen by code bit 3.
+    void load(int64_t c, __m256* v) const {
+        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
+        const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
+        const __m256i sh = _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.shifts));
+        __m256i e[4];
+        for (int g = 0; g < 4; ++g)
+            e[g] = _mm256_srlv_epi32(
+                _mm256_shuffle_epi8(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.idx[g]))), sh);
+        if constexpr (kMx) {
+            const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(kE2M1Magnitudes), _mm256_set1_ps(e8m0(s[c / 32])));
+            const __m256 tab = _mm256_xor_ps(
+                scaled, _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.code_bits))));
+            for (int g = 0; g < 4; ++g)
+                v[g] = _mm256_xor_ps(_mm256_permutevar8x32_ps(tab, e[g]),
+                                     _mm256_castsi256_ps(_mm256_slli_epi32(e[g], 28)));
+        } else {
+            const __m256 sc = _mm256_set1_ps(bits_f32(uint32_t(u16_at(s + (c / 32) * 2)) << 16));
+            const __m256 neg = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Negative), sc));
+            const __m256 pos = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Positive), sc));
+            for (int g = 0; g < 4; ++g)
+                v[g] = _mm256_blendv_ps(_mm256_permutevar8x32_ps(neg, e[g]), _mm256_permutevar8x32_ps(pos, e[g]),
+                                        _mm256_castsi256_ps(_mm256_slli_epi32(e[g], 28)));
+        }
+    }
+};
+
+struct Half16Dec {  // BF16 and F16, 8 columns per load
+    static constexpr int kVecs = 1;
+    const uint8_t* p;
+    bool bf16;
+    void init(const Weight& w, int64_t r) {
+        p = w.data + uint64_t(r) * uint64_t(w.cols) * 2;
+        bf16 = w.format == WeightFormat::BF16;
+    }
+    void load(int64_t c, __m256* v) const {
+        if (c % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(p + 2 * c + kPrefetchBytes), _MM_HINT_T0);
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * c));
+        v[0] = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+    }
+};
+
+template <class D, int MR, int NR>
+void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
+    constexpr int64_t kStep = 8 * D::kVecs;
+    const int64_t cols = w.cols;
+    D dec[MR];
+    for (int j = 0; j < MR; ++j) dec[j].init(w, r + j);
+    for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
+        const int64_t end = c0 + kChunkCols < cols ? c0 + kChunkCols : cols;
+        __m256 acc[MR][NR];
+        for (int j = 0; j < MR; ++j)
+            for (int i = 0; i < NR; ++i) acc[j][i] = _mm256_setzero_ps();
+        for (int64_t c = c0; c < end; c += kStep) {
+            for (int j = 0; j < MR; ++j) {
+                __m256 wv[D::kVecs];
+                dec[j].load(c, wv);
+                for (int v = 0; v < D::kVecs; ++v)
+                    for (int i = 0; i < NR; ++i)
+                        acc[j][i] = _mm256_fmadd_ps(wv[v], _mm256_loadu_ps(x + i * cols + c + 8 * v), acc[j][i]);
+            }
+        }
+        for (int i = 0; i < NR; ++i)
+            for (int j = 0; j < MR; ++j) {
+                const float part = hsum(acc[j][i]);
+                float& dst = y[i * w.rows + r + j];
+                dst = c0 == 0 ? part : dst + part;
+            }
+    }
+}
+
+template <class D, int NR>
+void fused_range(const Weight& w, const float* x, float* y, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) fused_rows<D, 4, NR>(w, r, x, y);
+    switch (r1 - r) {
+        case 3: fused_rows<D, 3, NR>(w, r, x, y); break;
+        case 2: fused_rows<D, 2, NR>(w, r, x, y); break;
+        case 1: fused_rows<D, 1, NR>(w, r, x, y); break;
+        default: break;
+    }
+}
+
+template <class D>
+void fused_any_n(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+    if (n == 1) return fused_range<D, 1>(w, x, y, r0, r1);
+    return fused_range<D, 2>(w, x, y, r0, r1);
+}
+
+}  // namespace
+
+bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+    if (n < 1 || n > 2) return false;
+    switch (w.format) {
+        case WeightFormat::MXFP4: fused_any_n<NibbleDec<true>>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::INT4_G32: fused_any_n<NibbleDec<false>>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::BF16:
+        case WeightFormat::F16:
+            if (w.cols % 8 != 0) return false;
+            fused_any_n<Half16Dec>(w, x, n, y, r0, r1);
+            return true;
+        default: return false;
+    }
+}
+
+}  // namespace sluice::ops::cpu::avx2
