@@ -23,8 +23,10 @@ struct PathGuard {
     ~PathGuard() { ops::set_cpu_path(saved); }
 };
 
-const WeightFormat kFormats[] = {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::INT4_G32,
-                                 WeightFormat::FP8_E4M3_B128, WeightFormat::F32};
+const WeightFormat kFormats[] = {WeightFormat::BF16,          WeightFormat::MXFP4, WeightFormat::INT4_G32,
+                                 WeightFormat::FP8_E4M3_B128, WeightFormat::F32,   WeightFormat::F16,
+                                 WeightFormat::Q8_0,          WeightFormat::Q4_K,  WeightFormat::Q6_K,
+                                 WeightFormat::MXFP4_GGML};
 
 std::string label(WeightFormat f, ops::CpuPath p) {
     return std::string(weight_format_name(f)) + " " + std::string(ops::cpu_path_name(p));

@@ -111,6 +111,65 @@ struct NibbleDec {
     }
 };
 
+struct GgmlMxDec {  // MXFP4_GGML: {e8m0, qs[16]}, qs[j] low nibble = element j, high = element j + 16
+    static constexpr int kVecs = 4;
+    const uint8_t* row;
+    void init(const Weight& w, int64_t r) {
+        row = w.data + uint64_t(r) * uint64_t(w.cols / 32) * ref::kMxfp4GgmlBlockBytes;
+    }
+    void load(int64_t c, __m256* v) const {  // values as NibbleDec<true>'s (the table trick is explained there)
+        const uint8_t* b = row + (c / 32) * ref::kMxfp4GgmlBlockBytes;
+        if (c % 96 == 0) _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes), _MM_HINT_T0);
+        const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(kE2M1Magnitudes), _mm256_set1_ps(e8m0(b[0])));
+        const __m256 tab = _mm256_xor_ps(
+            scaled, _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.code_bits))));
+        for (int h = 0; h < 2; ++h) {
+            const __m256i bytes =
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 1 + 8 * h)));
+            const __m256i e[2] = {bytes, _mm256_srli_epi32(bytes, 4)};  // elements 8h.. and 16 + 8h..
+            for (int k = 0; k < 2; ++k)
+                v[2 * k + h] = _mm256_xor_ps(_mm256_permutevar8x32_ps(tab, e[k]),
+                                             _mm256_castsi256_ps(_mm256_slli_epi32(e[k], 28)));
+        }
+    }
+};
+
+struct Q8Dec {  // Q8_0: {f16 d, int8 qs[32]}, d * q as the blocked path computes it
+    static constexpr int kVecs = 4;
+    const uint8_t* row;
+    void init(const Weight& w, int64_t r) { row = w.data + uint64_t(r) * uint64_t(w.cols / 32) * ref::kQ8_0BlockBytes; }
+    void load(int64_t c, __m256* v) const {
+        const uint8_t* b = row + (c / 32) * ref::kQ8_0BlockBytes;
+        if (c % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes), _MM_HINT_T0);
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(u16_at(b)));
+        for (int q = 0; q < 4; ++q)
+            v[q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * q)))));
+    }
+};
+
+struct Fp8Dec {  // FP8 E4M3 with a 128 x 128 block scale, 8 columns per load, as the blocked path decodes it
+    static constexpr int kVecs = 1;
+    const uint8_t* q;
+    const uint8_t* srow;
+    void init(const Weight& w, int64_t r) {
+        q = w.data + uint64_t(r) * uint64_t(w.cols);
+        srow = w.scales + uint64_t(r / 128) * uint64_t((w.cols + 127) / 128) * 4;
+    }
+    void load(int64_t c, __m256* v) const {
+        if (c % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c + kPrefetchBytes), _MM_HINT_T0);
+        float scale;
+        std::memcpy(&scale, srow + (c / 128) * 4, 4);
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + c)));
+        const __m256i m7f = _mm256_set1_epi32(0x7F);
+        const __m256i mag = _mm256_and_si256(x, m7f);
+        __m256 f = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), _mm256_set1_ps(0x1p120f));
+        f = _mm256_blendv_ps(f, _mm256_set1_ps(__builtin_nanf("")), _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, m7f)));
+        f = _mm256_or_ps(f, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24)));
+        v[0] = _mm256_mul_ps(f, _mm256_set1_ps(scale));
+    }
+};
+
 struct Half16Dec {  // BF16 and F16, 8 columns per load
     static constexpr int kVecs = 1;
     const uint8_t* p;
@@ -160,10 +219,17 @@ void fused_range(const Weight& w, const float* x, float* y, int64_t r0, int64_t 
     int64_t r = r0;
     for (; r + 4 <= r1; r += 4) fused_rows<D, 4, NR>(w, r, x, y);
     switch (r1 - r) {
-        case 3: fused_rows<D, 3, NR>(w, r, x, y); break;
-        case 2: fused_rows<D, 2, NR>(w, r, x, y); break;
-        case 1: fused_rows<D, 1, NR>(w, r, x, y); break;
-        default: break;
+        case 3:
+            fused_rows<D, 3, NR>(w, r, x, y);
+            break;
+        case 2:
+            fused_rows<D, 2, NR>(w, r, x, y);
+            break;
+        case 1:
+            fused_rows<D, 1, NR>(w, r, x, y);
+            break;
+        default:
+            break;
     }
 }
 
@@ -178,14 +244,29 @@ void fused_any_n(const Weight& w, const float* x, int64_t n, float* y, int64_t r
 bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
     if (n < 1 || n > 2) return false;
     switch (w.format) {
-        case WeightFormat::MXFP4: fused_any_n<NibbleDec<true>>(w, x, n, y, r0, r1); return true;
-        case WeightFormat::INT4_G32: fused_any_n<NibbleDec<false>>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::MXFP4:
+            fused_any_n<NibbleDec<true>>(w, x, n, y, r0, r1);
+            return true;
+        case WeightFormat::INT4_G32:
+            fused_any_n<NibbleDec<false>>(w, x, n, y, r0, r1);
+            return true;
+        case WeightFormat::MXFP4_GGML:
+            fused_any_n<GgmlMxDec>(w, x, n, y, r0, r1);
+            return true;
+        case WeightFormat::Q8_0:
+            fused_any_n<Q8Dec>(w, x, n, y, r0, r1);
+            return true;
         case WeightFormat::BF16:
         case WeightFormat::F16:
             if (w.cols % 8 != 0) return false;
             fused_any_n<Half16Dec>(w, x, n, y, r0, r1);
             return true;
-        default: return false;
+        case WeightFormat::FP8_E4M3_B128:
+            if (w.cols % 8 != 0) return false;
+            fused_any_n<Fp8Dec>(w, x, n, y, r0, r1);
+            return true;
+        default:
+            return false;
     }
 }
 
