@@ -43,8 +43,8 @@ struct Folders {
     std::vector<size_t> sharded;       // fixtures with an index
     std::vector<std::string> indexes;  // their index text, same order
     Folders() {
-        char tmpl[] = "/tmp/fuzz_model_config.XXXXXX";
-        if (!mkdtemp(tmpl)) std::abort();
+        std::string tmpl = (fs::temp_directory_path() / "fuzz_model_config.XXXXXX").string();
+        if (!mkdtemp(tmpl.data())) std::abort();
         root = tmpl;
         std::vector<fs::path> fixtures;
         for (const auto& e : fs::directory_iterator(SLUICE_TEST_DATA_DIR "/fixtures"))

@@ -33,8 +33,8 @@ struct Fixtures {
     fs::path root;
     std::vector<Fixture> all;
     Fixtures() {
-        char tmpl[] = "/tmp/fuzz_model_header.XXXXXX";
-        if (!mkdtemp(tmpl)) std::abort();
+        std::string tmpl = (fs::temp_directory_path() / "fuzz_model_header.XXXXXX").string();
+        if (!mkdtemp(tmpl.data())) std::abort();
         root = tmpl;
         std::vector<fs::path> dirs;
         for (const auto& e : fs::directory_iterator(SLUICE_TEST_DATA_DIR "/fixtures"))
