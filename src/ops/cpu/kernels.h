@@ -52,6 +52,8 @@ void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* 
 namespace avx512 {  // needs avx512f/bw/vl/dq + fma + f16c
 // n <= 4 without scratch (avx512_matvec.cpp); false when the format or width is not covered there.
 bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
+// The same for MXFP4/INT4_G32 with VBMI (avx512vbmi_matvec.cpp; call only when cpuid reports avx512_vbmi).
+bool matmul_rows_fused_vbmi(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
 }  // namespace avx512

@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "core/cpu_features.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_driver.h"
 #include "ops/cpu/x86/round_bf16.h"
@@ -189,6 +190,8 @@ struct Kernel {
 }  // namespace
 
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch) {
+    static const bool vbmi = cpu_features().avx512_vbmi;
+    if (vbmi && matmul_rows_fused_vbmi(w, x, n, y, r0, r1)) return;
     if (matmul_rows_fused(w, x, n, y, r0, r1)) return;
     matmul_rows_blocked<Kernel>(w, x, n, y, r0, r1, scratch);
 }

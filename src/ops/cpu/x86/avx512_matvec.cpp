@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/x86/avx512_fused.h"
 #include "ops/cpu/x86/round_bf16.h"
 #include "ops/reference/dequantize_detail.h"
 
@@ -73,23 +74,7 @@ struct NibbleDec {  // MXFP4 and INT4_G32: byte j holds element 2j (low nibble) 
         ib = _mm512_load_si512(kSpread.b);
         sh = _mm512_load_si512(kSpread.shifts);
     }
-    // Converts a chunk's scales 16 at a time (E8M0 0 -> 2^-127, 0xFF -> NaN; bf16 -> f32 by shifting).
-    void refill(int64_t c) {
-        const int64_t b0 = c / 32, count = n_blocks - b0 < 16 ? n_blocks - b0 : 16;
-        const __mmask16 m = __mmask16((1u << count) - 1u);
-        __m512i bits;
-        if (mx) {
-            const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, s + b0));
-            bits = _mm512_slli_epi32(e, 23);
-            bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
-                                         _mm512_set1_epi32(0x00400000));
-            bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0xFF)),
-                                         _mm512_set1_epi32(0x7fc00000));
-        } else {
-            bits = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s + 2 * b0)), 16);
-        }
-        _mm512_store_si512(scales, bits);
-    }
+    void refill(int64_t c) { chunk_scales(s, n_blocks, c, mx, scales); }
     void load(int64_t c, __m512* v) {
         if (c % kChunkCols == 0) refill(c);
         // Each row is its own stream; the hardware prefetchers alone left the decode waiting on memory.
@@ -171,58 +156,6 @@ struct Fp8Dec {
         v[0] = _mm512_mul_ps(f, _mm512_set1_ps(scale));
     }
 };
-
-template <class D, int MR, int NR>
-void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
-    const int64_t cols = w.cols;
-    D dec[MR];
-    for (int j = 0; j < MR; ++j) dec[j].init(w, r + j);
-    for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
-        const int64_t end = c0 + kChunkCols < cols ? c0 + kChunkCols : cols;
-        __m512 acc[MR][NR];
-        for (int j = 0; j < MR; ++j)
-            for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_setzero_ps();
-        for (int64_t c = c0; c < end; c += 16 * D::kVecs) {
-            __m512 xv[NR][D::kVecs];
-            for (int i = 0; i < NR; ++i)
-                for (int v = 0; v < D::kVecs; ++v) xv[i][v] = _mm512_loadu_ps(x + i * cols + c + 16 * v);
-            for (int j = 0; j < MR; ++j) {
-                __m512 wv[D::kVecs];
-                dec[j].load(c, wv);
-                for (int v = 0; v < D::kVecs; ++v)
-                    for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_fmadd_ps(wv[v], xv[i][v], acc[j][i]);
-            }
-        }
-        for (int i = 0; i < NR; ++i)
-            for (int j = 0; j < MR; ++j) {
-                const float part = _mm512_reduce_add_ps(acc[j][i]);
-                float& dst = y[i * w.rows + r + j];
-                dst = c0 == 0 ? part : dst + part;
-            }
-    }
-}
-
-template <class D, int NR>
-void fused_range(const Weight& w, const float* x, float* y, int64_t r0, int64_t r1) {
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) fused_rows<D, 4, NR>(w, r, x, y);
-    switch (r1 - r) {
-        case 3: fused_rows<D, 3, NR>(w, r, x, y); break;
-        case 2: fused_rows<D, 2, NR>(w, r, x, y); break;
-        case 1: fused_rows<D, 1, NR>(w, r, x, y); break;
-        default: break;
-    }
-}
-
-template <class D>
-void fused_any_n(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
-    switch (n) {
-        case 1: return fused_range<D, 1>(w, x, y, r0, r1);
-        case 2: return fused_range<D, 2>(w, x, y, r0, r1);
-        case 3: return fused_range<D, 3>(w, x, y, r0, r1);
-        default: return fused_range<D, 4>(w, x, y, r0, r1);
-    }
-}
 
 }  // namespace
 

@@ -1,0 +1,90 @@
+// The loop shared by the AVX-512 few-row kernels (avx512_matvec.cpp, avx512vbmi_matvec.cpp), instantiated once
+// per translation unit with that file's ISA flags (internal linkage, as matmul_driver.h). A decoder D supplies
+// kVecs (16-lane vectors per load), init(w, r) and load(c, v): columns [c, c + 16 kVecs) of its row as f32.
+// Every output is accumulated exactly as the blocked path accumulates it (one 16-lane accumulator per output, fed
+// in column order, summed per 512-column chunk), so results do not depend on n or on which kernel ran.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "ops/cpu/kernels.h"
+#include "ops/weight.h"
+
+namespace sluice::ops::cpu::avx512 {
+namespace {
+
+// The f32 scales of the (up to) 16 blocks of the 512-column chunk starting at column c: E8M0 (MXFP4; 0 -> 2^-127,
+// 0xFF -> NaN) or bf16 (INT4_G32). s: the row's scales, n_blocks per row.
+inline void chunk_scales(const uint8_t* s, int64_t n_blocks, int64_t c, bool mx, float* out) {
+    const int64_t b0 = c / 32, count = n_blocks - b0 < 16 ? n_blocks - b0 : 16;
+    const __mmask16 m = __mmask16((1u << count) - 1u);
+    __m512i bits;
+    if (mx) {
+        const __m512i e = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, s + b0));
+        bits = _mm512_slli_epi32(e, 23);
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                                     _mm512_set1_epi32(0x00400000));
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(0xFF)),
+                                     _mm512_set1_epi32(0x7fc00000));
+    } else {
+        bits = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, s + 2 * b0)), 16);
+    }
+    _mm512_storeu_si512(out, bits);
+}
+
+template <class D, int MR, int NR>
+void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
+    const int64_t cols = w.cols;
+    D dec[MR];
+    for (int j = 0; j < MR; ++j) dec[j].init(w, r + j);
+    for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
+        const int64_t end = c0 + kChunkCols < cols ? c0 + kChunkCols : cols;
+        __m512 acc[MR][NR];
+        for (int j = 0; j < MR; ++j)
+            for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_setzero_ps();
+        for (int64_t c = c0; c < end; c += 16 * D::kVecs) {
+            __m512 xv[NR][D::kVecs];
+            for (int i = 0; i < NR; ++i)
+                for (int v = 0; v < D::kVecs; ++v) xv[i][v] = _mm512_loadu_ps(x + i * cols + c + 16 * v);
+            for (int j = 0; j < MR; ++j) {
+                __m512 wv[D::kVecs];
+                dec[j].load(c, wv);
+                for (int v = 0; v < D::kVecs; ++v)
+                    for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_fmadd_ps(wv[v], xv[i][v], acc[j][i]);
+            }
+        }
+        for (int i = 0; i < NR; ++i)
+            for (int j = 0; j < MR; ++j) {
+                const float part = _mm512_reduce_add_ps(acc[j][i]);
+                float& dst = y[i * w.rows + r + j];
+                dst = c0 == 0 ? part : dst + part;
+            }
+    }
+}
+
+template <class D, int NR>
+void fused_range(const Weight& w, const float* x, float* y, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) fused_rows<D, 4, NR>(w, r, x, y);
+    switch (r1 - r) {
+        case 3: fused_rows<D, 3, NR>(w, r, x, y); break;
+        case 2: fused_rows<D, 2, NR>(w, r, x, y); break;
+        case 1: fused_rows<D, 1, NR>(w, r, x, y); break;
+        default: break;
+    }
+}
+
+template <class D>
+void fused_any_n(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+    switch (n) {
+        case 1: return fused_range<D, 1>(w, x, y, r0, r1);
+        case 2: return fused_range<D, 2>(w, x, y, r0, r1);
+        case 3: return fused_range<D, 3>(w, x, y, r0, r1);
+        default: return fused_range<D, 4>(w, x, y, r0, r1);
+    }
+}
+
+}  // namespace
+}  // namespace sluice::ops::cpu::avx512

@@ -1,0 +1,85 @@
+// AVX-512 few-row kernels for MXFP4 and INT4_G32 on CPUs with VBMI (Ice Lake and later, Zen 4 and later): as
+// avx512_matvec.cpp's, but each 16 codes come out of one vpmultishiftqb on a broadcast 8-byte load (every lane
+// takes its nibble's 8 bits; vpermps reads only the low 4), where the plain AVX-512 kernel spends a vpshufb and a
+// vpsrlvd. Same values, same accumulation (avx512_fused.h), so results equal the other AVX-512 kernels' bit for
+// bit. GCC 12 warns about the _mm512_undefined_* inside its own intrinsic headers (a known false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/x86/avx512_fused.h"
+#include "ops/reference/dequantize_detail.h"
+
+namespace sluice::ops::cpu::avx512 {
+
+namespace {
+
+constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+constexpr int64_t kPrefetchBytes = 512;  // as avx512_matvec.cpp
+
+// vpmultishiftqb control: in qword j of the output, dword 2j takes bits [8j, 8j + 8) of the source qword (the
+// low nibble of byte j: column 2j) and dword 2j + 1 bits [8j + 4, 8j + 12) (the high nibble: column 2j + 1).
+struct ShiftControl {
+    alignas(64) uint8_t bytes[64] = {};
+    ShiftControl() {
+        for (int j = 0; j < 8; ++j) {
+            bytes[8 * j] = uint8_t(8 * j);
+            bytes[8 * j + 4] = uint8_t(8 * j + 4);
+        }
+    }
+};
+const ShiftControl kControl;
+
+// round_bf16_ps without its NaN guard, for products of two bf16 values (low 16 bits zero): such a product's NaN
+// keeps its low 16 bits zero, so the rounding add cannot carry out of the mantissa. Same bits, 5 instructions.
+inline __m512 round_bf16_product(__m512 f) {
+    const __m512i b = _mm512_castps_si512(f);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), lsb),
+                                                _mm512_set1_epi32(int(0xFFFF0000u))));
+}
+
+template <bool kMx>
+struct VbmiNibbleDec {
+    static constexpr int kVecs = 2;
+    const uint8_t* q;
+    const uint8_t* s;
+    int64_t n_blocks;
+    __m512 table;
+    __m512i control;
+    alignas(64) float scales[16];  // the 16 block scales of the current 512-column chunk, as f32
+    void init(const Weight& w, int64_t r) {
+        n_blocks = w.cols / 32;
+        q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
+        s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (kMx ? 1 : 2);
+        table = _mm512_loadu_ps(kMx ? ref::kE2M1Values : kInt4Table);
+        control = _mm512_load_si512(kControl.bytes);
+    }
+    void load(int64_t c, __m512* v) {
+        if (c % kChunkCols == 0) chunk_scales(s, n_blocks, c, kMx, scales);
+        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
+        long long half[2];
+        std::memcpy(half, q + c / 2, 16);
+        __m512 st = _mm512_mul_ps(table, _mm512_set1_ps(scales[(c / 32) % 16]));
+        if constexpr (!kMx) st = round_bf16_product(st);  // INT4_G32: q * scale rounded to bf16
+        for (int h = 0; h < 2; ++h)
+            v[h] = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(control, _mm512_set1_epi64(half[h])), st);
+    }
+};
+
+}  // namespace
+
+bool matmul_rows_fused_vbmi(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+    if (n < 1 || n > 4) return false;
+    switch (w.format) {
+        case WeightFormat::MXFP4: fused_any_n<VbmiNibbleDec<true>>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::INT4_G32: fused_any_n<VbmiNibbleDec<false>>(w, x, n, y, r0, r1); return true;
+        default: return false;
+    }
+}
+
+}  // namespace sluice::ops::cpu::avx512
