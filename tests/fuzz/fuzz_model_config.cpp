@@ -4,8 +4,6 @@
 // This reaches every architecture's config validation, the shard index, and the binding of the checkpoint's
 // tensors to the shapes the config claims, then one token through the model when it loads. Bad input must end in
 // sluice::Error, never a crash, an out-of-memory or a hang (libFuzzer reports all three).
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -16,9 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "models/model.h"
-#include "runtime/batch.h"
+#include "fuzz_model_util.h"
 
 namespace {
 
@@ -38,14 +34,12 @@ void write_all(const std::string& path, const char* data, size_t size) {
 
 // One scratch folder per fixture: links to its weights; config.json and the index written per input.
 struct Folders {
-    fs::path root;
+    sluice::fuzz::ScratchDir scratch{"fuzz_model_config"};
     std::vector<std::string> dirs, configs;
     std::vector<size_t> sharded;       // fixtures with an index
     std::vector<std::string> indexes;  // their index text, same order
     Folders() {
-        std::string tmpl = (fs::temp_directory_path() / "fuzz_model_config.XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) std::abort();
-        root = tmpl;
+        const fs::path root = scratch.path;
         std::vector<fs::path> fixtures;
         for (const auto& e : fs::directory_iterator(SLUICE_TEST_DATA_DIR "/fixtures"))
             if (fs::exists(e.path() / "config.json")) fixtures.push_back(e.path());
@@ -64,10 +58,6 @@ struct Folders {
             configs.push_back(read_all(fx / "config.json"));
         }
         if (dirs.empty() || sharded.empty()) std::abort();
-    }
-    ~Folders() {
-        std::error_code ec;
-        fs::remove_all(root, ec);
     }
 };
 
@@ -91,18 +81,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             if (folders.sharded[s] == i)
                 write_all(dir + "/" + kIndex, folders.indexes[s].data(), folders.indexes[s].size());
     }
-    try {
-        sluice::LoadOptions opt;
-        opt.n_threads = 1;
-        opt.max_context_tokens = 16;
-        auto model = sluice::load_model(dir, opt);
-        auto seq = model->new_sequence();
-        sluice::Batch batch;
-        batch.add(int32_t(1 % model->info().vocab_size), 0, 0, true);
-        sluice::SequenceState* seqs[] = {seq.get()};
-        std::vector<float> logits;
-        model->forward(batch, seqs, logits);
-    } catch (const sluice::Error&) {
-    }
+    sluice::fuzz::load_and_run_one_token(dir);
     return 0;
 }

@@ -3,8 +3,6 @@
 // names, dtypes, shapes and offsets then disagree with the config and with each other in every way (scales whose
 // shape does not fit the weight, a weight in another dtype, offsets into the wrong bytes), and loading plus one
 // token must end in sluice::Error or run, never crash, exhaust memory or hang.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -16,9 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "models/model.h"
-#include "runtime/batch.h"
+#include "fuzz_model_util.h"
 
 namespace {
 
@@ -30,12 +26,10 @@ struct Fixture {
 };
 
 struct Fixtures {
-    fs::path root;
+    sluice::fuzz::ScratchDir scratch{"fuzz_model_header"};
     std::vector<Fixture> all;
     Fixtures() {
-        std::string tmpl = (fs::temp_directory_path() / "fuzz_model_header.XXXXXX").string();
-        if (!mkdtemp(tmpl.data())) std::abort();
-        root = tmpl;
+        const fs::path root = scratch.path;
         std::vector<fs::path> dirs;
         for (const auto& e : fs::directory_iterator(SLUICE_TEST_DATA_DIR "/fixtures"))
             if (fs::exists(e.path() / "model.safetensors")) dirs.push_back(e.path());
@@ -53,10 +47,6 @@ struct Fixtures {
         }
         if (all.empty()) std::abort();
     }
-    ~Fixtures() {
-        std::error_code ec;
-        fs::remove_all(root, ec);
-    }
 };
 
 }  // namespace
@@ -72,18 +62,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         f.write(reinterpret_cast<const char*>(data + 1), std::streamsize(header_bytes));
         f.write(fx.data.data(), std::streamsize(fx.data.size()));
     }
-    try {
-        sluice::LoadOptions opt;
-        opt.n_threads = 1;
-        opt.max_context_tokens = 16;
-        auto model = sluice::load_model(fx.dir, opt);
-        auto seq = model->new_sequence();
-        sluice::Batch batch;
-        batch.add(int32_t(1 % model->info().vocab_size), 0, 0, true);
-        sluice::SequenceState* seqs[] = {seq.get()};
-        std::vector<float> logits;
-        model->forward(batch, seqs, logits);
-    } catch (const sluice::Error&) {
-    }
+    sluice::fuzz::load_and_run_one_token(fx.dir);
     return 0;
 }

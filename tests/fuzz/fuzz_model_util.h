@@ -1,0 +1,49 @@
+// Shared by the fuzz targets that load a model folder: a scratch folder under the system temp directory
+// (removed at exit), and loading a folder then running one token through it, where sluice::Error is the only
+// acceptable failure (anything else reaches libFuzzer as a crash).
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "models/model.h"
+#include "runtime/batch.h"
+
+namespace sluice::fuzz {
+
+struct ScratchDir {
+    std::filesystem::path path;
+    explicit ScratchDir(const std::string& name) {
+        std::string tmpl = (std::filesystem::temp_directory_path() / (name + ".XXXXXX")).string();
+        if (!mkdtemp(tmpl.data())) std::abort();
+        path = tmpl;
+    }
+    ~ScratchDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
+
+inline void load_and_run_one_token(const std::string& dir) {
+    try {
+        LoadOptions opt;
+        opt.n_threads = 1;
+        opt.max_context_tokens = 16;
+        auto model = load_model(dir, opt);
+        auto seq = model->new_sequence();
+        Batch batch;
+        batch.add(int32_t(1 % model->info().vocab_size), 0, 0, true);
+        SequenceState* seqs[] = {seq.get()};
+        std::vector<float> logits;
+        model->forward(batch, seqs, logits);
+    } catch (const Error&) {
+    }
+}
+
+}  // namespace sluice::fuzz
