@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/x86/avx2_common.h"
 #include "ops/cpu/matmul_driver.h"
 #include "ops/cpu/x86/round_bf16.h"
 #include "ops/reference/dequantize_detail.h"
@@ -14,22 +15,7 @@ namespace sluice::ops::cpu::avx2 {
 
 namespace {
 
-alignas(32) constexpr float kE2M1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 constexpr int32_t kMaskWindow[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-
-inline float bits_to_f32(uint32_t bits) {
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-}
-
-inline float e8m0(uint8_t v) { return bits_to_f32(v == 0 ? 0x00400000u : v == 0xFF ? 0x7fc00000u : uint32_t(v) << 23); }
-
-inline uint16_t load_u16(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return h;
-}
 
 inline float fp8_scalar(uint8_t v) {
     const uint32_t mag = v & 0x7F;
@@ -136,13 +122,6 @@ void decode_fp8(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out) {
         }
         for (; c < end; ++c) out[c - c0] = fp8_scalar(q[c]) * scale_f;
     }
-}
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 struct Kernel {

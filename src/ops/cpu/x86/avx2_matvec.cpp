@@ -8,13 +8,13 @@
 #include <cstring>
 
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/x86/avx2_common.h"
 #include "ops/reference/dequantize_detail.h"
 
 namespace sluice::ops::cpu::avx2 {
 
 namespace {
 
-alignas(32) constexpr float kE2M1Magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 alignas(32) constexpr float kInt4Negative[8] = {-8, -7, -6, -5, -4, -3, -2, -1};  // codes 0..7
 alignas(32) constexpr float kInt4Positive[8] = {0, 1, 2, 3, 4, 5, 6, 7};          // codes 8..15
 
@@ -46,26 +46,6 @@ inline __m256 round_bf16_product(__m256 f) {
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     return _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb),
                                                 _mm256_set1_epi32(int(0xFFFF0000u))));
-}
-
-inline float bits_f32(uint32_t b) {
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-}
-inline float e8m0(uint8_t v) { return bits_f32(v == 0 ? 0x00400000u : v == 0xFF ? 0x7fc00000u : uint32_t(v) << 23); }
-inline uint16_t u16_at(const uint8_t* p) {
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return h;
-}
-
-// The blocked path's horizontal add, operation for operation.
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 // Every decoder prefetches its row this far ahead, one line per 64 bytes consumed (as the AVX-512 matvec).
@@ -101,7 +81,7 @@ struct NibbleDec {
                 v[g] = _mm256_xor_ps(_mm256_permutevar8x32_ps(tab, e[g]),
                                      _mm256_castsi256_ps(_mm256_slli_epi32(e[g], 28)));
         } else {
-            const __m256 sc = _mm256_set1_ps(bits_f32(uint32_t(u16_at(s + (c / 32) * 2)) << 16));
+            const __m256 sc = _mm256_set1_ps(bits_to_f32(uint32_t(load_u16(s + (c / 32) * 2)) << 16));
             const __m256 neg = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Negative), sc));
             const __m256 pos = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Positive), sc));
             for (int g = 0; g < 4; ++g)
@@ -141,7 +121,7 @@ struct Q8Dec {  // Q8_0: {f16 d, int8 qs[32]}, d * q as the blocked path compute
     void load(int64_t c, __m256* v) const {
         const uint8_t* b = row + (c / 32) * ref::kQ8_0BlockBytes;
         if (c % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes), _MM_HINT_T0);
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(u16_at(b)));
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(b)));
         for (int q = 0; q < 4; ++q)
             v[q] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * q)))));
