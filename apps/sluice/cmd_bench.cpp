@@ -1,9 +1,12 @@
-// sluice bench -m DIR --memory SIZE --tokens N [--prompt-tokens P] [--json]
+// sluice bench -m DIR --memory SIZE --tokens N [--prompt-tokens P] [--parallel B] [--json]
 // Decodes from a cold start with experts streamed under the budget and, in the same run (before the prefill and after
 // the decode; the faster counts), measures the drive's raw rate with random reads of expert-sized extents at the
 // same queue depth and no compute, and reports the ratios:
 // io_efficiency = achieved read GB/s / raw GB/s (with a streamed spine: the time these reads need at the raw rates
 // of their extent sizes / the decode time), overlap = token time / max(I/O time, compute time).
+// --parallel B (> 1): then B copies of the job decode together through the Engine on a freshly loaded (cold) model,
+// reporting aggregate tok/s and expert bytes read per generated token next to B = 1 (each expert is read once for
+// all the rows that chose it, so bytes per token fall as B grows).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include "experts/residency.h"
 #include "io/read_probe.h"
 #include "models/model.h"
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
 
 namespace sluice::cli {
@@ -80,6 +84,10 @@ void register_bench(CLI::App& app) {
     sub->callback([a] {
         LoadOptions lo = a->m.to_options();
         if (lo.memory_budget_bytes == 0) lo.stream_experts = true;
+        const int64_t per_seq_tokens = a->prompt_tokens + a->tokens + 1;  // each --parallel copy's reservation
+        SLUICE_CHECK(a->m.parallel == 1 || a->m.parallel * per_seq_tokens <= lo.max_context_tokens,
+                     "bench: --parallel ", a->m.parallel, " copies of ", per_seq_tokens, " tokens need --ctx >= ",
+                     a->m.parallel * per_seq_tokens);
         auto model = load_model(a->m.model, lo);
         const StreamingExpertSource* s = model->streaming();
         SLUICE_CHECK(s, a->m.model, ": bench needs a model with routed experts to stream");
@@ -203,9 +211,42 @@ void register_bench(CLI::App& app) {
                          (long long)sp->first_streamed(), double(spine_dec_bytes) / 1e6 / double(a->tokens),
                          double(sp1.bytes_read - sp0.bytes_read) / 1e6 / double(a->prompt_tokens),
                          spine_dec_wait_ms / double(a->tokens), spine_raw_gbps, format_bytes(spo.extent_bytes).c_str());
+        const UsagePinStats pins = s->pin_stats();
+        const int64_t B = a->m.parallel;
+        double par_tok_per_s = 0, par_bytes_per_token = 0;
+        if (B > 1) {
+            const int64_t vocab = info.vocab_size;
+            model.reset();  // cold again: the B = 1 run must not warm the cache for this one
+            model = load_model(a->m.model, lo);
+            Engine engine(*model, {.max_batch_rows = std::max(a->chunk, B), .max_sequences = B,
+                                   .max_context_tokens = lo.max_context_tokens});
+            for (int64_t i = 0; i < B; ++i) {
+                RequestParams rp;
+                for (int64_t t = 0; t < a->prompt_tokens; ++t) rp.prompt.push_back(int32_t(rng() % uint64_t(vocab)));
+                rp.max_new_tokens = a->tokens + 1;  // the first comes from the prefill; then `tokens` decode passes
+                rp.stop_at_eos = false;
+                // a near-uniform draw stands in for the random token of the B = 1 run
+                rp.sampling = {.temperature = a->greedy ? 0.0f : 1e4f, .seed = a->seed + uint64_t(i)};
+                engine.submit(std::move(rp), [](const TokenEvent&) { return true; });
+            }
+            while (engine.stats().prompt_tokens < B * a->prompt_tokens) engine.step();  // prefills, first tokens
+            const auto pio0 = model->streaming()->stats();
+            const int64_t gen0 = engine.stats().generated_tokens;
+            const auto pt0 = Clock::now();
+            engine.run_until_idle();
+            const double par_ms = ms_between(pt0, Clock::now());
+            const int64_t par_tokens = engine.stats().generated_tokens - gen0;
+            par_tok_per_s = 1000.0 * double(par_tokens) / par_ms;
+            par_bytes_per_token = double(delta(pio0, model->streaming()->stats()).bytes_read) / double(par_tokens);
+            std::fprintf(stderr,
+                         "  parallel %lld sequences: %.3f tok/s in all (B = 1: %.3f), %.2f MB of experts read per "
+                         "token (B = 1: %.2f)\n",
+                         (long long)B, par_tok_per_s, tok_per_s, par_bytes_per_token / 1e6,
+                         double(dec.bytes_read) / 1e6 / double(a->tokens));
+        }
         const uint64_t held_hits = c2.held_hits - c1.held_hits;
         if (!lo.streaming.usage_stats_path.empty()) {
-            const UsagePinStats& ps = s->pin_stats();
+            const UsagePinStats& ps = pins;
             std::fprintf(stderr,
                          "  pinned  %llu experts from %s (%s), %llu decode hits on them, %llu released as stale\n",
                          (unsigned long long)ps.pinned_at_load, lo.streaming.usage_stats_path.c_str(),
@@ -240,9 +281,14 @@ void register_bench(CLI::App& app) {
             j["queue_depth"] = po.queue_depth;
             j["prefetch_issued_per_token"] = double(dec.prefetch_issued) / double(a->tokens);
             j["prefetch_used_per_token"] = double(dec.prefetch_used) / double(a->tokens);
-            j["pinned_from_usage_stats"] = s->pin_stats().pinned_at_load;
+            j["pinned_from_usage_stats"] = pins.pinned_at_load;
             j["pinned_hits"] = held_hits;
-            j["pins_released"] = s->pin_stats().released;
+            j["pins_released"] = pins.released;
+            if (B > 1) {
+                j["parallel"] = B;
+                j["parallel_tok_per_s"] = par_tok_per_s;
+                j["parallel_expert_bytes_read_per_token"] = par_bytes_per_token;
+            }
             std::printf("%s\n", j.dump().c_str());
         }
     });

@@ -78,7 +78,13 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
     sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu")->capture_default_str();
     sub->add_option("--io", a.io_backend, "read backend: auto, uring, pread, buffered")->capture_default_str();
     sub->add_option("--qd", a.queue_depth, "reads in flight")->check(positive())->capture_default_str();
-    sub->add_option("--ctx", a.ctx, "context tokens reserved in the memory plan")
+    sub->add_option("--ctx", a.ctx,
+                    "context tokens reserved in the memory plan, in all: shared by the --parallel sequences (like "
+                    "llama.cpp's -c with -np)")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--parallel", a.parallel,
+                    "sequences served at once (server, batch jobs); the memory plan reserves state for them")
         ->check(positive())
         ->capture_default_str();
     sub->add_flag("--stats", a.stats, "print I/O and cache statistics to stderr");
@@ -102,6 +108,7 @@ LoadOptions ModelArgs::to_options() const {
     o.streaming.reader.backend = io::parse_backend(io_backend);
     o.streaming.reader.queue_depth = queue_depth;
     o.max_context_tokens = ctx;
+    o.max_sequences = parallel;
     if (!memory.empty()) {
         o.memory_budget_bytes = parse_size(memory);
     } else {

@@ -21,7 +21,8 @@ struct ModelArgs {
     std::string cache_policy = "lru";
     std::string io_backend = "auto";
     unsigned queue_depth = 32;
-    int64_t ctx = 4096;
+    int64_t ctx = 4096;         // context tokens in all, shared by the parallel sequences
+    int64_t parallel = 1;       // sequences served at once
     bool stats = false;
     bool no_prefetch = false;
     std::string experts_dir;    // packed expert store folder(s), comma-separated

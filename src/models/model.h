@@ -54,7 +54,10 @@ struct LoadOptions {
     // One budget for everything (0: no budget, experts served from the memory map). When set, experts stream
     // and the expert cache gets what the residency plan leaves (streaming.cache_bytes is then ignored).
     uint64_t memory_budget_bytes = 0;
-    int64_t max_context_tokens = 4096;  // sequence state reserved in the plan
+    int64_t max_context_tokens = 4096;  // sequence state reserved in the plan: per-token caches for this many tokens
+    // Sequences that run at once (the engine's max_sequences): fixed per-sequence state such as KDA's recurrent state
+    // is reserved this many times, the per-token caches for max_context_tokens tokens in all.
+    int64_t max_sequences = 1;
     // Kimi Linear / K3: evaluate multi-token prefills of KDA layers in the chunked (WY) form instead of token by
     // token. Faster for long prompts, but no longer bit-identical under a different prefill chunking.
     bool kda_chunked_prefill = false;

@@ -1,0 +1,122 @@
+// Continuous batching: many sequences share every forward pass, so each routed expert is read once for all the
+// rows that need it. step() puts one decode row of every running sequence and the next prefill chunks of waiting
+// prompts into one flat Batch (at most max_batch_rows rows), runs it, samples every sequence that produced logits
+// with that request's own sampler, and reports each token through the request's callback.
+//
+// A request's tokens are bit-identical to running it alone (generate()): the forward pass gives every row the same
+// bits whatever else is in the batch, and each request owns its sampler, penalties and seed.
+//
+// Memory: the engine admits a request only while the tokens reserved by all admitted requests (prompt +
+// max_new_tokens each) fit max_context_tokens, and at most max_sequences requests run at once; the model's memory
+// plan reserves sequence state for exactly that (LoadOptions::max_context_tokens and ::max_sequences).
+//
+// Threads: submit() and cancel() may be called from any thread; step() and run() from one engine thread, which is
+// also the thread that calls the callbacks (keep them short: queue the event and return).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "runtime/sampler.h"
+
+namespace sluice {
+
+struct RequestParams {
+    std::vector<int32_t> prompt;   // must not be empty
+    int64_t max_new_tokens = 16;   // >= 1; the engine may lower it to what the context allows (finish "length")
+    SamplingParams sampling;
+    float frequency_penalty = 0.0f;  // OpenAI semantics: logit[t] -= frequency * count(t) + presence * (count(t) > 0)
+    float presence_penalty = 0.0f;   // counts are over this request's generated tokens only
+    std::map<int32_t, float> logit_bias;  // added to the logit of that id before sampling
+    bool stop_at_eos = true;           // the model's eos ids end the request (finish "stop")
+    std::vector<int32_t> stop_ids;     // further ids that end the request (finish "stop"); the id is reported
+};
+
+enum class FinishReason { none, stop, length, cancelled, error };
+const char* to_string(FinishReason r);  // "", "stop", "length", "cancelled", "error"
+
+struct TokenEvent {
+    int32_t id = -1;            // the generated id; -1 in an event that only finishes (cancelled / error)
+    FinishReason finish = FinishReason::none;  // set on the request's last event, none before
+    int64_t n_prompt = 0;       // prompt tokens
+    int64_t n_generated = 0;    // generated tokens so far, this one included
+    std::span<const float> logits;  // the distribution `id` was drawn from (after penalties and bias, before
+                                    // temperature), valid only during the callback; empty when id == -1
+    std::string error;          // the message when finish == error
+};
+
+// Called on the engine thread. Return false to end the request now (no further events are sent for it); a callback
+// that throws is treated the same way.
+using TokenCallback = std::function<bool(const TokenEvent&)>;
+
+struct EngineOptions {
+    int64_t max_batch_rows = 512;      // rows per forward pass (prefill chunks + decode rows)
+    int64_t max_sequences = 16;        // requests running at once
+    int64_t max_context_tokens = 4096; // tokens reserved by all running requests together
+};
+
+struct EngineStats {
+    int64_t steps = 0, rows = 0, prompt_tokens = 0, generated_tokens = 0;
+    int64_t running = 0, waiting = 0;  // now
+    double forward_ms = 0;
+};
+
+class Engine {
+public:
+    Engine(Model& model, const EngineOptions& options);
+    ~Engine();
+
+    // Queues a request; throws Error when it can never run (empty prompt, prompt + 1 > max_context_tokens, prompt
+    // not shorter than the model's positions, ids outside the vocabulary, max_new_tokens < 1, bad sampling values).
+    // max_new_tokens is lowered to what max_context_tokens and the model's positions allow. Returns its id.
+    uint64_t submit(RequestParams params, TokenCallback on_event);
+    // Ends a waiting or running request; its callback gets one final event with finish == cancelled (unless it
+    // already finished). Unknown ids are ignored.
+    void cancel(uint64_t id);
+
+    // One forward pass over what is ready; returns the rows it ran (0: nothing to do).
+    int64_t step();
+    // Steps until stop is set, sleeping while there is no work (submit and cancel wake it).
+    void run(const std::atomic<bool>& stop);
+    // Steps until every submitted request has finished.
+    void run_until_idle();
+
+    bool idle() const;
+    EngineStats stats() const;
+    const EngineOptions& options() const { return opt_; }
+    Model& model() { return model_; }
+
+private:
+    struct Request;
+    Model& model_;
+    EngineOptions opt_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    uint64_t next_id_ = 1;
+    std::deque<std::unique_ptr<Request>> waiting_;   // guarded by mu_
+    std::vector<std::unique_ptr<Request>> dropped_;  // guarded by mu_: cancelled while waiting, told at next step
+    std::vector<uint64_t> cancelled_;                // guarded by mu_: ids to end at the next step if running
+    std::vector<std::unique_ptr<Request>> running_;  // engine thread only
+    int64_t reserved_tokens_ = 0;                    // engine thread only
+    EngineStats stats_;                              // guarded by mu_
+
+    // engine thread only
+    void admit_and_cancel();
+    static bool emit(Request& r, const TokenEvent& ev);
+    void finish(Request& r);  // frees its state and releases its reservation
+    void end_with(Request& r, FinishReason why, const std::string& error = {});
+    void remove_done();
+    static std::span<const float> adjust(const Request& r, std::span<const float> in, std::vector<float>& out);
+};
+
+}  // namespace sluice
