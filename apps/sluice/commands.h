@@ -16,5 +16,7 @@ void register_bench_io(CLI::App& app);
 void register_tokenize(CLI::App& app);  // tokenize and detokenize
 void register_template(CLI::App& app);
 void register_pack(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_batch(CLI::App& app);
 
 }  // namespace sluice::cli

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
     sluice::cli::register_tokenize(app);
     sluice::cli::register_template(app);
     sluice::cli::register_pack(app);
+    sluice::cli::register_serve(app);
+    sluice::cli::register_batch(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,101 @@
+// sluice batch -m DIR -i requests.jsonl -o results.jsonl [--parallel N] [--continue-on-invalid]
+// Runs an OpenAI Batch input file (api/batch_job): results.jsonl gets the successes, results.errors.jsonl the
+// failures, results.status.json a Batch-shaped status. Rerunning the same command resumes an interrupted job.
+// Exit status: 0 when every valid line ran (failed lines are in the error file), 1 when validation failed, 130 when
+// interrupted (SIGINT/SIGTERM: requests in flight are cancelled, the rest is left for a resume).
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "api/batch_job.h"
+#include "commands.h"
+#include "common.h"
+#include "core/error.h"
+#include "models/model.h"
+#include "runtime/engine.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::cli {
+
+namespace {
+std::atomic<bool> g_cancel{false};
+extern "C" void on_signal(int) { g_cancel.store(true); }
+}  // namespace
+
+void register_batch(CLI::App& app) {
+    struct Args {
+        ModelArgs m;
+        api::BatchOptions b;
+        int64_t batch_rows = 512;
+        bool restart = false;
+    };
+    auto a = std::make_shared<Args>();
+    auto* sub = app.add_subcommand("batch", "Run an OpenAI Batch JSONL file (chat or text completions) overnight");
+    add_model_args(sub, a->m);
+    sub->add_option("-i,--input", a->b.input_path, "input JSONL: {custom_id, method, url, body} per line")
+        ->required();
+    sub->add_option("-o,--output", a->b.output_path, "results JSONL (appended as requests finish)")->required();
+    sub->add_option("--errors", a->b.error_path, "failed requests JSONL (default: OUTPUT.errors.jsonl)");
+    sub->add_option("--status", a->b.status_path, "Batch-shaped status JSON (default: OUTPUT.status.json)");
+    sub->add_flag("--continue-on-invalid", a->b.continue_on_invalid,
+                  "write invalid input lines to the error file and run the rest (default: report them all and stop)");
+    sub->add_flag("--restart", a->restart, "start over: truncate OUTPUT and the error file instead of resuming");
+    sub->add_option("--max-tokens", a->b.default_max_tokens, "completion tokens when a request sets no max_tokens")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--batch-rows", a->batch_rows, "token rows per forward pass (prefill chunks + decode rows)")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--alias", a->b.model_id, "model name written into responses (default: the folder's name)");
+    sub->add_option("--progress-interval", a->b.progress_interval_s, "seconds between progress lines (0: none)")
+        ->check(non_negative())
+        ->capture_default_str();
+    sub->callback([a] {
+        namespace fs = std::filesystem;
+        check_model_folder(a->m.model);
+        SLUICE_CHECK(fs::exists(a->b.input_path), a->b.input_path, ": no such file");
+        const fs::path dir(a->m.model);
+        SLUICE_CHECK(fs::exists(dir / "tokenizer.json") || fs::exists(dir / "tiktoken.model"), a->m.model,
+                     ": batch needs tokenizer.json or tiktoken.model in the model folder");
+        auto tok = tok::load_tokenizer(a->m.model);
+        std::unique_ptr<ChatTemplate> tmpl;
+        try {
+            tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(dir));
+        } catch (const Error&) {
+            // chat lines then fail validation with a message that says there is no chat template
+        }
+        if (a->b.model_id.empty()) a->b.model_id = fs::absolute(dir).lexically_normal().filename().string();
+        auto model = load_model(a->m.model, a->m.to_options());
+        EngineOptions eo;
+        eo.max_batch_rows = a->batch_rows;
+        eo.max_sequences = a->m.parallel;
+        eo.max_context_tokens = a->m.ctx;
+        Engine engine(*model, eo);
+        a->b.resume = !a->restart;
+        a->b.cancel = &g_cancel;
+        std::signal(SIGINT, on_signal);
+        std::signal(SIGTERM, on_signal);
+        const api::BatchSummary s = api::run_batch(engine, *tok, tmpl.get(), a->b);
+        if (s.status == "failed") {
+            const size_t shown = std::min<size_t>(s.validation_errors.size(), 20);
+            for (size_t i = 0; i < shown; ++i)
+                std::fprintf(stderr, "%s: %s\n", a->b.input_path.c_str(), s.validation_errors[i].c_str());
+            if (shown < s.validation_errors.size())
+                std::fprintf(stderr, "... and %zu more (all are in the status file)\n",
+                             s.validation_errors.size() - shown);
+            fail(a->b.input_path, ": ", s.validation_errors.size(),
+                 " invalid line(s); nothing ran (--continue-on-invalid runs the valid ones)");
+        }
+        if (a->m.stats) print_stats(*model, s.elapsed_s * 1000, s.input_tokens + s.output_tokens, stderr);
+        if (s.status == "cancelled") {
+            std::fprintf(stderr, "batch: interrupted; run the same command again to resume\n");
+            std::exit(130);
+        }
+    });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,165 @@
+// sluice serve -m DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N] [--ctx TOKENS]
+// The OpenAI-compatible HTTP server (api/server). Prints "sluice: listening on http://HOST:PORT" on stderr once the
+// port is bound (with --port 0 that line names the port chosen), and stops cleanly on SIGINT/SIGTERM.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <pthread.h>
+#include <thread>
+
+#include "api/server.h"
+#include "commands.h"
+#include "common.h"
+#include "core/error.h"
+#include "models/model.h"
+#include "runtime/engine.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sluice::cli {
+
+namespace {
+
+std::vector<std::string> read_keys(const std::string& path) {
+    std::ifstream f(path);
+    SLUICE_CHECK(f, path, ": cannot read the API key file");
+    std::vector<std::string> keys;
+    for (std::string line; std::getline(f, line);) {
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+        if (!line.empty() && line[0] != '#') keys.push_back(line);
+    }
+    SLUICE_CHECK(!keys.empty(), path, ": no API key in the file");
+    return keys;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app) {
+    struct Args {
+        ModelArgs m;
+        std::string host = "127.0.0.1", alias, api_key_file;
+        std::vector<std::string> api_keys;
+        int port = 8080;
+        int64_t batch_rows = 512, max_tokens = 2048, timeout_s = 3600, ping_s = 15, max_waiting = 256;
+        int http_threads = 16;
+    };
+    auto a = std::make_shared<Args>();
+    auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions)");
+    add_model_args(sub, a->m);
+    sub->add_option("--host", a->host, "address to listen on (0.0.0.0 exposes the server to the network)")
+        ->capture_default_str();
+    sub->add_option("--port", a->port, "port (0: any free one, printed at start)")
+        ->check(CLI::Range(0, 65535))
+        ->capture_default_str();
+    sub->add_option("--api-key", a->api_keys, "require this key (Authorization: Bearer KEY) on every route but "
+                                              "/health; repeat for several; also $SLUICE_API_KEY");
+    sub->add_option("--api-key-file", a->api_key_file, "file with one API key per line");
+    sub->add_option("--alias", a->alias, "model id reported by /v1/models (default: the folder's name)");
+    sub->add_option("--batch-rows", a->batch_rows, "token rows per forward pass (prefill chunks + decode rows)")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--max-tokens", a->max_tokens, "completion tokens when a request sets no max_tokens")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--timeout", a->timeout_s, "seconds a request may run before it is cancelled")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--ping-interval", a->ping_s, "seconds between SSE keep-alive comments while a stream waits")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--max-waiting", a->max_waiting, "requests queued beyond the running ones before 503")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--http-threads", a->http_threads, "threads answering HTTP connections")
+        ->check(CLI::Range(2, 1024))
+        ->capture_default_str();
+    sub->callback([a] {
+        // SIGINT/SIGTERM go to one watcher thread: blocked here, before any other thread exists (the worker pool,
+        // the engine, HTTP), so every thread inherits the block. Before the server runs a signal just exits (a long
+        // model load stays interruptible); after, it stops the server, which returns from serve().
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set, nullptr);
+        std::signal(SIGPIPE, SIG_IGN);
+        std::atomic<api::Server*> running{nullptr};
+        std::atomic<bool> finished{false};
+        std::thread watcher([&running, &finished, set] {
+            int sig = 0;
+            sigwait(&set, &sig);
+            if (finished) return;
+            api::Server* s = running.load();
+            if (!s) std::_Exit(128 + sig);
+            // A stop() that lands before the server started listening would be lost: repeat until serve() returned.
+            while (!finished) {
+                s->stop();
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            }
+        });
+        struct JoinWatcher {
+            std::thread& t;
+            std::atomic<bool>& finished;
+            void join() {
+                if (!t.joinable()) return;
+                finished = true;
+                pthread_kill(t.native_handle(), SIGTERM);  // wakes sigwait if no signal came
+                t.join();
+            }
+            ~JoinWatcher() { join(); }
+        } join_watcher{watcher, finished};
+        check_model_folder(a->m.model);
+        std::vector<std::string> keys = a->api_keys;
+        if (!a->api_key_file.empty())
+            for (auto& k : read_keys(a->api_key_file)) keys.push_back(k);
+        if (const char* env = std::getenv("SLUICE_API_KEY"); env && *env && keys.empty()) keys.emplace_back(env);
+        namespace fs = std::filesystem;
+        const fs::path dir(a->m.model);
+        SLUICE_CHECK(fs::exists(dir / "tokenizer.json") || fs::exists(dir / "tiktoken.model"), a->m.model,
+                     ": serve needs tokenizer.json or tiktoken.model in the model folder");
+        auto tok = tok::load_tokenizer(a->m.model);
+        std::unique_ptr<ChatTemplate> tmpl;
+        try {
+            tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(dir));
+        } catch (const Error& e) {
+            std::fprintf(stderr, "sluice: warning: no chat template (%s); /v1/chat/completions will answer 400\n",
+                         e.what());
+        }
+        auto model = load_model(a->m.model, a->m.to_options());
+        EngineOptions eo;
+        eo.max_batch_rows = a->batch_rows;
+        eo.max_sequences = a->m.parallel;
+        eo.max_context_tokens = a->m.ctx;
+        Engine engine(*model, eo);
+        api::ServerOptions so;
+        so.host = a->host;
+        so.port = a->port;
+        so.api_keys = keys;
+        so.model_id = !a->alias.empty() ? a->alias : fs::absolute(dir).lexically_normal().filename().string();
+        if (so.model_id.empty()) so.model_id = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+        so.default_max_tokens = a->max_tokens;
+        so.request_timeout_s = a->timeout_s;
+        so.ping_interval_s = a->ping_s;
+        so.max_waiting = a->max_waiting;
+        so.http_threads = a->http_threads;
+
+        api::Server server(engine, *tok, tmpl.get(), so);
+        server.bind();
+        std::fprintf(stderr, "sluice: serving %s (%lld sequences at once, %lld context tokens) on http://%s:%d%s\n",
+                     so.model_id.c_str(), (long long)eo.max_sequences, (long long)eo.max_context_tokens,
+                     so.host.c_str(), server.port(), keys.empty() ? "" : " (API key required)");
+        std::fprintf(stderr, "sluice: listening on http://%s:%d\n", so.host.c_str(), server.port());
+        std::fflush(stderr);
+        running = &server;
+        server.serve();
+        join_watcher.join();  // before the server is destroyed: the watcher may be calling stop() on it
+        std::fprintf(stderr, "sluice: server stopped\n");
+    });
+}
+
+}  // namespace sluice::cli

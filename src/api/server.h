@@ -1,0 +1,62 @@
+// The OpenAI-compatible HTTP server: /v1/chat/completions and /v1/completions (streamed as server-sent events or
+// whole), /v1/models, /health, /tokenize, /detokenize. Every request is validated completely before any header is
+// sent (api/openai_protocol); generation runs on one engine thread that batches all requests in flight
+// (runtime/engine), so concurrent clients share each expert read.
+//
+// Safe defaults: binds 127.0.0.1; with API keys set every route but /health needs `Authorization: Bearer KEY` (or
+// `X-Api-Key`); request bodies are capped; streams send `: ping` comments while the first token is slow (experts
+// stream from SSD) and a client that goes away cancels its request.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/openai_protocol.h"
+#include "runtime/engine.h"
+
+namespace sluice {
+class ChatTemplate;
+namespace tok {
+class Tokenizer;
+}
+}  // namespace sluice
+
+namespace sluice::api {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;                  // 0: any free port (port() tells which)
+    std::vector<std::string> api_keys;  // empty: no authentication
+    std::string model_id;             // reported by /v1/models and echoed when a request names none
+    int64_t default_max_tokens = 2048;  // completion tokens when a request gives no limit
+    int64_t request_timeout_s = 3600;   // a request still running after this is cancelled
+    int64_t ping_interval_s = 15;     // SSE keep-alive comment while nothing else is sent
+    int64_t max_waiting = 256;        // requests queued beyond the running ones; more get 503
+    uint64_t max_body_bytes = 16u << 20;
+    int http_threads = 16;
+};
+
+class Server {
+public:
+    // chat_template may be null (chat completions then answer 400).
+    Server(Engine& engine, const tok::Tokenizer& tokenizer, const ChatTemplate* chat_template, ServerOptions options);
+    ~Server();
+
+    // Binds the address; throws Error naming it when that fails (port taken, bad host).
+    void bind();
+    int port() const { return port_; }
+    // Starts the engine thread and serves until stop() (from another thread or a signal handler's watcher).
+    void serve();
+    void stop();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    int port_ = 0;
+};
+
+}  // namespace sluice::api

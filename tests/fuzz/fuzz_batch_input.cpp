@@ -1,0 +1,74 @@
+// libFuzzer target: OpenAI Batch input files (api/batch_job parse_batch_input), line splitting, the envelope
+// (custom_id, method, url, body) and each body through parse_request, against the qwen3_small tokenizer and Qwen3's
+// chat template. Invariants: only ApiError comes out per line, every non-blank line is either valid or one error
+// with its line number, custom_ids of valid lines are unique.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "api/batch_job.h"
+#include "api/openai_protocol.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using namespace sluice;
+using namespace sluice::api;
+
+void check(bool ok) {
+    if (!ok) std::abort();
+}
+
+struct Fixture {
+    std::unique_ptr<tok::Tokenizer> tok = tok::load_tokenizer(SLUICE_TEST_DATA_DIR "/tokenizers/qwen3_small");
+    std::unique_ptr<ChatTemplate> tpl;
+    ModelContext ctx;
+    Fixture() {
+        std::ifstream in(SLUICE_TEST_DATA_DIR "/templates/Qwen-Qwen3-0.6B.jinja", std::ios::binary);
+        std::ostringstream ss;
+        ss << in.rdbuf();
+        jinja::Limits limits;
+        limits.max_output_bytes = 1 << 18;
+        limits.max_loop_iterations = 20000;
+        tpl = std::make_unique<ChatTemplate>(ss.str(), limits);
+        ctx.model_id = "fuzz";
+        ctx.tokenizer = tok.get();
+        ctx.chat_template = tpl.get();
+        ctx.vocab_size = tok->vocab_size();
+        ctx.max_context_tokens = 512;
+        ctx.default_max_tokens = 64;
+    }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    static const Fixture fx;
+    const std::string text(reinterpret_cast<const char*>(data), size);
+    std::istringstream in(text);
+    const BatchInput b = parse_batch_input(in, fx.ctx);
+    int64_t non_blank = 0, n = 0;
+    std::istringstream again(text);
+    for (std::string line; std::getline(again, line);) {
+        ++n;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") != std::string::npos) ++non_blank;
+    }
+    check(int64_t(b.lines.size() + b.errors.size()) == non_blank);
+    std::set<std::string> ids;
+    for (const auto& l : b.lines) {
+        check(l.line_no >= 1 && l.line_no <= n && !l.custom_id.empty() && ids.insert(l.custom_id).second);
+        check(!l.request.params.prompt.empty() && !l.request.stream);
+    }
+    for (const auto& e : b.errors) {
+        check(e.line_no >= 1 && e.line_no <= n && e.error.status == 400);
+        (void)error_json(e.error).dump();
+    }
+    return 0;
+}

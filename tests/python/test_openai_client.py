@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""The official `openai` Python package against `sluice serve`.
+
+Starts the server on a small synthesized model (sluice synth), then checks through the client what users rely on:
+greedy text identical to `sluice generate` (the CLI's single-sequence loop), streaming deltas that add up to the
+non-streamed text, usage, n > 1, seeds, stop sequences, logprobs, concurrent requests each identical to running it
+alone, and errors raised as the client's typed exceptions (401, 400 naming the field, 404, context length).
+
+Usage: test_openai_client.py --sluice PATH_TO_SLUICE [--keep]
+Exits 77 (CTest's skip code) when the openai package is not installed (scripts/python-env.sh installs it).
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+try:
+    import openai
+except ImportError:
+    print("skipped: the openai package is not installed (bash scripts/python-env.sh)")
+    sys.exit(77)
+
+SLUICE = None
+MODEL = None
+SERVER = None
+BASE_URL = None
+KEY = "sk-sluice-test"
+
+
+def generate(prompt, n, chat):
+    """The CLI's single-sequence greedy generation: the reference the server must match token for token."""
+    cmd = [SLUICE, "generate", "-m", MODEL, "-p", prompt, "-n", str(n), "--json", "--threads", "1"]
+    if chat:
+        cmd.append("--chat")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def client(key=KEY, **kw):
+    return openai.OpenAI(base_url=BASE_URL, api_key=key, max_retries=0, timeout=120, **kw)
+
+
+class OpenAIClientTest(unittest.TestCase):
+    def test_models_list(self):
+        models = client().models.list()
+        self.assertEqual(len(models.data), 1)
+        self.assertEqual(models.data[0].id, "synth-k2")
+        self.assertEqual(client().models.retrieve("synth-k2").id, "synth-k2")
+
+    def test_chat_greedy_matches_cli(self):
+        ref = generate("Hello there", 12, chat=True)
+        r = client().chat.completions.create(
+            model="synth-k2", messages=[{"role": "user", "content": "Hello there"}], max_tokens=12, temperature=0)
+        self.assertEqual(r.object, "chat.completion")
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertEqual(r.choices[0].message.content, ref["text"])
+        self.assertEqual(r.usage.completion_tokens, ref["n_generated"])
+        self.assertEqual(r.usage.prompt_tokens, ref["n_prompt"])
+        self.assertEqual(r.usage.total_tokens, ref["n_prompt"] + ref["n_generated"])
+        self.assertEqual(r.choices[0].finish_reason, "stop" if ref["stop_reason"] == "eos" else "length")
+
+    def test_completions_greedy_matches_cli(self):
+        ref = generate("Once upon a time", 10, chat=False)
+        r = client().completions.create(model="x", prompt="Once upon a time", max_tokens=10, temperature=0)
+        self.assertEqual(r.object, "text_completion")
+        self.assertEqual(r.choices[0].text, ref["text"])
+        self.assertEqual(r.usage.completion_tokens, ref["n_generated"])
+
+    def test_stream_adds_up_to_whole(self):
+        msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count to five"}]
+        whole = client().chat.completions.create(model="m", messages=msgs, max_tokens=16, temperature=0)
+        chunks = list(client().chat.completions.create(
+            model="m", messages=msgs, max_tokens=16, temperature=0, stream=True,
+            stream_options={"include_usage": True}))
+        self.assertGreater(len(chunks), 2)
+        self.assertEqual(len({c.id for c in chunks}), 1)
+        self.assertEqual(chunks[0].choices[0].delta.role, "assistant")
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        self.assertEqual(text, whole.choices[0].message.content)
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        self.assertEqual(finishes, [whole.choices[0].finish_reason])
+        self.assertEqual(chunks[-1].choices, [])
+        self.assertEqual(chunks[-1].usage.completion_tokens, whole.usage.completion_tokens)
+        for c in chunks[:-1]:
+            self.assertIsNone(c.usage)
+
+    def test_completions_stream(self):
+        whole = client().completions.create(model="m", prompt="The sea", max_tokens=9, temperature=0)
+        text = "".join(c.choices[0].text for c in client().completions.create(
+            model="m", prompt="The sea", max_tokens=9, temperature=0, stream=True) if c.choices)
+        self.assertEqual(text, whole.choices[0].text)
+
+    def test_n_and_seed(self):
+        kw = dict(model="m", messages=[{"role": "user", "content": "Tell me a story"}], max_tokens=12,
+                  temperature=1.0, n=3, seed=7)
+        a = client().chat.completions.create(**kw)
+        b = client().chat.completions.create(**kw)
+        self.assertEqual([c.index for c in a.choices], [0, 1, 2])
+        self.assertEqual([c.message.content for c in a.choices], [c.message.content for c in b.choices])
+        self.assertGreaterEqual(a.usage.completion_tokens, 3)  # every choice's tokens are counted
+        self.assertLessEqual(a.usage.completion_tokens, 36)
+        # choices draw with seeds 7, 8, 9: with a random-weight model over ~260 ids they differ
+        self.assertGreater(len({c.message.content for c in a.choices}), 1)
+        c = client().chat.completions.create(**{**kw, "seed": 8, "n": 1})
+        self.assertEqual(c.choices[0].message.content, a.choices[1].message.content)
+
+    def test_stop_sequence(self):
+        whole = client().completions.create(model="m", prompt="Once upon a time", max_tokens=24, temperature=0)
+        text = whole.choices[0].text
+        self.assertGreater(len(text), 6, "the greedy text is too short to pick a stop sequence from")
+        stop = text[3:6]
+        cut = text[: text.index(stop)]
+        r = client().completions.create(model="m", prompt="Once upon a time", max_tokens=24, temperature=0,
+                                        stop=[stop, "\u0000never"])
+        self.assertEqual(r.choices[0].text, cut)
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        s = "".join(c.choices[0].text for c in client().completions.create(
+            model="m", prompt="Once upon a time", max_tokens=24, temperature=0, stop=stop, stream=True) if c.choices)
+        self.assertEqual(s, cut)
+
+    def test_logprobs(self):
+        r = client().chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=6, temperature=0, logprobs=True,
+            top_logprobs=3)
+        entries = r.choices[0].logprobs.content
+        self.assertEqual(len(entries), r.usage.completion_tokens)
+        for e in entries:
+            self.assertLessEqual(e.logprob, 0.0)
+            self.assertEqual(len(e.top_logprobs), 3)
+            lps = [t.logprob for t in e.top_logprobs]
+            self.assertEqual(lps, sorted(lps, reverse=True))
+            # greedy: the chosen token is the most likely one
+            self.assertAlmostEqual(e.logprob, lps[0], places=5)
+
+    def test_concurrent_requests_match_alone(self):
+        prompts = ["alpha beta", "the quick brown fox", "x", "a much longer prompt " * 6, "zeta", "one two three"]
+        alone = [client().completions.create(model="m", prompt=p, max_tokens=10 + i, temperature=0).choices[0].text
+                 for i, p in enumerate(prompts)]
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as ex:
+            futs = [ex.submit(lambda i, p: client().completions.create(
+                model="m", prompt=p, max_tokens=10 + i, temperature=0).choices[0].text, i, p)
+                for i, p in enumerate(prompts)]
+            together = [f.result() for f in futs]
+        self.assertEqual(together, alone)
+
+    def test_errors(self):
+        with self.assertRaises(openai.AuthenticationError):
+            client(key="wrong").models.list()
+        with self.assertRaises(openai.BadRequestError) as e:
+            client().chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], temperature=5)
+        self.assertEqual(e.exception.body.get("param"), "temperature")
+        with self.assertRaises(openai.BadRequestError) as e:
+            client().chat.completions.create(model="m", messages=[], max_tokens=3)
+        self.assertEqual(e.exception.body.get("param"), "messages")
+        with self.assertRaises(openai.BadRequestError) as e:
+            client().chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                             extra_body={"bogus_field": 1})
+        self.assertIn("bogus_field", str(e.exception))
+        with self.assertRaises(openai.BadRequestError) as e:
+            client().completions.create(model="m", prompt="word " * 5000, max_tokens=3)
+        self.assertEqual(e.exception.code, "context_length_exceeded")
+        with self.assertRaises(openai.NotFoundError):
+            client().models.retrieve("no-such-model")
+        # the server is still fine after all that
+        self.assertEqual(len(client().models.list().data), 1)
+
+    def test_client_disconnect_mid_stream(self):
+        stream = client().completions.create(model="m", prompt="Go on", max_tokens=400, temperature=0, stream=True,
+                                             extra_body={"ignore_eos": True})
+        next(iter(stream))
+        stream.close()
+        r = client().completions.create(model="m", prompt="Go on", max_tokens=4, temperature=0)
+        self.assertEqual(len(r.choices), 1)
+
+
+def start_server(sluice, model, log_path):
+    log = open(log_path, "w+")
+    proc = subprocess.Popen([sluice, "serve", "-m", model, "--port", "0", "--api-key", KEY, "--alias", "synth-k2",
+                             "--parallel", "4", "--ctx", "4096", "--threads", "2", "--ping-interval", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    port = None
+    lines = []
+    timer = threading.Timer(120, proc.kill)
+    timer.start()
+    for line in proc.stderr:
+        lines.append(line)
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    timer.cancel()
+    if port is None:
+        proc.kill()
+        raise RuntimeError("sluice serve did not start:\n" + "".join(lines))
+    threading.Thread(target=lambda: [log.write(l) for l in proc.stderr], daemon=True).start()
+    return proc, port
+
+
+def main():
+    global SLUICE, MODEL, SERVER, BASE_URL
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    args, rest = ap.parse_known_args()
+    SLUICE = os.path.abspath(args.sluice)
+    with tempfile.TemporaryDirectory(prefix="sluice-openai-") as tmp:
+        MODEL = os.path.join(tmp, "model")
+        subprocess.run([SLUICE, "synth", "--like", "kimi-k2", "--layers", "2", "--experts", "8", "--scale-down", "32",
+                        "--vocab-size", "512", "--no-sync", "-o", MODEL],
+                       check=True, capture_output=True)
+        SERVER, port = start_server(SLUICE, MODEL, os.path.join(tmp, "server.log"))
+        BASE_URL = f"http://127.0.0.1:{port}/v1"
+        try:
+            result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+        finally:
+            SERVER.terminate()
+            try:
+                code = SERVER.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                SERVER.kill()
+                code = "killed (did not stop on SIGTERM)"
+        if code != 0:
+            print(f"sluice serve exited with {code} after SIGTERM")
+            sys.exit(1)
+        sys.exit(0 if result.wasSuccessful() else 1)
+
+
+if __name__ == "__main__":
+    main()
