@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -37,7 +38,6 @@ struct Engine::Request {
     int64_t need_tokens = 0;                      // prompt + max_new_tokens
     int64_t reserved_tokens = 0;                  // need_tokens while running, else 0
     int32_t pending = -1;                         // the last sampled id, to be fed back as the next decode row
-    int64_t last_step = -1;                       // step that last ran a row of this request (fair decode rows)
     std::unordered_map<int32_t, int64_t> counts;  // generated id -> count (only with penalties)
     bool adjusts = false;                         // any penalty or bias: sample from an adjusted copy
     bool done = false;
@@ -70,9 +70,13 @@ uint64_t Engine::submit(RequestParams params, TokenCallback on_event) {
         SLUICE_CHECK(params.prompt[i] >= 0 && params.prompt[i] < info.vocab_size, "request: prompt token ", i, " (",
                      params.prompt[i], ") is outside the vocabulary [0, ", info.vocab_size, ")");
     SLUICE_CHECK(params.max_new_tokens >= 1, "request: max_new_tokens must be >= 1, got ", params.max_new_tokens);
-    for (const auto& [id, bias] : params.logit_bias)
+    for (const auto& [id, bias] : params.logit_bias) {
         SLUICE_CHECK(id >= 0 && id < info.vocab_size, "request: logit_bias id ", id, " is outside the vocabulary [0, ",
                      info.vocab_size, ")");
+        SLUICE_CHECK(std::isfinite(bias), "request: logit_bias of id ", id, " is not a finite number");
+    }
+    SLUICE_CHECK(std::isfinite(params.frequency_penalty) && std::isfinite(params.presence_penalty),
+                 "request: frequency_penalty and presence_penalty must be finite numbers");
     // what can never fit is clamped here (finish "length"); the generated tokens never go past the model's positions
     params.max_new_tokens = std::min(params.max_new_tokens, opt_.max_context_tokens - n);
     if (max_pos > 0) params.max_new_tokens = std::min(params.max_new_tokens, max_pos - n);
@@ -179,26 +183,19 @@ void Engine::admit_and_cancel() {
 
 int64_t Engine::step() {
     admit_and_cancel();
-    const int64_t step_index = stats().steps;
 
-    // decode rows first (the least recently served first when they do not all fit), then prefill chunks in
-    // admission order
+    // decode rows first, then prefill chunks in admission order. The decode rows always fit: a prefill only runs
+    // in rows the decoders leave free, and each of its rows adds at most one decoder for the next step.
     Batch batch;
     std::vector<Request*> in_batch;  // sequence index -> request
     std::vector<SequenceState*> seqs;
-    std::vector<Request*> decoders;
-    for (auto& r : running_)
-        if (r->pending >= 0) decoders.push_back(r.get());
-    if (int64_t(decoders.size()) > opt_.max_batch_rows) {
-        std::stable_sort(decoders.begin(), decoders.end(),
-                         [](const Request* a, const Request* b) { return a->last_step < b->last_step; });
-        decoders.resize(size_t(opt_.max_batch_rows));
-    }
-    for (Request* r : decoders) {
+    for (auto& r : running_) {
+        if (r->pending < 0) continue;
         batch.add(r->pending, r->n_prompt + r->n_generated - 1, int32_t(seqs.size()), true);
-        in_batch.push_back(r);
+        in_batch.push_back(r.get());
         seqs.push_back(r->seq.get());
     }
+    SLUICE_ASSERT(batch.size() <= opt_.max_batch_rows, batch.size(), " decode rows exceed max_batch_rows");
     int64_t n_prompt_rows = 0;
     for (auto& r : running_) {
         if (r->n_prefilled == r->n_prompt || batch.size() >= opt_.max_batch_rows) continue;
@@ -214,7 +211,6 @@ int64_t Engine::step() {
         remove_done();
         return 0;
     }
-    for (Request* r : in_batch) r->last_step = step_index;
 
     std::vector<float> logits;
     const auto t0 = std::chrono::steady_clock::now();

@@ -60,7 +60,8 @@ struct TokenEvent {
 using TokenCallback = std::function<bool(const TokenEvent&)>;
 
 struct EngineOptions {
-    int64_t max_batch_rows = 512;      // rows per forward pass (prefill chunks + decode rows)
+    int64_t max_batch_rows = 512;      // rows per forward pass (decode rows first, prefill chunks in what is left;
+                                       // so at most this many requests decode at once)
     int64_t max_sequences = 16;        // requests running at once
     int64_t max_context_tokens = 4096; // tokens reserved by all running requests together
 };

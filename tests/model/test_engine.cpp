@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -182,6 +183,18 @@ TEST_F(EngineTest, NeverMoreThanMaxSequencesRunning) {
     EXPECT_EQ(max_running, 2);
     EXPECT_EQ(max_waiting, 3);
     for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].ids, alone(*model, greedy(cut(ids, i, 4 + i), 6)).ids);
+}
+
+// Fewer rows per step than sequences: decode rows come first, prompts wait for free rows; no step exceeds the rows.
+TEST_F(EngineTest, FewerRowsThanSequences) {
+    Engine engine(*model, {.max_batch_rows = 2, .max_sequences = 5, .max_context_tokens = 4096});
+    std::vector<Got> got(5);
+    for (size_t i = 0; i < got.size(); ++i) engine.submit(greedy(cut(ids, 2 * i, 1 + i), 6), collect(got[i]));
+    engine.run_until_idle();
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].ids, alone(*model, greedy(cut(ids, 2 * i, 1 + i), 6)).ids);
+    const EngineStats s = engine.stats();
+    EXPECT_EQ(s.rows, 15 + 5 * 5);
+    EXPECT_LE(s.rows, 2 * s.steps);
 }
 
 // The head of the queue waits until its tokens fit; a later, smaller request must not overtake it.
@@ -488,6 +501,9 @@ TEST_F(EngineTest, SubmitErrorsNameTheProblem) {
     auto bias = greedy({1, 2}, 4);
     bias.logit_bias[int32_t(V) + 5] = 1;
     expect_error(sub(bias), "logit_bias");
+    auto nan_penalty = greedy({1, 2}, 4);
+    nan_penalty.presence_penalty = std::nanf("");
+    expect_error(sub(nan_penalty), "presence_penalty");
     Engine wide(*model, {.max_batch_rows = 8, .max_sequences = 2, .max_context_tokens = 100000});
     const auto pos = model->info().max_position_embeddings;
     expect_error([&] { wide.submit(greedy(cut(ids, 0, size_t(pos)), 1), [](const TokenEvent&) { return true; }); },
