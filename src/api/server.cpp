@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "api/completion_job.h"
 #include "core/error.h"
@@ -107,6 +110,10 @@ struct Server::Impl {
             send_error(res, ApiError(500, "server_error", msg));
         });
 
+        http.set_logger([this](const httplib::Request& req, const httplib::Response& res) { count(req, res); });
+        http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+            res.set_content(metrics_text(), "text/plain; version=0.0.4");
+        });
         http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
             send_json(res, 200, {{"status", "ok"}});
         });
@@ -128,6 +135,52 @@ struct Server::Impl {
         });
         http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
         http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
+    }
+
+    // HTTP responses by route and status, for /metrics (routes outside ours count as "other": no unbounded labels).
+    std::mutex counts_mu;
+    std::map<std::pair<std::string, int>, uint64_t> http_counts;
+    void count(const httplib::Request& req, const httplib::Response& res) {
+        static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
+                                      "/tokenize", "/detokenize"};
+        std::string route = "other";
+        for (const char* k : known)
+            if (req.path == k) route = k;
+        if (req.path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
+        std::lock_guard lk(counts_mu);
+        ++http_counts[{route, res.status}];
+    }
+
+    // Prometheus text format: engine queue and throughput counters, expert reads, HTTP responses.
+    std::string metrics_text() {
+        const EngineStats st = engine.stats();
+        std::string out;
+        auto metric = [&](const char* name, const char* type, const char* help, double value) {
+            out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+                   std::to_string(value) + "\n";
+        };
+        metric("sluice_requests_running", "gauge", "Engine requests (choices) generating now.", double(st.running));
+        metric("sluice_requests_waiting", "gauge", "Engine requests queued for admission.", double(st.waiting));
+        metric("sluice_prompt_tokens_total", "counter", "Prompt tokens prefilled.", double(st.prompt_tokens));
+        metric("sluice_generation_tokens_total", "counter", "Tokens generated.", double(st.generated_tokens));
+        metric("sluice_forward_passes_total", "counter", "Forward passes (engine steps) run.", double(st.steps));
+        metric("sluice_forward_rows_total", "counter", "Token rows in all forward passes.", double(st.rows));
+        metric("sluice_forward_seconds_total", "counter", "Time spent in forward passes.", st.forward_ms / 1000);
+        metric("sluice_experts_requested_total", "counter", "Routed experts the forward passes needed.",
+               double(st.experts_requested));
+        metric("sluice_experts_read_total", "counter", "Routed experts read from SSD (cache misses and read-ahead).",
+               double(st.experts_read));
+        metric("sluice_expert_read_bytes_total", "counter", "Bytes of routed experts read from SSD.",
+               double(st.expert_bytes_read));
+        metric("sluice_expert_io_wait_seconds_total", "counter", "Time forward passes waited for expert reads.",
+               st.io_wait_ms / 1000);
+        out += "# HELP sluice_http_responses_total HTTP responses by route and status.\n"
+               "# TYPE sluice_http_responses_total counter\n";
+        std::lock_guard lk(counts_mu);
+        for (const auto& [key, n] : http_counts)
+            out += "sluice_http_responses_total{route=\"" + key.first + "\",code=\"" + std::to_string(key.second) +
+                   "\"} " + std::to_string(n) + "\n";
+        return out;
     }
 
     json models_json() const {

@@ -1,5 +1,6 @@
 // The OpenAI-compatible HTTP server: /v1/chat/completions and /v1/completions (streamed as server-sent events or
-// whole), /v1/models, /health, /tokenize, /detokenize. Every request is validated completely before any header is
+// whole), /v1/models, /health, /tokenize, /detokenize, /metrics (Prometheus text: queue, tokens, forward passes,
+// expert reads, HTTP responses). Every request is validated completely before any header is
 // sent (api/openai_protocol); generation runs on one engine thread that batches all requests in flight
 // (runtime/engine), so concurrent clients share each expert read.
 //

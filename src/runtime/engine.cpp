@@ -261,6 +261,13 @@ int64_t Engine::step() {
     }
     remove_done();
     std::lock_guard lock(mu_);
+    if (const StreamingExpertSource* src = model_.streaming()) {
+        const ExpertIoStats& io = src->stats();
+        stats_.experts_requested = io.experts_requested;
+        stats_.experts_read = io.experts_read;
+        stats_.expert_bytes_read = io.bytes_read;
+        stats_.io_wait_ms = io.io_wait_ms;
+    }
     stats_.steps++;
     stats_.rows += batch.size();
     stats_.prompt_tokens += n_prompt_rows;

@@ -70,6 +70,10 @@ struct EngineStats {
     int64_t steps = 0, rows = 0, prompt_tokens = 0, generated_tokens = 0;
     int64_t running = 0, waiting = 0;  // now
     double forward_ms = 0;
+    // The model's routed-expert reads so far (streamed models; 0 otherwise), copied after each step on the engine
+    // thread so other threads (the server's /metrics) read them without racing the reads.
+    uint64_t experts_requested = 0, experts_read = 0, expert_bytes_read = 0;
+    double io_wait_ms = 0;
 };
 
 class Engine {

@@ -4,7 +4,7 @@
 Starts the server on a small synthesized model (sluice synth), then checks through the client what users rely on:
 greedy text identical to `sluice generate` (the CLI's single-sequence loop), streaming deltas that add up to the
 non-streamed text, usage, n > 1, seeds, stop sequences, logprobs, concurrent requests each identical to running it
-alone, and errors raised as the client's typed exceptions (401, 400 naming the field, 404, context length).
+alone, errors raised as the client's typed exceptions (401, 400 naming the field, 404, context length), /metrics.
 
 Usage: test_openai_client.py --sluice PATH_TO_SLUICE [--keep]
 Exits 77 (CTest's skip code) when the openai package is not installed (scripts/python-env.sh installs it).
@@ -169,6 +169,24 @@ class OpenAIClientTest(unittest.TestCase):
             client().models.retrieve("no-such-model")
         # the server is still fine after all that
         self.assertEqual(len(client().models.list().data), 1)
+
+    def test_metrics(self):
+        import urllib.error
+        import urllib.request
+        client().completions.create(model="m", prompt="metrics", max_tokens=3, temperature=0)
+        root = BASE_URL[: -len("/v1")]
+        req = urllib.request.Request(root + "/metrics", headers={"Authorization": "Bearer " + KEY})
+        text = urllib.request.urlopen(req, timeout=30).read().decode()
+        values = {l.split(" ")[0]: float(l.split(" ")[1]) for l in text.splitlines()
+                  if l and not l.startswith("#")}
+        self.assertGreaterEqual(values["sluice_generation_tokens_total"], 3)
+        self.assertGreaterEqual(values["sluice_forward_passes_total"], 1)
+        self.assertGreaterEqual(values['sluice_http_responses_total{route="/v1/completions",code="200"}'], 1)
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(root + "/metrics", timeout=30)
+        self.assertEqual(e.exception.code, 401)
+        health = urllib.request.urlopen(root + "/health", timeout=30)  # public
+        self.assertEqual(health.status, 200)
 
     def test_client_disconnect_mid_stream(self):
         stream = client().completions.create(model="m", prompt="Go on", max_tokens=400, temperature=0, stream=True,
