@@ -118,6 +118,14 @@ TEST(Cli, BadOptionsGetOnePlainError) {
         {"pack " + kFixture + " unused-dir --qd 0", "--qd: must be > 0, got 0"},
         {"generate -m " + kFixture + " --ids '[1,2' -n 1", "--ids: '[' without a closing ']'"},
         {"generate -m " + kFixture + " --ids 1,x -n 1", "--ids: item 1 ('x') is not an integer"},
+        {"serve -m " + kFixture, "serve needs tokenizer.json or tiktoken.model in the model folder"},
+        {"serve -m " + kFixture + " --port 70000", "--port"},
+        {"serve -m " + kFixture + " --parallel 0", "--parallel: must be > 0, got 0"},
+        {"serve -m " + kFixture + " --api-key-file /nonexistent/keys", "/nonexistent/keys: cannot read the API key"},
+        {"serve -m /nonexistent/model", "/nonexistent/model"},
+        {"batch -m " + kFixture + " -o out.jsonl", "--input is required"},
+        {"batch -m " + kFixture + " -i /nonexistent/in.jsonl -o out.jsonl", "/nonexistent/in.jsonl: no such file"},
+        {"batch -m " + kFixture + " -i " + kFixture + "/config.json -o x.jsonl", "batch needs tokenizer.json"},
     };
     for (const auto& [args, want] : cases) {
         int status = 0;
