@@ -1,6 +1,7 @@
 #include "api/batch_job.h"
 
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <cstdio>
@@ -31,6 +32,22 @@ std::string random_hex(int digits) {
     std::string s;
     for (int i = 0; i < digits; ++i) s += hex[rng() & 15];
     return s;
+}
+
+// xxh3 of a file, as 16 hex digits: the status file records the input's, so a resume can tell it changed.
+std::string file_xxh3(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    SLUICE_CHECK(f, path, ": cannot read");
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    std::vector<char> buf(1 << 20);
+    while (f.read(buf.data(), std::streamsize(buf.size())) || f.gcount() > 0)
+        XXH3_64bits_update(st, buf.data(), size_t(f.gcount()));
+    const uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    return hex;
 }
 
 std::string with_suffix(const std::string& path, const std::string& suffix) {
@@ -114,6 +131,7 @@ BatchInput parse_batch_input(std::istream& in, const ModelContext& ctx) {
     for (std::string text; std::getline(in, text);) {
         ++n;
         if (!text.empty() && text.back() == '\r') text.pop_back();
+        if (n == 1 && text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // a UTF-8 byte order mark
         if (text.find_first_not_of(" \t") == std::string::npos) continue;
         std::string custom_id;
         try {
@@ -203,6 +221,7 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
                    {"input_file", o.input_path},
                    {"output_file", o.output_path},
                    {"error_file", error_path},
+                   {"input_xxh3", file_xxh3(o.input_path)},
                    {"completion_window", "24h"},
                    {"created_at", created_at},
                    {"errors", nullptr}};
@@ -230,6 +249,15 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
     }
 
     std::set<std::string> done;
+    if (o.resume && fs::exists(status_path) && fs::exists(o.output_path)) {
+        // resuming: warn when the input is not the file the earlier run read (its custom_ids are still skipped)
+        std::ifstream f(status_path, std::ios::binary);
+        const json before = json::parse(f, nullptr, false);
+        if (before.is_object() && before.contains("input_xxh3") && before["input_xxh3"] != status["input_xxh3"])
+            std::fprintf(stderr, "batch: warning: %s changed since the run that wrote %s; requests whose custom_id "
+                                 "is already answered there are skipped (--restart runs everything again)\n",
+                         o.input_path.c_str(), o.output_path.c_str());
+    }
     if (o.resume) {
         read_done_ids(o.output_path, done);
         read_done_ids(error_path, done);

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <map>
@@ -34,6 +35,21 @@ bool same_key(const std::string& a, const std::string& b) {
     unsigned char diff = 0;
     for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
     return diff == 0;
+}
+
+// "[::1]:8080" -> "::1", "localhost:8080" -> "localhost".
+std::string host_name(const std::string& host_header) {
+    if (!host_header.empty() && host_header[0] == '[') {
+        const size_t end = host_header.find(']');
+        return end == std::string::npos ? host_header : host_header.substr(1, end - 1);
+    }
+    return host_header.substr(0, host_header.find(':'));
+}
+
+bool is_loopback(const std::string& host) {
+    std::string h = host;
+    for (auto& c : h) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0 || h == "localhost.";
 }
 
 std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
@@ -73,6 +89,13 @@ struct Server::Impl {
         http.set_read_timeout(std::chrono::seconds(60));
         http.set_write_timeout(std::chrono::seconds(60));
         http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+            // DNS rebinding: a page on evil.example that resolves to 127.0.0.1 reaches a loopback server with
+            // Host: evil.example. A loopback server answers only to loopback names.
+            if (is_loopback(opt.host) && req.has_header("Host") && !is_loopback(host_name(req.get_header_value("Host")))) {
+                send_error(res, ApiError(403, "permission_error",
+                                         "the Host header names another host; this server answers to localhost only"));
+                return httplib::Server::HandlerResponse::Handled;
+            }
             if (opt.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
             std::string key = req.get_header_value("X-Api-Key");
             const std::string auth = req.get_header_value("Authorization");

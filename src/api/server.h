@@ -4,7 +4,8 @@
 // sent (api/openai_protocol); generation runs on one engine thread that batches all requests in flight
 // (runtime/engine), so concurrent clients share each expert read.
 //
-// Safe defaults: binds 127.0.0.1; with API keys set every route but /health needs `Authorization: Bearer KEY` (or
+// Safe defaults: binds 127.0.0.1 and then answers only requests whose Host is a loopback name (DNS rebinding); with
+// API keys set every route but /health needs `Authorization: Bearer KEY` (or
 // `X-Api-Key`); request bodies are capped; streams send `: ping` comments while the first token is slow (experts
 // stream from SSD) and a client that goes away cancels its request.
 #pragma once

@@ -280,3 +280,34 @@ TEST(BatchJob, WholeJobErrors) {
     o.input_path = (d / "in.jsonl").string();
     EXPECT_THROW(run(m, d, 1, o), Error);
 }
+
+TEST(BatchJob, ByteOrderMarkCrlfAndChangedInputOnResume) {
+    Loaded m;
+    const fs::path d = test::scratch_dir("batch_bom");
+    {
+        std::ofstream f(d / "in.jsonl", std::ios::binary);
+        f << "\xEF\xBB\xBF" << completion_line("a", "one", 3).dump() << "\r\n"
+          << completion_line("b", "two", 3).dump();  // no newline at the end
+    }
+    const auto s = run(m, d, 2);
+    EXPECT_EQ(s.status, "completed");
+    EXPECT_EQ(s.completed, 2);
+    EXPECT_TRUE(s.validation_errors.empty());
+    const json st = json::parse(read(d / "out.status.json"));
+    ASSERT_TRUE(st["input_xxh3"].is_string());
+
+    // the same input again: no warning; a changed one: a warning, and the answered ids are still skipped
+    testing::internal::CaptureStderr();
+    run(m, d, 2);
+    EXPECT_EQ(testing::internal::GetCapturedStderr().find("changed since"), std::string::npos);
+    {
+        std::ofstream f(d / "in.jsonl", std::ios::binary | std::ios::app);
+        f << "\n" << completion_line("c", "three", 3).dump() << "\n";
+    }
+    testing::internal::CaptureStderr();
+    const auto s2 = run(m, d, 2);
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("changed since"), std::string::npos);
+    EXPECT_EQ(s2.skipped, 2);
+    EXPECT_EQ(s2.completed, 1);
+    EXPECT_NE(json::parse(read(d / "out.status.json"))["input_xxh3"], st["input_xxh3"]);
+}

@@ -187,6 +187,13 @@ class OpenAIClientTest(unittest.TestCase):
         self.assertEqual(e.exception.code, 401)
         health = urllib.request.urlopen(root + "/health", timeout=30)  # public
         self.assertEqual(health.status, 200)
+        # DNS rebinding: a loopback server refuses a foreign Host header, even on /health
+        evil = urllib.request.Request(root + "/health", headers={"Host": "evil.example:80"})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(evil, timeout=30)
+        self.assertEqual(e.exception.code, 403)
+        ok = urllib.request.Request(root + "/health", headers={"Host": "localhost"})
+        self.assertEqual(urllib.request.urlopen(ok, timeout=30).status, 200)
 
     def test_client_disconnect_mid_stream(self):
         stream = client().completions.create(model="m", prompt="Go on", max_tokens=400, temperature=0, stream=True,
