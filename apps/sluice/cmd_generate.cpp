@@ -13,6 +13,7 @@
 #include "models/model.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,7 +36,7 @@ void register_generate(CLI::App& app) {
         std::string ids, prompt;
         int64_t n = 16, chunk = 512;
         float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
-        int64_t top_k = 0;
+        int64_t top_k = 0, speculative = 0;
         uint64_t seed = 0;
         bool json = false, ignore_eos = false, chat = false, dry_run = false;
     };
@@ -55,6 +56,10 @@ void register_generate(CLI::App& app) {
     sub->add_option("-s,--seed", a->seed, "random seed");
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(positive());
     sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
+    sub->add_option("--speculative", a->speculative,
+                    "verify up to N prompt-lookup draft tokens per forward pass (greedy only; same output, fewer "
+                    "passes when the text repeats itself; 0 = off)")
+        ->check(non_negative());
     sub->add_flag("--json", a->json, "print one JSON object as the last line of stdout");
     sub->add_flag("--dry-run", a->dry_run, "print the memory plan and what a token must read, then exit");
     sub->callback([a] {
@@ -67,6 +72,8 @@ void register_generate(CLI::App& app) {
         SLUICE_CHECK(!a->ids.empty() || !a->prompt.empty(), "generate: give a prompt with --ids or -p");
         const SamplingParams sampling{
             .temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed};
+        SLUICE_CHECK(a->speculative == 0 || a->temp == 0.0f,
+                     "--speculative needs greedy decoding (--temp 0): drafts are checked against the argmax");
         Sampler{sampling};  // checks the values now, not after loading the model
         std::unique_ptr<Tokenizer> tok;
         if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);
@@ -104,7 +111,15 @@ void register_generate(CLI::App& app) {
             }
             return true;
         };
-        GenerateResult r = generate(*model, prompt_ids, opt, on_token);
+        SpeculativeStats spec_stats;
+        GenerateResult r;
+        if (a->speculative > 0) {
+            SpeculativeOptions so;
+            so.draft_tokens = a->speculative;
+            r = generate_speculative(*model, prompt_ids, opt, so, &spec_stats, on_token);
+        } else {
+            r = generate(*model, prompt_ids, opt, on_token);
+        }
         if (dec) {
             std::string rest = dec->finish();
             text += rest;
@@ -127,11 +142,19 @@ void register_generate(CLI::App& app) {
             j["total_ms"] = total_ms;
             j["prefill_tok_per_s"] = prefill_tps;
             j["decode_tok_per_s"] = decode_tps;
+            if (a->speculative > 0)
+                j["speculative"] = {{"forward_passes", spec_stats.forward_passes},
+                                    {"drafted", spec_stats.drafted},
+                                    {"accepted", spec_stats.accepted}};
             std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         } else {
             std::printf("\n");
             std::fprintf(stderr, "prompt: %lld tokens in %.1f ms (%.2f tok/s); generated %zu tokens, decode %.2f tok/s (%s)\n",
                          (long long)r.n_prompt, r.prefill_ms, prefill_tps, r.ids.size(), decode_tps, r.stop_reason.c_str());
+            if (a->speculative > 0)
+                std::fprintf(stderr, "speculative: %lld decode passes for %zu tokens; %lld of %lld drafts kept\n",
+                             (long long)spec_stats.forward_passes, r.ids.size(), (long long)spec_stats.accepted,
+                             (long long)spec_stats.drafted);
         }
     });
 }

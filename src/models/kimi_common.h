@@ -63,6 +63,7 @@ public:
     KimiState(const KimiConfig& c);
     int64_t n_past() const override { return n; }
     void truncate(int64_t n_tokens) override;
+    bool can_roll_back() const override { return false; }
     uint64_t size_bytes() const override;
 
     std::vector<KdaState> kda;  // [layers], empty for MLA layers

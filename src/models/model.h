@@ -22,6 +22,8 @@ public:
     virtual ~SequenceState() = default;
     virtual int64_t n_past() const = 0;        // tokens already in the cache
     virtual void truncate(int64_t n_tokens) = 0;  // forget positions >= n_tokens (rollback)
+    // Whether truncate() can roll back to any position (speculative decoding needs it); recurrent state cannot.
+    virtual bool can_roll_back() const { return true; }
     virtual uint64_t size_bytes() const = 0;   // memory held by this sequence's state
 };
 
