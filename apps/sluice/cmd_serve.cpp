@@ -1,6 +1,7 @@
 // sluice serve -m DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N] [--ctx TOKENS]
 // The OpenAI-compatible HTTP server (api/server). Prints "sluice: listening on http://HOST:PORT" on stderr once the
 // port is bound (with --port 0 that line names the port chosen), and stops cleanly on SIGINT/SIGTERM.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -75,7 +76,8 @@ void register_serve(CLI::App& app) {
     sub->add_option("--max-waiting", a->max_waiting, "requests queued beyond the running ones before 503")
         ->check(positive())
         ->capture_default_str();
-    sub->add_option("--http-threads", a->http_threads, "threads answering HTTP connections")
+    sub->add_option("--http-threads", a->http_threads,
+                    "threads answering HTTP connections (at least --parallel + 4: each open request holds one)")
         ->check(CLI::Range(2, 1024))
         ->capture_default_str();
     sub->callback([a] {
@@ -146,7 +148,8 @@ void register_serve(CLI::App& app) {
         so.request_timeout_s = a->timeout_s;
         so.ping_interval_s = a->ping_s;
         so.max_waiting = a->max_waiting;
-        so.http_threads = a->http_threads;
+        // a waiting non-streamed request or an open stream holds an HTTP thread: never fewer than --parallel + 4
+        so.http_threads = std::max<int>(a->http_threads, int(std::min<int64_t>(a->m.parallel, 4096)) + 4);
 
         api::Server server(engine, *tok, tmpl.get(), so);
         server.bind();

@@ -57,7 +57,9 @@ std::string with_suffix(const std::string& path, const std::string& suffix) {
     return path + suffix;
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const nlohmann::ordered_json& j) {
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 // Appends whole lines and makes them durable: a line is either complete in the file or absent after a crash
 // (resume drops an unterminated last line).
@@ -70,7 +72,7 @@ public:
     ~JsonlAppender() {
         if (f_) std::fclose(f_);
     }
-    void write(const json& j) {
+    void write(const nlohmann::ordered_json& j) {
         const std::string s = dump(j) + "\n";
         SLUICE_CHECK(std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0, path_,
                      ": write failed (disk full?)");
@@ -115,7 +117,8 @@ void read_done_ids(const std::string& path, std::set<std::string>& done) {
     }
 }
 
-json result_line(const std::string& custom_id, int status, const json& body) {
+// OpenAI's output line, keys in the documented order.
+nlohmann::ordered_json result_line(const std::string& custom_id, int status, const json& body) {
     return {{"id", "batch_req_" + random_hex(24)},
             {"custom_id", custom_id},
             {"response", {{"status_code", status}, {"request_id", "req_" + random_hex(24)}, {"body", body}}},
@@ -189,7 +192,7 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
         input = parse_batch_input(in, ctx);
     }
     const std::vector<BatchLine>& lines = input.lines;
-    std::vector<json> invalid;  // error-file lines for invalid input lines (continue_on_invalid)
+    std::vector<nlohmann::ordered_json> invalid;  // error-file lines for invalid input lines (continue_on_invalid)
     json errors_data = json::array();
     for (const BatchLineError& b : input.errors) {
         const ApiError& e = b.error;
