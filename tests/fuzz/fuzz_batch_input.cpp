@@ -58,6 +58,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (std::string line; std::getline(again, line);) {
         ++n;
         if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // as the parser: a byte order mark
         if (line.find_first_not_of(" \t") != std::string::npos) ++non_blank;
     }
     check(int64_t(b.lines.size() + b.errors.size()) == non_blank);
