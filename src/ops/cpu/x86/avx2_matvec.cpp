@@ -2,7 +2,7 @@
 // weight rows at a time (4 sequential read streams), with no f32 scratch round trip. The arithmetic per output
 // is exactly that of the blocked path in avx2_matmul.cpp (same values, same 8-lane accumulators fed in column
 // order, same 512-column chunk sums and horizontal adds), so results do not depend on n. Nibble formats look
-// their codes up in a per-block table of 8 scaled values with vpermps.
+// their codes up: MXFP4 as f16 bytes with vpshufb, INT4 in per-block tables of 8 scaled values with vpermps.
 #include <immintrin.h>
 
 #include <cstring>
@@ -20,20 +20,16 @@ alignas(32) constexpr float kInt4Positive[8] = {0, 1, 2, 3, 4, 5, 6, 7};        
 
 // vpshufb indices putting byte 4g + e/2 of 16 bytes (held in both 128-bit lanes) into the low byte of dword e,
 // the other bytes zero; vpsrlvd by 4 on odd dwords then brings the high nibble down (element 2j is the low
-// nibble of byte j). Code bits above 3 stay in even dwords: vpermps reads only bits 0-2 and the sign is taken
-// from bit 3 by a shift to bit 31 that drops the rest.
+// nibble of byte j). Code bits above 3 stay in even dwords: vpermps reads only bits 0-2 and the table is chosen
+// by bit 3, shifted to bit 31 for vblendvps.
 struct SpreadTables {
     alignas(32) uint8_t idx[4][32];
     alignas(32) uint32_t shifts[8];
-    alignas(32) uint32_t code_bits[8];  // k << 28: see NibbleDec
     SpreadTables() {
         for (int g = 0; g < 4; ++g)
             for (int e = 0; e < 8; ++e)
                 for (int b = 0; b < 4; ++b) idx[g][4 * e + b] = b == 0 ? uint8_t(4 * g + e / 2) : uint8_t(0x80);
-        for (int e = 0; e < 8; ++e) {
-            shifts[e] = (e % 2) ? 4 : 0;
-            code_bits[e] = uint32_t(e) << 28;
-        }
+        for (int e = 0; e < 8; ++e) shifts[e] = (e % 2) ? 4 : 0;
     }
 };
 const SpreadTables kSpread;
@@ -57,30 +53,43 @@ struct NibbleDec {
     static constexpr int kVecs = 4;
     const uint8_t* q;
     const uint8_t* s;
+    int64_t cols;
+    alignas(32) float scale[8];  // MXFP4: the E8M0 scales of columns [c, c + 256) as f32 (decode_scales)
     void init(const Weight& w, int64_t r) {
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
         s = w.scales + uint64_t(r) * uint64_t(w.cols / 32) * (kMx ? 1 : 2);
+        cols = w.cols;
     }
-    // MXFP4: the table holds magnitude k times the scale with k << 28 XORed in, so XORing the code shifted left by
-    // 28 cancels those bits and sets the sign from code bit 3: (+-m) * s, as the blocked path computes it (the
-    // product's sign is symmetric). INT4_G32: two tables, q - 8 for codes 0..7 and 8..15, each q * scale rounded
-    // to bf16 like the blocked path, chosen by code bit 3.
-    void load(int64_t c, __m256* v) const {
+    // 2^(e - 127) for eight blocks at once, without branches: e = 0 is 2^-127 (0x00400000), e = 255 NaN.
+    void decode_scales(int64_t c) {
+        if (c + 256 > cols) {
+            for (int64_t b = c / 32; b < cols / 32; ++b) scale[b % 8] = e8m0(s[b]);
+            return;
+        }
+        const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + c / 32)));
+        const __m256i special = _mm256_or_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()),
+                                                _mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFF)));
+        const __m256i bits =
+            _mm256_or_si256(_mm256_slli_epi32(e, 23), _mm256_and_si256(special, _mm256_set1_epi32(0x00400000)));
+        _mm256_store_ps(scale, _mm256_castsi256_ps(bits));
+    }
+    // MXFP4: +-m through an f16 lookup (e2m1_vectors) times the scale, as the blocked path computes it. INT4_G32:
+    // two tables, q - 8 for codes 0..7 and 8..15, each q * scale rounded to bf16 like the blocked path, chosen by
+    // code bit 3.
+    void load(int64_t c, __m256* v) {
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
-        const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
-        const __m256i sh = _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.shifts));
-        __m256i e[4];
-        for (int g = 0; g < 4; ++g)
-            e[g] = _mm256_srlv_epi32(
-                _mm256_shuffle_epi8(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.idx[g]))), sh);
         if constexpr (kMx) {
-            const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(kE2M1Magnitudes), _mm256_set1_ps(e8m0(s[c / 32])));
-            const __m256 tab = _mm256_xor_ps(
-                scaled, _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.code_bits))));
-            for (int g = 0; g < 4; ++g)
-                v[g] = _mm256_xor_ps(_mm256_permutevar8x32_ps(tab, e[g]),
-                                     _mm256_castsi256_ps(_mm256_slli_epi32(e[g], 28)));
+            if (c % 256 == 0) decode_scales(c);
+            e2m1_vectors(nibble_codes(q + c / 2), _mm256_broadcast_ss(&scale[(c / 32) % 8]), v);
         } else {
+            const __m256i bytes =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
+            const __m256i sh = _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.shifts));
+            __m256i e[4];
+            for (int g = 0; g < 4; ++g)
+                e[g] = _mm256_srlv_epi32(
+                    _mm256_shuffle_epi8(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.idx[g]))),
+                    sh);
             const __m256 sc = _mm256_set1_ps(bits_to_f32(uint32_t(load_u16(s + (c / 32) * 2)) << 16));
             const __m256 neg = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Negative), sc));
             const __m256 pos = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Positive), sc));
@@ -97,20 +106,12 @@ struct GgmlMxDec {  // MXFP4_GGML: {e8m0, qs[16]}, qs[j] low nibble = element j,
     void init(const Weight& w, int64_t r) {
         row = w.data + uint64_t(r) * uint64_t(w.cols / 32) * ref::kMxfp4GgmlBlockBytes;
     }
-    void load(int64_t c, __m256* v) const {  // values as NibbleDec<true>'s (the table trick is explained there)
+    void load(int64_t c, __m256* v) const {  // values as NibbleDec<true>'s
         const uint8_t* b = row + (c / 32) * ref::kMxfp4GgmlBlockBytes;
         if (c % 96 == 0) _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes), _MM_HINT_T0);
-        const __m256 scaled = _mm256_mul_ps(_mm256_load_ps(kE2M1Magnitudes), _mm256_set1_ps(e8m0(b[0])));
-        const __m256 tab = _mm256_xor_ps(
-            scaled, _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.code_bits))));
-        for (int h = 0; h < 2; ++h) {
-            const __m256i bytes =
-                _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 1 + 8 * h)));
-            const __m256i e[2] = {bytes, _mm256_srli_epi32(bytes, 4)};  // elements 8h.. and 16 + 8h..
-            for (int k = 0; k < 2; ++k)
-                v[2 * k + h] = _mm256_xor_ps(_mm256_permutevar8x32_ps(tab, e[k]),
-                                             _mm256_castsi256_ps(_mm256_slli_epi32(e[k], 28)));
-        }
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
+        const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
+        e2m1_vectors(codes, _mm256_set1_ps(e8m0(b[0])), v);
     }
 };
 
