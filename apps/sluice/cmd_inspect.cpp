@@ -1,5 +1,5 @@
 // sluice inspect -m DIR [--json]: architecture, parameter counts, experts, bytes per expert, dtypes, and what a
-// token must read.
+// token must read. -m FILE.gguf describes a GGUF file instead (inspect_gguf.cpp).
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -42,12 +42,14 @@ void register_inspect(CLI::App& app) {
         double drive_gbps = 0;
     };
     auto a = std::make_shared<Args>();
-    auto* sub = app.add_subcommand("inspect", "Describe a model folder: architecture, parameters, experts, bytes");
+    auto* sub = app.add_subcommand("inspect",
+                                   "Describe a model folder (architecture, parameters, experts, bytes) or a .gguf file");
     add_model_args(sub, a->m);
     sub->add_flag("--json", a->json, "print JSON");
     sub->add_option("--drive-gbps", a->drive_gbps, "drive read bandwidth for the tokens/s estimate (with --memory)")
         ->check(non_negative());
     sub->callback([a] {
+        if (is_gguf_path(a->m.model)) return inspect_gguf(a->m.model, a->json);
         LoadOptions lo = a->m.to_options();
         lo.n_threads = 1;
         auto model = load_model(a->m.model, lo);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace sluice::cli {
 
@@ -18,5 +19,9 @@ void register_template(CLI::App& app);
 void register_pack(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_batch(CLI::App& app);
+
+// inspect on a GGUF file (inspect_gguf.cpp): by its .gguf name or its "GGUF" magic.
+bool is_gguf_path(const std::string& path);
+void inspect_gguf(const std::string& path, bool json);
 
 }  // namespace sluice::cli
