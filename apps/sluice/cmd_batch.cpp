@@ -16,8 +16,6 @@
 #include "core/error.h"
 #include "models/model.h"
 #include "runtime/engine.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
 
@@ -36,8 +34,7 @@ void register_batch(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("batch", "Run an OpenAI Batch JSONL file (chat or text completions) overnight");
     add_model_args(sub, a->m);
-    sub->add_option("-i,--input", a->b.input_path, "input JSONL: {custom_id, method, url, body} per line")
-        ->required();
+    sub->add_option("-i,--input", a->b.input_path, "input JSONL: {custom_id, method, url, body} per line")->required();
     sub->add_option("-o,--output", a->b.output_path, "results JSONL (appended as requests finish)")->required();
     sub->add_option("--errors", a->b.error_path, "failed requests JSONL (default: OUTPUT.errors.jsonl)");
     sub->add_option("--status", a->b.status_path, "Batch-shaped status JSON (default: OUTPUT.status.json)");
@@ -58,17 +55,9 @@ void register_batch(CLI::App& app) {
         namespace fs = std::filesystem;
         check_model_folder(a->m.model);
         SLUICE_CHECK(fs::exists(a->b.input_path), a->b.input_path, ": no such file");
-        const fs::path dir(a->m.model);
-        SLUICE_CHECK(fs::exists(dir / "tokenizer.json") || fs::exists(dir / "tiktoken.model"), a->m.model,
-                     ": batch needs tokenizer.json or tiktoken.model in the model folder");
-        auto tok = tok::load_tokenizer(a->m.model);
-        std::unique_ptr<ChatTemplate> tmpl;
-        try {
-            tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(dir));
-        } catch (const Error&) {
-            // chat lines then fail validation with a message that says there is no chat template
-        }
-        if (a->b.model_id.empty()) a->b.model_id = fs::absolute(dir).lexically_normal().filename().string();
+        // without a chat template, chat lines fail validation with a message that says so
+        TextSide text = load_text_side(a->m.model, "batch");
+        if (a->b.model_id.empty()) a->b.model_id = model_id_from_folder(a->m.model);
         auto model = load_model(a->m.model, a->m.to_options());
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;
@@ -79,7 +68,7 @@ void register_batch(CLI::App& app) {
         a->b.cancel = &g_cancel;
         std::signal(SIGINT, on_signal);
         std::signal(SIGTERM, on_signal);
-        const api::BatchSummary s = api::run_batch(engine, *tok, tmpl.get(), a->b);
+        const api::BatchSummary s = api::run_batch(engine, *text.tokenizer, text.chat_template.get(), a->b);
         if (s.status == "failed") {
             const size_t shown = std::min<size_t>(s.validation_errors.size(), 20);
             for (size_t i = 0; i < shown; ++i)

@@ -1,16 +1,16 @@
 // sluice serve -m DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [--parallel N] [--ctx TOKENS]
 // The OpenAI-compatible HTTP server (api/server). Prints "sluice: listening on http://HOST:PORT" on stderr once the
 // port is bound (with --port 0 that line names the port chosen), and stops cleanly on SIGINT/SIGTERM.
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <memory>
-#include <pthread.h>
 #include <thread>
 
 #include "api/server.h"
@@ -19,8 +19,6 @@
 #include "core/error.h"
 #include "models/model.h"
 #include "runtime/engine.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
 
@@ -57,8 +55,9 @@ void register_serve(CLI::App& app) {
     sub->add_option("--port", a->port, "port (0: any free one, printed at start)")
         ->check(CLI::Range(0, 65535))
         ->capture_default_str();
-    sub->add_option("--api-key", a->api_keys, "require this key (Authorization: Bearer KEY) on every route but "
-                                              "/health; repeat for several; also $SLUICE_API_KEY");
+    sub->add_option("--api-key", a->api_keys,
+                    "require this key (Authorization: Bearer KEY) on every route but "
+                    "/health; repeat for several; also $SLUICE_API_KEY");
     sub->add_option("--api-key-file", a->api_key_file, "file with one API key per line");
     sub->add_option("--alias", a->alias, "model id reported by /v1/models (default: the folder's name)");
     sub->add_option("--batch-rows", a->batch_rows, "token rows per forward pass (prefill chunks + decode rows)")
@@ -120,18 +119,10 @@ void register_serve(CLI::App& app) {
         if (!a->api_key_file.empty())
             for (auto& k : read_keys(a->api_key_file)) keys.push_back(k);
         if (const char* env = std::getenv("SLUICE_API_KEY"); env && *env && keys.empty()) keys.emplace_back(env);
-        namespace fs = std::filesystem;
-        const fs::path dir(a->m.model);
-        SLUICE_CHECK(fs::exists(dir / "tokenizer.json") || fs::exists(dir / "tiktoken.model"), a->m.model,
-                     ": serve needs tokenizer.json or tiktoken.model in the model folder");
-        auto tok = tok::load_tokenizer(a->m.model);
-        std::unique_ptr<ChatTemplate> tmpl;
-        try {
-            tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(dir));
-        } catch (const Error& e) {
+        TextSide text = load_text_side(a->m.model, "serve");
+        if (!text.chat_template)
             std::fprintf(stderr, "sluice: warning: no chat template (%s); /v1/chat/completions will answer 400\n",
-                         e.what());
-        }
+                         text.template_error.c_str());
         auto model = load_model(a->m.model, a->m.to_options());
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;
@@ -142,8 +133,7 @@ void register_serve(CLI::App& app) {
         so.host = a->host;
         so.port = a->port;
         so.api_keys = keys;
-        so.model_id = !a->alias.empty() ? a->alias : fs::absolute(dir).lexically_normal().filename().string();
-        if (so.model_id.empty()) so.model_id = fs::absolute(dir).lexically_normal().parent_path().filename().string();
+        so.model_id = !a->alias.empty() ? a->alias : model_id_from_folder(a->m.model);
         so.default_max_tokens = a->max_tokens;
         so.request_timeout_s = a->timeout_s;
         so.ping_interval_s = a->ping_s;
@@ -151,7 +141,7 @@ void register_serve(CLI::App& app) {
         // a waiting non-streamed request or an open stream holds an HTTP thread: never fewer than --parallel + 4
         so.http_threads = std::max<int>(a->http_threads, int(std::min<int64_t>(a->m.parallel, 4096)) + 4);
 
-        api::Server server(engine, *tok, tmpl.get(), so);
+        api::Server server(engine, *text.tokenizer, text.chat_template.get(), so);
         server.bind();
         std::fprintf(stderr, "sluice: serving %s (%lld sequences at once, %lld context tokens) on http://%s:%d%s\n",
                      so.model_id.c_str(), (long long)eo.max_sequences, (long long)eo.max_context_tokens,

@@ -199,5 +199,26 @@ void print_pin_stats(const StreamingExpertSource& s, FILE* out) {
                  (unsigned long long)p.released, s.cache().n_held());
 }
 
+TextSide load_text_side(const std::string& model_dir, const char* command) {
+    namespace fs = std::filesystem;
+    const fs::path dir(model_dir);
+    SLUICE_CHECK(fs::exists(dir / "tokenizer.json") || fs::exists(dir / "tiktoken.model"), model_dir, ": ", command,
+                 " needs tokenizer.json or tiktoken.model in the model folder");
+    TextSide t;
+    t.tokenizer = tok::load_tokenizer(model_dir);
+    try {
+        t.chat_template = std::make_unique<ChatTemplate>(ChatTemplate::from_model_dir(dir));
+    } catch (const Error& e) {
+        t.template_error = e.what();
+    }
+    return t;
+}
+
+std::string model_id_from_folder(const std::string& model_dir) {
+    namespace fs = std::filesystem;
+    const fs::path p = fs::absolute(fs::path(model_dir)).lexically_normal();
+    // "model/" normalises to ".../model/" whose filename() is empty: the name is then the parent's
+    return p.has_filename() ? p.filename().string() : p.parent_path().filename().string();
+}
 
 }  // namespace sluice::cli

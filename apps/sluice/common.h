@@ -3,12 +3,15 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "models/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sluice::cli {
 
@@ -40,6 +43,18 @@ void print_plan(const Model& model, double drive_gbps, FILE* out);
 void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out);
 // One line on experts pinned from --usage-stats (nothing when no file was given).
 void print_pin_stats(const StreamingExpertSource& s, FILE* out);
+
+// The text side of a model folder for the commands that answer requests (serve, batch): its tokenizer (required;
+// the error names the command) and its chat template, null when the folder has none (template_error says why).
+struct TextSide {
+    std::unique_ptr<tok::Tokenizer> tokenizer;
+    std::unique_ptr<ChatTemplate> chat_template;
+    std::string template_error;
+};
+TextSide load_text_side(const std::string& model_dir, const char* command);
+
+// The name a model answers to by default: its folder's name ("model/", "./model" and "." resolved).
+std::string model_id_from_folder(const std::string& model_dir);
 
 // "5,17,3" or "[5, 17, 3]" (the JSON array `sluice tokenize` prints) -> {5, 17, 3}; errors name the offending item.
 std::vector<int32_t> parse_ids(const std::string& text);

@@ -13,20 +13,31 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-std::vector<float> prompt_logits(Model& model, std::span<const int32_t> prompt, int64_t chunk) {
+void prefill(Model& model, SequenceState& seq, std::span<const int32_t> prompt, int64_t chunk,
+             std::vector<float>& logits, bool every_position) {
     SLUICE_CHECK(!prompt.empty(), "the prompt is empty");
     SLUICE_CHECK(chunk > 0, "prefill chunk must be > 0");
-    auto seq = model.new_sequence();
-    SequenceState* seqs[] = {seq.get()};
-    std::vector<float> all, part;
+    SequenceState* seqs[] = {&seq};
+    std::vector<float> part;
     Batch b;
+    logits.clear();
     for (size_t i0 = 0; i0 < prompt.size(); i0 += size_t(chunk)) {
         b.clear();
         const size_t i1 = std::min(prompt.size(), i0 + size_t(chunk));
-        for (size_t i = i0; i < i1; ++i) b.add(prompt[i], int64_t(i), 0, true);
+        for (size_t i = i0; i < i1; ++i) b.add(prompt[i], int64_t(i), 0, every_position || i + 1 == prompt.size());
         model.forward(b, seqs, part);
-        all.insert(all.end(), part.begin(), part.end());
+        logits.insert(logits.end(), part.begin(), part.end());
     }
+}
+
+bool is_eos(const ModelInfo& info, int32_t id) {
+    return std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), id) != info.eos_token_ids.end();
+}
+
+std::vector<float> prompt_logits(Model& model, std::span<const int32_t> prompt, int64_t chunk) {
+    auto seq = model.new_sequence();
+    std::vector<float> all;
+    prefill(model, *seq, prompt, chunk, all, true);
     return all;
 }
 
@@ -44,12 +55,7 @@ GenerateResult generate(Model& model, std::span<const int32_t> prompt, const Gen
     std::vector<float> logits;
     Batch b;
     auto t0 = std::chrono::steady_clock::now();
-    for (size_t i0 = 0; i0 < prompt.size(); i0 += size_t(opt.prefill_chunk)) {
-        b.clear();
-        const size_t i1 = std::min(prompt.size(), i0 + size_t(opt.prefill_chunk));
-        for (size_t i = i0; i < i1; ++i) b.add(prompt[i], int64_t(i), 0, i + 1 == prompt.size());
-        model.forward(b, seqs, logits);
-    }
+    prefill(model, *seq, prompt, opt.prefill_chunk, logits);
     r.prefill_ms = ms_since(t0);
     t0 = std::chrono::steady_clock::now();
     int64_t pos = int64_t(prompt.size());
@@ -60,7 +66,7 @@ GenerateResult generate(Model& model, std::span<const int32_t> prompt, const Gen
             r.stop_reason = "callback";
             break;
         }
-        if (opt.stop_at_eos && std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), id) != info.eos_token_ids.end()) {
+        if (opt.stop_at_eos && is_eos(info, id)) {
             r.stop_reason = "eos";
             break;
         }

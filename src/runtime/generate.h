@@ -30,6 +30,14 @@ struct GenerateResult {
 GenerateResult generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                         const std::function<bool(int32_t)>& on_token = nullptr);
 
+// Runs `prompt` through `seq` from position 0 in forward passes of at most `chunk` rows. logits: the last
+// position's next-token logits [vocab], or with every_position all positions' [n, vocab].
+void prefill(Model& model, SequenceState& seq, std::span<const int32_t> prompt, int64_t chunk,
+             std::vector<float>& logits, bool every_position = false);
+
+// Whether id is one of the model's end-of-sequence ids.
+bool is_eos(const ModelInfo& info, int32_t id);
+
 // Logits for every prompt position ([n, vocab]: row i = next-token logits after prompt[0..i]), prefilled in chunks.
 std::vector<float> prompt_logits(Model& model, std::span<const int32_t> prompt, int64_t chunk);
 

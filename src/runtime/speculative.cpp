@@ -53,12 +53,7 @@ GenerateResult generate_speculative(Model& model, std::span<const int32_t> promp
     std::vector<float> logits, rows;
     Batch b;
     auto t0 = clock::now();
-    for (size_t i0 = 0; i0 < prompt.size(); i0 += size_t(opt.prefill_chunk)) {
-        b.clear();
-        const size_t i1 = std::min(prompt.size(), i0 + size_t(opt.prefill_chunk));
-        for (size_t i = i0; i < i1; ++i) b.add(prompt[i], int64_t(i), 0, i + 1 == prompt.size());
-        model.forward(b, seqs, logits);
-    }
+    prefill(model, *seq, prompt, opt.prefill_chunk, logits);
     r.prefill_ms = ms_since(t0);
     t0 = clock::now();
 
@@ -71,7 +66,7 @@ GenerateResult generate_speculative(Model& model, std::span<const int32_t> promp
             r.stop_reason = "callback";
             return false;
         }
-        if (opt.stop_at_eos && std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), id) != info.eos_token_ids.end()) {
+        if (opt.stop_at_eos && is_eos(info, id)) {
             r.stop_reason = "eos";
             return false;
         }

@@ -5,51 +5,25 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
-#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 
 #include "api/batch_job.h"
 #include "api/openai_protocol.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "fuzz_api_util.h"
 
 namespace {
 
 using namespace sluice;
 using namespace sluice::api;
 
-void check(bool ok) {
-    if (!ok) std::abort();
-}
-
-struct Fixture {
-    std::unique_ptr<tok::Tokenizer> tok = tok::load_tokenizer(SLUICE_TEST_DATA_DIR "/tokenizers/qwen3_small");
-    std::unique_ptr<ChatTemplate> tpl;
-    ModelContext ctx;
-    Fixture() {
-        std::ifstream in(SLUICE_TEST_DATA_DIR "/templates/Qwen-Qwen3-0.6B.jinja", std::ios::binary);
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        jinja::Limits limits;
-        limits.max_output_bytes = 1 << 18;
-        limits.max_loop_iterations = 20000;
-        tpl = std::make_unique<ChatTemplate>(ss.str(), limits);
-        ctx.model_id = "fuzz";
-        ctx.tokenizer = tok.get();
-        ctx.chat_template = tpl.get();
-        ctx.vocab_size = tok->vocab_size();
-        ctx.max_context_tokens = 512;
-        ctx.default_max_tokens = 64;
-    }
-};
+using fuzz::check;
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const Fixture fx;
+    static const fuzz::ApiFixture fx;
     const std::string text(reinterpret_cast<const char*>(data), size);
     std::istringstream in(text);
     const BatchInput b = parse_batch_input(in, fx.ctx);

@@ -5,15 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
 #include "api/openai_protocol.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "fuzz_api_util.h"
 #include "tokenizer/unicode.h"
 
 namespace {
@@ -21,30 +18,7 @@ namespace {
 using namespace sluice;
 using namespace sluice::api;
 
-void check(bool ok) {
-    if (!ok) std::abort();
-}
-
-struct Fixture {
-    std::unique_ptr<tok::Tokenizer> tok = tok::load_tokenizer(SLUICE_TEST_DATA_DIR "/tokenizers/qwen3_small");
-    std::unique_ptr<ChatTemplate> tpl;
-    ModelContext ctx;
-    Fixture() {
-        std::ifstream in(SLUICE_TEST_DATA_DIR "/templates/Qwen-Qwen3-0.6B.jinja", std::ios::binary);
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        jinja::Limits limits;
-        limits.max_output_bytes = 1 << 18;
-        limits.max_loop_iterations = 20000;
-        tpl = std::make_unique<ChatTemplate>(ss.str(), limits);
-        ctx.model_id = "fuzz";
-        ctx.tokenizer = tok.get();
-        ctx.chat_template = tpl.get();
-        ctx.vocab_size = tok->vocab_size() + 64;  // a logits width past the tokenizer's, as padded models have
-        ctx.max_context_tokens = 512;
-        ctx.default_max_tokens = 64;
-    }
-};
+using fuzz::check;
 
 void exercise(const ParsedRequest& r, const tok::Tokenizer& tok) {
     check(!r.params.prompt.empty() && r.params.max_new_tokens >= 1 && r.n >= 1 && r.n <= 128);
@@ -64,7 +38,7 @@ void exercise(const ParsedRequest& r, const tok::Tokenizer& tok) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static const Fixture fx;
+    static const fuzz::ApiFixture fx(64);
     const std::string_view in(reinterpret_cast<const char*>(data), size);
     const nlohmann::json body = nlohmann::json::parse(in, nullptr, false);
     if (body.is_discarded()) return 0;

@@ -12,25 +12,21 @@
 #include "core/npy.h"
 #include "models/model.h"
 #include "runtime/generate.h"
+#include "../support/fixtures.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
 
 namespace {
 
+using sluice::test::fixture_dirs;
+using sluice::test::fixture_name;
+
 struct Fixture {
     std::string dir;
     std::vector<int32_t> ids, greedy, ids_b, greedy_b;
     std::vector<float> ref, ref_b;
 };
-
-std::vector<std::string> fixture_dirs() {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(std::string(SLUICE_TEST_DATA_DIR) + "/fixtures"))
-        if (fs::exists(e.path() / "ref.json") && fs::exists(e.path() / "config.json")) out.push_back(e.path().string());
-    std::sort(out.begin(), out.end());
-    return out;
-}
 
 Fixture load_fixture(const std::string& dir) {
     Fixture f;
@@ -151,10 +147,6 @@ TEST_P(FixtureTest, BatchedSequencesAreBitIdentical) {
     }
     EXPECT_EQ(got_a, f.greedy);
     EXPECT_EQ(got_b, f.greedy_b);
-}
-
-std::string fixture_name(const ::testing::TestParamInfo<std::string>& info) {
-    return fs::path(info.param).filename().string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);

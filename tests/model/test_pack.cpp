@@ -14,26 +14,18 @@
 #include "models/expert_pack.h"
 #include "models/model.h"
 #include "runtime/generate.h"
+#include "../support/fixtures.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
 
 namespace {
 
+using sluice::test::fixture_dirs;
+using sluice::test::fixture_name;
+using sluice::test::fixture_prompt;
+
 const std::string kK2 = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/k2_noqlora";
-
-std::vector<std::string> fixture_dirs() {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(std::string(SLUICE_TEST_DATA_DIR) + "/fixtures"))
-        if (fs::exists(e.path() / "ref.json")) out.push_back(e.path().string());
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
-std::vector<int32_t> prompt_of(const std::string& dir) {
-    std::ifstream f(dir + "/ref.json");
-    return nlohmann::json::parse(f)["ids"].get<std::vector<int32_t>>();
-}
 
 PackResult pack(const std::string& src, const std::string& dst, std::vector<std::string> data_dirs = {}) {
     PackOptions o;
@@ -74,7 +66,7 @@ class PackTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PackTest, VerifiesAndStreamsBitIdentical) {
     const std::string dir = GetParam();
-    const auto ids = prompt_of(dir);
+    const auto ids = fixture_prompt(dir);
     auto resident = load_model(dir, {.n_threads = 2});
     if (resident->info().expert_bytes == 0) GTEST_SKIP() << "no routed experts";
     const auto want = prompt_logits(*resident, ids, 8);
@@ -116,9 +108,6 @@ TEST_P(PackTest, VerifiesAndStreamsBitIdentical) {
     fs::remove_all(tmp);
 }
 
-std::string fixture_name(const ::testing::TestParamInfo<std::string>& info) {
-    return fs::path(info.param).filename().string();
-}
 INSTANTIATE_TEST_SUITE_P(Fixtures, PackTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
 
 }  // namespace

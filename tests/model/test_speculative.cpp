@@ -12,23 +12,19 @@
 #include "models/model.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
+#include "../support/fixtures.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::string> fixture_dirs() {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(std::string(SLUICE_TEST_DATA_DIR) + "/fixtures"))
-        if (fs::exists(e.path() / "ref.json")) out.push_back(e.path().string());
-    std::sort(out.begin(), out.end());
-    return out;
-}
+using sluice::test::fixture_dirs;
+using sluice::test::fixture_name;
+using sluice::test::fixture_prompt;
 
 std::vector<int32_t> prompt_of(const std::string& dir) {
-    std::ifstream in(dir + "/ref.json");
-    auto ids = nlohmann::json::parse(in)["ids"].get<std::vector<int32_t>>();
+    const auto ids = fixture_prompt(dir);
     // a prompt that repeats itself, as real text does, so lookups find drafts from the start
     std::vector<int32_t> p = ids;
     p.insert(p.end(), ids.begin(), ids.end());
@@ -119,5 +115,4 @@ TEST(Speculative, GreedyOnly) {
     EXPECT_THROW(generate_speculative(*model, std::vector<int32_t>{1, 2, 3}, g, {}), Error);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeTest, ::testing::ValuesIn(fixture_dirs()),
-                         [](const auto& info) { return fs::path(info.param).filename().string(); });
+INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);

@@ -10,30 +10,22 @@
 #include "core/error.h"
 #include "models/model.h"
 #include "runtime/generate.h"
+#include "../support/fixtures.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::string> fixture_dirs() {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(std::string(SLUICE_TEST_DATA_DIR) + "/fixtures"))
-        if (fs::exists(e.path() / "ref.json")) out.push_back(e.path().string());
-    std::sort(out.begin(), out.end());
-    return out;
-}
-
-std::vector<int32_t> prompt_of(const std::string& dir) {
-    std::ifstream f(dir + "/ref.json");
-    return nlohmann::json::parse(f)["ids"].get<std::vector<int32_t>>();
-}
+using sluice::test::fixture_dirs;
+using sluice::test::fixture_name;
+using sluice::test::fixture_prompt;
 
 class StreamingTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StreamingTest, BitIdenticalToResident) {
     const std::string dir = GetParam();
-    const auto ids = prompt_of(dir);
+    const auto ids = fixture_prompt(dir);
     auto resident = load_model(dir, {.n_threads = 2});
     const auto want = prompt_logits(*resident, ids, 8);
     const uint64_t expert = resident->info().expert_bytes;
@@ -86,7 +78,7 @@ uint64_t budget_streaming_from(const ResidencyPlan& p, size_t k) {
 // logits are still the resident run's, bit for bit, over several passes (prefill chunks, then decode rows).
 TEST_P(StreamingTest, SpineStreamedBitIdentical) {
     const std::string dir = GetParam();
-    const auto ids = prompt_of(dir);
+    const auto ids = fixture_prompt(dir);
     auto resident = load_model(dir, {.n_threads = 2});
     const auto want = prompt_logits(*resident, ids, 8);
     const auto want_rows = prompt_logits(*resident, ids, 1);
@@ -130,16 +122,13 @@ TEST_P(StreamingTest, SpineStreamedBitIdentical) {
     }
 }
 
-std::string fixture_name(const ::testing::TestParamInfo<std::string>& info) {
-    return fs::path(info.param).filename().string();
-}
 INSTANTIATE_TEST_SUITE_P(Fixtures, StreamingTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
 
 }  // namespace
 
 TEST(Streaming, ReadErrorFailsTheRequestOnly) {
     const std::string dir = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/k2_noqlora";
-    const auto ids = prompt_of(dir);
+    const auto ids = fixture_prompt(dir);
     LoadOptions opt{.n_threads = 2, .stream_experts = true};
     opt.streaming.cache_bytes = 4 << 20;
     opt.streaming.prefetch = false;  // the fault must hit a read the request itself waits for
@@ -162,7 +151,7 @@ TEST(Streaming, ReadErrorFailsTheRequestOnly) {
 // A read-ahead that fails is forgotten and read again on demand: the result is still exact.
 TEST(Streaming, FailedReadAheadIsRetried) {
     const std::string dir = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/k2_noqlora";
-    const auto ids = prompt_of(dir);
+    const auto ids = fixture_prompt(dir);
     auto resident = load_model(dir);
     const auto want = prompt_logits(*resident, ids, 1);
     for (uint64_t nth : {1, 2, 5, 9}) {
@@ -187,7 +176,7 @@ TEST(Streaming, FailedReadAheadIsRetried) {
 // reads the layer again and is exact.
 TEST(Streaming, SpineReadErrorFailsThePassOnly) {
     const std::string dir = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/kimi_k3_attnres_mxfp4";
-    const auto ids = prompt_of(dir);
+    const auto ids = fixture_prompt(dir);
     auto resident = load_model(dir, {.n_threads = 2});
     const auto want = prompt_logits(*resident, ids, 4);
     auto full = load_model(dir, {.n_threads = 2, .memory_budget_bytes = uint64_t(1) << 40});
