@@ -178,6 +178,9 @@ void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
         for (int j = 0; j < MR; ++j)
             for (int i = 0; i < NR; ++i) acc[j][i] = _mm256_setzero_ps();
         for (int64_t c = c0; c < end; c += kStep) {
+            // GCC leaves this loop rolled (its body is large), and acc[j] with a run-time j lives on the stack,
+            // a store-to-load forward in every FMA chain: MXFP4 one row ran 20% slower.
+#pragma GCC unroll 4
             for (int j = 0; j < MR; ++j) {
                 __m256 wv[D::kVecs];
                 dec[j].load(c, wv);
