@@ -37,7 +37,7 @@ inline void store_int4(float* out, __m256i codes, float scale) {
     }
 }
 
-// MXFP4: 32 codes as bytes in element order -> +-E2M1 times the scale (the fused kernel's vectors).
+// MXFP4: 32 codes in lookup order (avx2_common.h) -> +-E2M1 times the scale (the fused kernel's vectors).
 inline void store_e2m1(float* out, __m256i codes, float scale) {
     __m256 v[4];
     e2m1_vectors(codes, _mm256_set1_ps(scale), v);
@@ -49,11 +49,11 @@ void decode_nibbles(const Weight& w, int64_t r, int64_t c0, int64_t k, float* ou
     const uint8_t* q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
     const uint64_t s0 = uint64_t(r) * uint64_t(w.cols / 32);
     for (int64_t c = c0; c < c0 + k; c += 32) {
-        const __m256i codes = nibble_codes(q + c / 2);
         if (mx)
-            store_e2m1(out + (c - c0), codes, e8m0(w.scales[s0 + c / 32]));
+            store_e2m1(out + (c - c0), mx_codes(q + c / 2), e8m0(w.scales[s0 + c / 32]));
         else
-            store_int4(out + (c - c0), codes, bits_to_f32(uint32_t(load_u16(w.scales + (s0 + c / 32) * 2)) << 16));
+            store_int4(out + (c - c0), nibble_codes(q + c / 2),
+                       bits_to_f32(uint32_t(load_u16(w.scales + (s0 + c / 32) * 2)) << 16));
     }
 }
 
@@ -61,10 +61,7 @@ void decode_mxfp4_ggml(const Weight& w, int64_t r, int64_t c0, int64_t k, float*
     const uint8_t* row = w.data + uint64_t(r) * uint64_t(w.cols / 32) * ref::kMxfp4GgmlBlockBytes;
     for (int64_t c = c0; c < c0 + k; c += 32) {
         const uint8_t* b = row + (c / 32) * ref::kMxfp4GgmlBlockBytes;
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
-        const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-        store_e2m1(out + (c - c0), _mm256_set_m128i(hi, lo), e8m0(b[0]));
+        store_e2m1(out + (c - c0), mx_codes_ggml(b + 1), e8m0(b[0]));
     }
 }
 

@@ -2,7 +2,7 @@
 // weight rows at a time (4 sequential read streams), with no f32 scratch round trip. The arithmetic per output
 // is exactly that of the blocked path in avx2_matmul.cpp (same values, same 8-lane accumulators fed in column
 // order, same 512-column chunk sums and horizontal adds), so results do not depend on n. Nibble formats look
-// their codes up: MXFP4 as f16 bytes with vpshufb, INT4 in per-block tables of 8 scaled values with vpermps.
+// their codes up: MXFP4 as bf16 bytes with vpshufb, INT4 in per-block tables of 8 scaled values with vpermps.
 #include <immintrin.h>
 
 #include <cstring>
@@ -73,14 +73,14 @@ struct NibbleDec {
             _mm256_or_si256(_mm256_slli_epi32(e, 23), _mm256_and_si256(special, _mm256_set1_epi32(0x00400000)));
         _mm256_store_ps(scale, _mm256_castsi256_ps(bits));
     }
-    // MXFP4: +-m through an f16 lookup (e2m1_vectors) times the scale, as the blocked path computes it. INT4_G32:
+    // MXFP4: +-m through a bf16 lookup (e2m1_vectors) times the scale, as the blocked path computes it. INT4_G32:
     // two tables, q - 8 for codes 0..7 and 8..15, each q * scale rounded to bf16 like the blocked path, chosen by
     // code bit 3.
     void load(int64_t c, __m256* v) {
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
         if constexpr (kMx) {
             if (c % 256 == 0) decode_scales(c);
-            e2m1_vectors(nibble_codes(q + c / 2), _mm256_broadcast_ss(&scale[(c / 32) % 8]), v);
+            e2m1_vectors(mx_codes(q + c / 2), _mm256_broadcast_ss(&scale[(c / 32) % 8]), v);
         } else {
             const __m256i bytes =
                 _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
@@ -109,9 +109,7 @@ struct GgmlMxDec {  // MXFP4_GGML: {e8m0, qs[16]}, qs[j] low nibble = element j,
     void load(int64_t c, __m256* v) const {  // values as NibbleDec<true>'s
         const uint8_t* b = row + (c / 32) * ref::kMxfp4GgmlBlockBytes;
         if (c % 96 == 0) _mm_prefetch(reinterpret_cast<const char*>(b + kPrefetchBytes), _MM_HINT_T0);
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
-        const __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
-        e2m1_vectors(codes, _mm256_set1_ps(e8m0(b[0])), v);
+        e2m1_vectors(mx_codes_ggml(b + 1), _mm256_set1_ps(e8m0(b[0])), v);
     }
 };
 
