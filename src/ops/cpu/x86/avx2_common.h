@@ -47,13 +47,8 @@ inline uint16_t load_u16(const uint8_t* p) {
     return h;
 }
 
-// 16 bytes of packed nibbles (element 2j in the low nibble of byte j) -> 32 code bytes in element order.
-inline __m256i nibble_codes(const uint8_t* p) {
-    const __m256i w16 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_and_si256(_mm256_or_si256(w16, _mm256_slli_epi16(w16, 4)), _mm256_set1_epi8(0x0F));
-}
-
-// The same nibbles -> 32 codes in lookup order (see kMxWordSource).
+// 16 bytes of packed nibbles (element 2j in the low nibble of byte j: MXFP4 and INT4_G32) -> 32 codes in lookup
+// order (see kMxWordSource).
 inline __m256i mx_codes(const uint8_t* p) {
     const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     const __m256i w16 = _mm256_shuffle_epi8(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(kMxWordSource)));
@@ -67,16 +62,54 @@ inline __m256i mx_codes_ggml(const uint8_t* qs) {
     return _mm256_and_si256(_mm256_blend_epi32(t, _mm256_srli_epi16(t, 4), 0xCC), _mm256_set1_epi8(0x0F));
 }
 
-// 32 codes in lookup order -> the four vectors of +-E2M1 (exact bf16s) times the block scale, elements 0-7, 8-15,
-// 16-23, 24-31. Nine in-lane shuffles; the vcvtph2ps route it replaced took thirteen and ran 17% slower.
-inline void e2m1_vectors(__m256i codes, __m256 scale, __m256* v) {
-    const __m256i lo = _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(kE2M1Bf16Lo)), codes);
-    const __m256i hi = _mm256_shuffle_epi8(_mm256_load_si256(reinterpret_cast<const __m256i*>(kE2M1Bf16Hi)), codes);
+// 32 codes in lookup order -> the four vectors (elements 0-7, 8-15, 16-23, 24-31) of the bf16 values of a 16-entry
+// table given as its low-byte and high-byte halves (each in both lanes).
+inline void bf16_table_vectors(__m256i codes, __m256i table_lo, __m256i table_hi, __m256* v) {
+    const __m256i lo = _mm256_shuffle_epi8(table_lo, codes), hi = _mm256_shuffle_epi8(table_hi, codes);
     const __m256i w0 = _mm256_unpacklo_epi8(lo, hi), w1 = _mm256_unpackhi_epi8(lo, hi), z = _mm256_setzero_si256();
-    v[0] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w0)), scale);
-    v[1] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w0)), scale);
-    v[2] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w1)), scale);
-    v[3] = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w1)), scale);
+    v[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w0));
+    v[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w0));
+    v[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, w1));
+    v[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, w1));
+}
+
+// 32 codes in lookup order -> the four vectors of +-E2M1 (exact bf16s) times the block scale. Nine in-lane
+// shuffles; the vcvtph2ps route it replaced took thirteen and ran 17% slower.
+inline void e2m1_vectors(__m256i codes, __m256 scale, __m256* v) {
+    bf16_table_vectors(codes, _mm256_load_si256(reinterpret_cast<const __m256i*>(kE2M1Bf16Lo)),
+                       _mm256_load_si256(reinterpret_cast<const __m256i*>(kE2M1Bf16Hi)), v);
+    for (int q = 0; q < 4; ++q) v[q] = _mm256_mul_ps(v[q], scale);
+}
+
+alignas(32) constexpr float kInt4Negative[8] = {-8, -7, -6, -5, -4, -3, -2, -1};  // codes 0..7
+alignas(32) constexpr float kInt4Positive[8] = {0, 1, 2, 3, 4, 5, 6, 7};          // codes 8..15
+// vpshufb indices taking, in each lane, the low bytes of 8 words to bytes 0-7 and their high bytes to 8-15.
+alignas(32) constexpr uint8_t kSplitWordBytes[32] = {0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                                     0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15};
+
+// round_bf16_ps without its NaN guard, for products of two bf16 values (low 16 bits zero). Such a product's NaN
+// keeps its low 16 bits zero (an operand's payload, or the default NaN), so the rounding add cannot carry out of
+// the mantissa: the same bits as round_bf16_ps, in 5 instructions instead of 8.
+inline __m256 round_bf16_product(__m256 f) {
+    const __m256i b = _mm256_castps_si256(f);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb),
+                                                _mm256_set1_epi32(int(0xFFFF0000u))));
+}
+
+// A block of 32 INT4_G32 codes (16 bytes) and its bf16 scale -> the four vectors of (q - 8) * scale rounded to
+// bf16. The 16 values are bf16s: their high halves as words (lane 0 codes 0-3, 8-11; lane 1 4-7, 12-15),
+// reordered to codes 0-7 | 8-15, split into low bytes | high bytes per lane, each byte table copied to both lanes.
+inline void int4_vectors(const uint8_t* p, uint16_t scale_bits, __m256* v) {
+    const __m256 sc = _mm256_set1_ps(bits_to_f32(uint32_t(scale_bits) << 16));
+    const __m256 neg = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Negative), sc));
+    const __m256 pos = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Positive), sc));
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(neg), 16),
+                                                                       _mm256_srli_epi32(_mm256_castps_si256(pos), 16)),
+                                                   0xD8);
+    const __m256i split =
+        _mm256_shuffle_epi8(words, _mm256_load_si256(reinterpret_cast<const __m256i*>(kSplitWordBytes)));
+    bf16_table_vectors(mx_codes(p), _mm256_permute4x64_epi64(split, 0x88), _mm256_permute4x64_epi64(split, 0xDD), v);
 }
 
 inline float hsum(__m256 v) {

@@ -9,7 +9,6 @@
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_driver.h"
 #include "ops/cpu/x86/avx2_common.h"
-#include "ops/cpu/x86/round_bf16.h"
 #include "ops/reference/dequantize_detail.h"
 
 namespace sluice::ops::cpu::avx2 {
@@ -26,15 +25,11 @@ inline float fp8_scalar(uint8_t v) {
 
 inline __m128i load_lo64(const uint8_t* p) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)); }
 
-// INT4_G32: 32 codes as bytes in element order -> (q - 8) * scale rounded to bf16.
-inline void store_int4(float* out, __m256i codes, float scale) {
-    const __m256 s = _mm256_set1_ps(scale);
-    const __m128i halves[2] = {_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1)};
-    for (int q = 0; q < 4; ++q) {
-        const __m128i bytes = (q % 2 == 0) ? halves[q / 2] : _mm_srli_si128(halves[q / 2], 8);
-        const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(8)));
-        _mm256_storeu_ps(out + 8 * q, round_bf16_ps(_mm256_mul_ps(v, s)));
-    }
+// INT4_G32: one block -> (q - 8) * scale rounded to bf16 (the fused kernel's vectors).
+inline void store_int4(float* out, const uint8_t* p, uint16_t scale_bits) {
+    __m256 v[4];
+    int4_vectors(p, scale_bits, v);
+    for (int q = 0; q < 4; ++q) _mm256_storeu_ps(out + 8 * q, v[q]);
 }
 
 // MXFP4: 32 codes in lookup order (avx2_common.h) -> +-E2M1 times the scale (the fused kernel's vectors).
@@ -52,8 +47,7 @@ void decode_nibbles(const Weight& w, int64_t r, int64_t c0, int64_t k, float* ou
         if (mx)
             store_e2m1(out + (c - c0), mx_codes(q + c / 2), e8m0(w.scales[s0 + c / 32]));
         else
-            store_int4(out + (c - c0), nibble_codes(q + c / 2),
-                       bits_to_f32(uint32_t(load_u16(w.scales + (s0 + c / 32) * 2)) << 16));
+            store_int4(out + (c - c0), q + c / 2, load_u16(w.scales + (s0 + c / 32) * 2));
     }
 }
 

@@ -2,7 +2,7 @@
 // weight rows at a time (4 sequential read streams), with no f32 scratch round trip. The arithmetic per output
 // is exactly that of the blocked path in avx2_matmul.cpp (same values, same 8-lane accumulators fed in column
 // order, same 512-column chunk sums and horizontal adds), so results do not depend on n. Nibble formats look
-// their codes up: MXFP4 as bf16 bytes with vpshufb, INT4 in per-block tables of 8 scaled values with vpermps.
+// their codes up as the two bytes of a bf16 with vpshufb (INT4: in a table of the block's 16 scaled values).
 #include <immintrin.h>
 
 #include <cstring>
@@ -14,35 +14,6 @@
 namespace sluice::ops::cpu::avx2 {
 
 namespace {
-
-alignas(32) constexpr float kInt4Negative[8] = {-8, -7, -6, -5, -4, -3, -2, -1};  // codes 0..7
-alignas(32) constexpr float kInt4Positive[8] = {0, 1, 2, 3, 4, 5, 6, 7};          // codes 8..15
-
-// vpshufb indices putting byte 4g + e/2 of 16 bytes (held in both 128-bit lanes) into the low byte of dword e,
-// the other bytes zero; vpsrlvd by 4 on odd dwords then brings the high nibble down (element 2j is the low
-// nibble of byte j). Code bits above 3 stay in even dwords: vpermps reads only bits 0-2 and the table is chosen
-// by bit 3, shifted to bit 31 for vblendvps.
-struct SpreadTables {
-    alignas(32) uint8_t idx[4][32];
-    alignas(32) uint32_t shifts[8];
-    SpreadTables() {
-        for (int g = 0; g < 4; ++g)
-            for (int e = 0; e < 8; ++e)
-                for (int b = 0; b < 4; ++b) idx[g][4 * e + b] = b == 0 ? uint8_t(4 * g + e / 2) : uint8_t(0x80);
-        for (int e = 0; e < 8; ++e) shifts[e] = (e % 2) ? 4 : 0;
-    }
-};
-const SpreadTables kSpread;
-
-// round_bf16_ps without its NaN guard, for products of two bf16 values (low 16 bits zero). Such a product's NaN
-// keeps its low 16 bits zero (an operand's payload, or the default NaN), so the rounding add cannot carry out of
-// the mantissa: the same bits as round_bf16_ps, in 5 instructions instead of 8.
-inline __m256 round_bf16_product(__m256 f) {
-    const __m256i b = _mm256_castps_si256(f);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb),
-                                                _mm256_set1_epi32(int(0xFFFF0000u))));
-}
 
 // Every decoder prefetches its row this far ahead, one line per 64 bytes consumed (as the AVX-512 matvec).
 constexpr int64_t kPrefetchBytes = 512;
@@ -74,28 +45,15 @@ struct NibbleDec {
         _mm256_store_ps(scale, _mm256_castsi256_ps(bits));
     }
     // MXFP4: +-m through a bf16 lookup (e2m1_vectors) times the scale, as the blocked path computes it. INT4_G32:
-    // two tables, q - 8 for codes 0..7 and 8..15, each q * scale rounded to bf16 like the blocked path, chosen by
-    // code bit 3.
+    // a per-block table of the 16 values (q - 8) * scale rounded to bf16 like the blocked path, looked up the same
+    // way.
     void load(int64_t c, __m256* v) {
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
         if constexpr (kMx) {
             if (c % 256 == 0) decode_scales(c);
             e2m1_vectors(mx_codes(q + c / 2), _mm256_broadcast_ss(&scale[(c / 32) % 8]), v);
         } else {
-            const __m256i bytes =
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
-            const __m256i sh = _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.shifts));
-            __m256i e[4];
-            for (int g = 0; g < 4; ++g)
-                e[g] = _mm256_srlv_epi32(
-                    _mm256_shuffle_epi8(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(kSpread.idx[g]))),
-                    sh);
-            const __m256 sc = _mm256_set1_ps(bits_to_f32(uint32_t(load_u16(s + (c / 32) * 2)) << 16));
-            const __m256 neg = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Negative), sc));
-            const __m256 pos = round_bf16_product(_mm256_mul_ps(_mm256_load_ps(kInt4Positive), sc));
-            for (int g = 0; g < 4; ++g)
-                v[g] = _mm256_blendv_ps(_mm256_permutevar8x32_ps(neg, e[g]), _mm256_permutevar8x32_ps(pos, e[g]),
-                                        _mm256_castsi256_ps(_mm256_slli_epi32(e[g], 28)));
+            int4_vectors(q + c / 2, load_u16(s + (c / 32) * 2), v);
         }
     }
 };
