@@ -221,7 +221,9 @@ private:
                          r32 = find(rows_, std::string("BM_Matmul/") + f + "/32");
             auto cell = [](double v, const char* fmt) {  // "-" where this run did not measure it
                 char buf[32];
-                if (v > 0)
+                if (v > 0 && v < 10 && std::string(fmt) == "%.1f")  // three significant digits for n=32 and up
+                    std::snprintf(buf, sizeof buf, "%.2f", v);
+                else if (v > 0)
                     std::snprintf(buf, sizeof buf, fmt, v);
                 else
                     std::snprintf(buf, sizeof buf, "-");
