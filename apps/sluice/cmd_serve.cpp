@@ -42,7 +42,7 @@ void register_serve(CLI::App& app) {
     struct Args {
         ModelArgs m;
         std::string host = "127.0.0.1", alias, api_key_file;
-        std::vector<std::string> api_keys;
+        std::vector<std::string> api_keys, cors_origins;
         int port = 8080;
         int64_t batch_rows = 512, max_tokens = 2048, timeout_s = 3600, ping_s = 15, max_waiting = 256;
         int http_threads = 16;
@@ -59,6 +59,15 @@ void register_serve(CLI::App& app) {
                     "require this key (Authorization: Bearer KEY) on every route but "
                     "/health; repeat for several; also $SLUICE_API_KEY");
     sub->add_option("--api-key-file", a->api_key_file, "file with one API key per line");
+    sub->add_option("--cors-origin", a->cors_origins,
+                    "let pages from this origin (http://host:port, or * for any) call the API from a browser; repeat "
+                    "for several")
+        ->check(CLI::Validator(
+            [](std::string& o) {
+                return api::valid_cors_origin(o) ? std::string()
+                                                 : "must be * or scheme://host[:port] with no path, got '" + o + "'";
+            },
+            "ORIGIN"));
     sub->add_option("--alias", a->alias, "model id reported by /v1/models (default: the folder's name)");
     sub->add_option("--batch-rows", a->batch_rows, "token rows per forward pass (prefill chunks + decode rows)")
         ->check(positive())
@@ -133,6 +142,7 @@ void register_serve(CLI::App& app) {
         so.host = a->host;
         so.port = a->port;
         so.api_keys = keys;
+        so.cors_origins = a->cors_origins;
         so.model_id = !a->alias.empty() ? a->alias : model_id_from_folder(a->m.model);
         so.default_max_tokens = a->max_tokens;
         so.request_timeout_s = a->timeout_s;

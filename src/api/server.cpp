@@ -57,8 +57,7 @@ std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::
 // ordered_json keeps the client's key order (tool schemas reach the chat template as written).
 nlohmann::ordered_json parse_body(const httplib::Request& req) {
     nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, false);
-    if (body.is_discarded())
-        throw ApiError(400, "invalid_request_error", "the request body is not valid JSON");
+    if (body.is_discarded()) throw ApiError(400, "invalid_request_error", "the request body is not valid JSON");
     if (!body.is_object()) throw ApiError(400, "invalid_request_error", "the request body must be a JSON object");
     return body;
 }
@@ -82,6 +81,35 @@ struct Server::Impl {
         routes();
     }
 
+    // CORS: an allowed Origin gets Access-Control-Allow-Origin on whatever answers the request (set here, before
+    // routing, it stays on the response). True when the request was a preflight, answered here: browsers send
+    // those without credentials, so they come before the API key check.
+    bool cors(const httplib::Request& req, httplib::Response& res) const {
+        const std::string origin = req.get_header_value("Origin");
+        const bool any = std::find(opt.cors_origins.begin(), opt.cors_origins.end(), "*") != opt.cors_origins.end();
+        const bool allowed = !origin.empty() && (any || std::find(opt.cors_origins.begin(), opt.cors_origins.end(),
+                                                                  origin) != opt.cors_origins.end());
+        if (allowed) {
+            res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
+            if (!any) res.set_header("Vary", "Origin");
+        }
+        if (req.method != "OPTIONS") return false;
+        if (!allowed) {
+            send_error(res,
+                       ApiError(403, "permission_error",
+                                origin.empty() ? "OPTIONS is answered only as a CORS preflight (with Origin)"
+                                               : "origin " + origin + " may not call this server (--cors-origin)"));
+            return true;
+        }
+        res.status = 204;
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers",
+                       asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
+        return true;
+    }
+
     void routes() {
         const int threads = std::max(2, opt.http_threads);
         http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
@@ -91,11 +119,13 @@ struct Server::Impl {
         http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
             // DNS rebinding: a page on evil.example that resolves to 127.0.0.1 reaches a loopback server with
             // Host: evil.example. A loopback server answers only to loopback names.
-            if (is_loopback(opt.host) && req.has_header("Host") && !is_loopback(host_name(req.get_header_value("Host")))) {
+            if (is_loopback(opt.host) && req.has_header("Host") &&
+                !is_loopback(host_name(req.get_header_value("Host")))) {
                 send_error(res, ApiError(403, "permission_error",
                                          "the Host header names another host; this server answers to localhost only"));
                 return httplib::Server::HandlerResponse::Handled;
             }
+            if (cors(req, res)) return httplib::Server::HandlerResponse::Handled;
             if (opt.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
             std::string key = req.get_header_value("X-Api-Key");
             const std::string auth = req.get_header_value("Authorization");
@@ -110,18 +140,18 @@ struct Server::Impl {
             return httplib::Server::HandlerResponse::Handled;
         });
         // Statuses httplib sets itself (404 no route, 413 body too large, 400 bad request line) get our envelope.
-        http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
-                                                                       httplib::Response& res) {
-            if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-            const int s = res.status;
-            const char* type = s == 404 ? "not_found_error" : s >= 500 ? "server_error" : "invalid_request_error";
-            std::string msg = s == 404   ? "no such route: " + req.method + " " + req.path
-                              : s == 413 ? "the request body is too large"
-                              : s == 405 ? "method not allowed"
-                                         : "bad request";
-            send_json(res, s, error_json(ApiError(s, type, msg)));
-            return httplib::Server::HandlerResponse::Handled;
-        }));
+        http.set_error_handler(
+            httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+                if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+                const int s = res.status;
+                const char* type = s == 404 ? "not_found_error" : s >= 500 ? "server_error" : "invalid_request_error";
+                std::string msg = s == 404   ? "no such route: " + req.method + " " + req.path
+                                  : s == 413 ? "the request body is too large"
+                                  : s == 405 ? "method not allowed"
+                                             : "bad request";
+                send_json(res, s, error_json(ApiError(s, type, msg)));
+                return httplib::Server::HandlerResponse::Handled;
+            }));
         http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
             std::string msg = "internal error";
             try {
@@ -140,14 +170,13 @@ struct Server::Impl {
         http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
             send_json(res, 200, {{"status", "ok"}});
         });
-        http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-            send_json(res, 200, models_json());
-        });
+        http.Get("/v1/models",
+                 [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_json()); });
         http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
             if (req.matches[1] != opt.model_id)
                 return send_error(res, ApiError(404, "not_found_error",
-                                                "the model '" + std::string(req.matches[1]) + "' does not exist", "model",
-                                                "model_not_found"));
+                                                "the model '" + std::string(req.matches[1]) + "' does not exist",
+                                                "model", "model_not_found"));
             send_json(res, 200, models_json()["data"][0]);
         });
         http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -164,8 +193,8 @@ struct Server::Impl {
     std::mutex counts_mu;
     std::map<std::pair<std::string, int>, uint64_t> http_counts;
     void count(const httplib::Request& req, const httplib::Response& res) {
-        static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
-                                      "/tokenize", "/detokenize"};
+        static const char* known[] = {
+            "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize"};
         std::string route = "other";
         for (const char* k : known)
             if (req.path == k) route = k;
@@ -197,8 +226,9 @@ struct Server::Impl {
                double(st.expert_bytes_read));
         metric("sluice_expert_io_wait_seconds_total", "counter", "Time forward passes waited for expert reads.",
                st.io_wait_ms / 1000);
-        out += "# HELP sluice_http_responses_total HTTP responses by route and status.\n"
-               "# TYPE sluice_http_responses_total counter\n";
+        out +=
+            "# HELP sluice_http_responses_total HTTP responses by route and status.\n"
+            "# TYPE sluice_http_responses_total counter\n";
         std::lock_guard lk(counts_mu);
         for (const auto& [key, n] : http_counts)
             out += "sluice_http_responses_total{route=\"" + key.first + "\",code=\"" + std::to_string(key.second) +
@@ -295,7 +325,8 @@ struct Server::Impl {
                     }
                     json lp = nullptr;
                     if (r.logprobs) lp = logprobs_object(r, d.logprobs, d.text_offset);
-                    if (!write(sse(chunk_json(r, job->id(), job->created(), d.index, d.text, d.finish_reason, false, lp))))
+                    if (!write(
+                            sse(chunk_json(r, job->id(), job->created(), d.index, d.text, d.finish_reason, false, lp))))
                         return false;  // the client went away: the releaser cancels the job
                 }
                 return true;
@@ -329,10 +360,10 @@ struct Server::Impl {
             for (size_t i = 0; i < body["tokens"].size(); ++i) {
                 const json& t = body["tokens"][i];
                 if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.vocab_size())
-                    throw ApiError(400, "invalid_request_error",
-                                   "tokens[" + std::to_string(i) + "] is not a token id below " +
-                                       std::to_string(tok.vocab_size()),
-                                   "tokens[" + std::to_string(i) + "]");
+                    throw ApiError(
+                        400, "invalid_request_error",
+                        "tokens[" + std::to_string(i) + "] is not a token id below " + std::to_string(tok.vocab_size()),
+                        "tokens[" + std::to_string(i) + "]");
                 ids.push_back(int32_t(t.get<int64_t>()));
             }
             send_json(res, 200, {{"content", tok.decode(ids)}});
@@ -341,6 +372,20 @@ struct Server::Impl {
         }
     }
 };
+
+bool valid_cors_origin(const std::string& origin) {
+    if (origin == "*") return true;
+    const size_t sep = origin.find("://");
+    if (sep == std::string::npos || sep == 0) return false;
+    const std::string scheme = origin.substr(0, sep), rest = origin.substr(sep + 3);
+    if (scheme != "http" && scheme != "https") return false;
+    if (rest.empty() || rest.find_first_of("/?#@ ") != std::string::npos) return false;
+    const size_t colon = rest.rfind(':');
+    if (colon == std::string::npos || rest.back() == ']') return true;  // no port (an IPv6 literal ends with ])
+    const std::string port = rest.substr(colon + 1);
+    return colon > 0 && !port.empty() && port.size() <= 5 &&
+           port.find_first_not_of("0123456789") == std::string::npos && std::stoi(port) <= 65535;
+}
 
 Server::Server(Engine& engine, const tok::Tokenizer& tokenizer, const ChatTemplate* chat_template,
                ServerOptions options)

@@ -31,19 +31,25 @@ namespace sluice::api {
 
 struct ServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8080;                  // 0: any free port (port() tells which)
+    int port = 8080;                    // 0: any free port (port() tells which)
     std::vector<std::string> api_keys;  // empty: no authentication
-    std::string model_id;             // reported by /v1/models and echoed when a request names none
+    std::string model_id;               // reported by /v1/models and echoed when a request names none
     int64_t default_max_tokens = 2048;  // completion tokens when a request gives no limit
     int64_t request_timeout_s = 3600;   // a request still running after this is cancelled
-    int64_t ping_interval_s = 15;     // SSE keep-alive comment while nothing else is sent
-    int64_t max_waiting = 256;        // requests queued beyond the running ones; more get 503
+    int64_t ping_interval_s = 15;       // SSE keep-alive comment while nothing else is sent
+    int64_t max_waiting = 256;          // requests queued beyond the running ones; more get 503
     uint64_t max_body_bytes = 16u << 20;
     int http_threads = 16;
+    // Browser origins (scheme://host[:port]) whose pages may call the API, "*" for any; empty: no CORS headers,
+    // so browsers refuse cross-origin calls. Preflight OPTIONS requests are answered without an API key.
+    std::vector<std::string> cors_origins;
 };
 
+// "*" or scheme://host[:port] with nothing after it (what a browser sends as Origin); false otherwise.
+bool valid_cors_origin(const std::string& origin);
+
 class Server {
-public:
+  public:
     // chat_template may be null (chat completions then answer 400).
     Server(Engine& engine, const tok::Tokenizer& tokenizer, const ChatTemplate* chat_template, ServerOptions options);
     ~Server();
@@ -55,7 +61,7 @@ public:
     void serve();
     void stop();
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
     int port_ = 0;

@@ -72,7 +72,8 @@ TEST(Cli, GenerateJsonLastLine) {
                               " --ignore-eos --json",
                           &status);
     ASSERT_EQ(status, 0);
-    auto last = out.substr(out.rfind('\n', out.size() - 2) == std::string::npos ? 0 : out.rfind('\n', out.size() - 2) + 1);
+    auto last =
+        out.substr(out.rfind('\n', out.size() - 2) == std::string::npos ? 0 : out.rfind('\n', out.size() - 2) + 1);
     auto j = nlohmann::json::parse(last);
     EXPECT_EQ(j["ids"].get<std::vector<int>>(), greedy);
     EXPECT_TRUE(j.contains("decode_tok_per_s"));
@@ -80,11 +81,12 @@ TEST(Cli, GenerateJsonLastLine) {
 }
 
 TEST(Cli, SeededSamplingIsReproducible) {
-    const std::string args = "generate -m " + kFixture + " --ids 1,2,3 -n 8 --temp 0.9 --top-k 20 --seed 7 --ignore-eos --json";
+    const std::string args =
+        "generate -m " + kFixture + " --ids 1,2,3 -n 8 --temp 0.9 --top-k 20 --seed 7 --ignore-eos --json";
     auto ids = [](const std::string& out) { return nlohmann::json::parse(out)["ids"].get<std::vector<int>>(); };
     EXPECT_EQ(ids(run(args)), ids(run(args)));
-    EXPECT_NE(ids(run(args)),
-              ids(run("generate -m " + kFixture + " --ids 1,2,3 -n 8 --temp 0.9 --top-k 20 --seed 8 --ignore-eos --json")));
+    EXPECT_NE(ids(run(args)), ids(run("generate -m " + kFixture +
+                                      " --ids 1,2,3 -n 8 --temp 0.9 --top-k 20 --seed 8 --ignore-eos --json")));
 }
 
 // `sluice tokenize` prints ids as a JSON array; --ids takes that form as well as 5,17,3.
@@ -119,12 +121,17 @@ TEST(Cli, BadOptionsGetOnePlainError) {
         {"generate -m " + kFixture + " --ids '[1,2' -n 1", "--ids: '[' without a closing ']'"},
         {"generate -m " + kFixture + " --ids 1,x -n 1", "--ids: item 1 ('x') is not an integer"},
         {gen + "-n 4 --speculative 2 --temp 0.5", "--speculative needs greedy decoding (--temp 0)"},
-        {"generate -m " + std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/kimi_linear_noqlora --ids 1,2 -n 4 "
-         "--speculative 2", "recurrent state cannot"},
+        {"generate -m " + std::string(SLUICE_TEST_DATA_DIR) +
+             "/fixtures/kimi_linear_noqlora --ids 1,2 -n 4 "
+             "--speculative 2",
+         "recurrent state cannot"},
         {"serve -m " + kFixture, "serve needs tokenizer.json or tiktoken.model in the model folder"},
         {"serve -m " + kFixture + " --port 70000", "--port"},
         {"serve -m " + kFixture + " --parallel 0", "--parallel: must be > 0, got 0"},
         {"serve -m " + kFixture + " --api-key-file /nonexistent/keys", "/nonexistent/keys: cannot read the API key"},
+        {"serve -m " + kFixture + " --cors-origin http://a.example/path",
+         "--cors-origin: must be * or scheme://host[:port] with no path, got 'http://a.example/path'"},
+        {"serve -m " + kFixture + " --cors-origin ftp://a.example", "--cors-origin: must be * or scheme://host[:port]"},
         {"serve -m /nonexistent/model", "/nonexistent/model"},
         {"batch -m " + kFixture + " -o out.jsonl", "--input is required"},
         {"batch -m " + kFixture + " -i /nonexistent/in.jsonl -o out.jsonl", "/nonexistent/in.jsonl: no such file"},

@@ -31,6 +31,7 @@ MODEL = None
 SERVER = None
 BASE_URL = None
 KEY = "sk-sluice-test"
+APP_ORIGIN = "http://app.example:3000"
 
 
 def generate(prompt, n, chat):
@@ -195,6 +196,39 @@ class OpenAIClientTest(unittest.TestCase):
         ok = urllib.request.Request(root + "/health", headers={"Host": "localhost"})
         self.assertEqual(urllib.request.urlopen(ok, timeout=30).status, 200)
 
+    def test_cors(self):
+        import urllib.error
+        import urllib.request
+        root = BASE_URL[: -len("/v1")]
+        # a browser's preflight: no credentials, answered before the key check
+        pre = urllib.request.Request(root + "/v1/chat/completions", method="OPTIONS", headers={
+            "Origin": APP_ORIGIN, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        r = urllib.request.urlopen(pre, timeout=30)
+        self.assertEqual(r.status, 204)
+        self.assertEqual(r.headers["Access-Control-Allow-Origin"], APP_ORIGIN)
+        self.assertIn("POST", r.headers["Access-Control-Allow-Methods"])
+        self.assertEqual(r.headers["Access-Control-Allow-Headers"], "authorization, content-type")
+        # the call itself carries the header back, on success and on errors alike
+        for key, code in ((KEY, 200), ("wrong", 401)):
+            req = urllib.request.Request(root + "/v1/models", headers={"Origin": APP_ORIGIN,
+                                                                       "Authorization": "Bearer " + key})
+            try:
+                resp = urllib.request.urlopen(req, timeout=30)
+            except urllib.error.HTTPError as e:
+                resp = e
+            self.assertEqual(resp.status if hasattr(resp, "status") else resp.code, code)
+            self.assertEqual(resp.headers["Access-Control-Allow-Origin"], APP_ORIGIN)
+        # another origin gets no CORS header (the browser then refuses) and its preflight is refused
+        req = urllib.request.Request(root + "/v1/models", headers={"Origin": "http://evil.example",
+                                                                   "Authorization": "Bearer " + KEY})
+        resp = urllib.request.urlopen(req, timeout=30)
+        self.assertIsNone(resp.headers["Access-Control-Allow-Origin"])
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(urllib.request.Request(root + "/v1/models", method="OPTIONS",
+                                                          headers={"Origin": "http://evil.example"}), timeout=30)
+        self.assertEqual(e.exception.code, 403)
+
     def test_client_disconnect_mid_stream(self):
         stream = client().completions.create(model="m", prompt="Go on", max_tokens=400, temperature=0, stream=True,
                                              extra_body={"ignore_eos": True})
@@ -207,6 +241,7 @@ class OpenAIClientTest(unittest.TestCase):
 def start_server(sluice, model, log_path):
     log = open(log_path, "w+")
     proc = subprocess.Popen([sluice, "serve", "-m", model, "--port", "0", "--api-key", KEY, "--alias", "synth-k2",
+                             "--cors-origin", APP_ORIGIN,
                              "--parallel", "4", "--ctx", "4096", "--threads", "2", "--ping-interval", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     port = None
