@@ -22,17 +22,6 @@ std::string human_count(double v) {
     std::snprintf(buf, sizeof buf, "%.2f%s", v, units[u]);
     return buf;
 }
-std::string human_bytes(double v) {
-    const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-    int u = 0;
-    while (v >= 1000 && u < 4) {
-        v /= 1000;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
-    return buf;
-}
 }  // namespace
 
 void register_inspect(CLI::App& app) {
@@ -42,8 +31,8 @@ void register_inspect(CLI::App& app) {
         double drive_gbps = 0;
     };
     auto a = std::make_shared<Args>();
-    auto* sub = app.add_subcommand("inspect",
-                                   "Describe a model folder (architecture, parameters, experts, bytes) or a .gguf file");
+    auto* sub = app.add_subcommand(
+        "inspect", "Describe a model folder (architecture, parameters, experts, bytes) or a .gguf file");
     add_model_args(sub, a->m);
     sub->add_flag("--json", a->json, "print JSON");
     sub->add_option("--drive-gbps", a->drive_gbps, "drive read bandwidth for the tokens/s estimate (with --memory)")
@@ -54,7 +43,8 @@ void register_inspect(CLI::App& app) {
         lo.n_threads = 1;
         auto model = load_model(a->m.model, lo);
         const ModelInfo& i = model->info();
-        const uint64_t expert_read_per_token = i.expert_bytes * uint64_t(i.num_experts_per_tok) * uint64_t(i.n_moe_layers);
+        const uint64_t expert_read_per_token =
+            i.expert_bytes * uint64_t(i.num_experts_per_tok) * uint64_t(i.n_moe_layers);
         if (a->json) {
             nlohmann::json j;
             j["architecture"] = i.architecture;
@@ -83,14 +73,15 @@ void register_inspect(CLI::App& app) {
                     human_count(double(i.params_active)).c_str());
         std::printf("experts          %lld routed per layer, %lld active, %lld shared\n", (long long)i.n_routed_experts,
                     (long long)i.num_experts_per_tok, (long long)i.n_shared_experts);
-        std::printf("bytes per expert %s (%llu)\n", human_bytes(double(i.expert_bytes)).c_str(),
+        std::printf("bytes per expert %s (%llu)\n", human_bytes(uint64_t(i.expert_bytes)).c_str(),
                     (unsigned long long)i.expert_bytes);
         std::printf("routed experts   %s; spine (everything else) %s\n",
-                    human_bytes(double(i.routed_expert_bytes_total)).c_str(), human_bytes(double(i.spine_bytes)).c_str());
+                    human_bytes(uint64_t(i.routed_expert_bytes_total)).c_str(),
+                    human_bytes(uint64_t(i.spine_bytes)).c_str());
         std::printf("per token        reads %s of routed experts when none is cached\n",
-                    human_bytes(double(expert_read_per_token)).c_str());
+                    human_bytes(uint64_t(expert_read_per_token)).c_str());
         std::printf("dtypes          ");
-        for (const auto& [k, v] : i.bytes_by_dtype) std::printf(" %s %s;", k.c_str(), human_bytes(double(v)).c_str());
+        for (const auto& [k, v] : i.bytes_by_dtype) std::printf(" %s %s;", k.c_str(), human_bytes(uint64_t(v)).c_str());
         std::printf("\n");
         if (model->residency() || a->drive_gbps > 0) print_plan(*model, a->drive_gbps, stdout);
     });

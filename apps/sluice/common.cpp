@@ -199,6 +199,19 @@ void print_pin_stats(const StreamingExpertSource& s, FILE* out) {
                  (unsigned long long)p.released, s.cache().n_held());
 }
 
+std::string human_bytes(uint64_t bytes) {
+    const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+    double v = double(bytes);
+    int u = 0;
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", v, units[u]);
+    return buf;
+}
+
 TextSide load_text_side(const std::string& model_dir, const char* command) {
     namespace fs = std::filesystem;
     const fs::path dir(model_dir);

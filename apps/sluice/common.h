@@ -56,6 +56,9 @@ TextSide load_text_side(const std::string& model_dir, const char* command);
 // The name a model answers to by default: its folder's name ("model/", "./model" and "." resolved).
 std::string model_id_from_folder(const std::string& model_dir);
 
+// Bytes in decimal units for reports: "512 B", "1.50 GB".
+std::string human_bytes(uint64_t bytes);
+
 // "5,17,3" or "[5, 17, 3]" (the JSON array `sluice tokenize` prints) -> {5, 17, 3}; errors name the offending item.
 std::vector<int32_t> parse_ids(const std::string& text);
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "common.h"
 #include "formats/gguf.h"
 
 namespace sluice::cli {
@@ -37,19 +38,6 @@ nlohmann::json value_json(const GgufValue& v) {
         default:
             return v.as_u64();
     }
-}
-
-std::string human_bytes(uint64_t n) {
-    const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-    double v = double(n);
-    int u = 0;
-    while (v >= 1000 && u < 4) {
-        v /= 1000;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", v, units[u]);
-    return buf;
 }
 
 }  // namespace
