@@ -30,24 +30,6 @@ struct Layer {
     SigmoidMoeFfn ffn;
 };
 
-class DeepseekV3State : public SequenceState {
-public:
-    explicit DeepseekV3State(int64_t n_layers, int64_t cache_width) : caches(static_cast<size_t>(n_layers)), cw(cache_width) {}
-    int64_t n_past() const override { return n; }
-    void truncate(int64_t n_tokens) override {
-        n = std::min(n, n_tokens);
-        for (auto& c : caches) c.data.resize(size_t(n) * size_t(cw));
-    }
-    uint64_t size_bytes() const override {
-        uint64_t b = 0;
-        for (const auto& c : caches) b += c.data.capacity() * sizeof(float);
-        return b;
-    }
-    std::vector<MlaCache> caches;
-    int64_t cw;
-    int64_t n = 0;
-};
-
 // Experts under the hub's per-expert names, or the fused tensors transformers 5 writes.
 std::vector<ExpertWeights> bind_experts(const Checkpoint& ck, const std::string& prefix, int64_t E, int64_t inter,
                                         int64_t hidden) {
@@ -83,6 +65,11 @@ public:
         mla_.softmax_scale = c.softmax_scale();
         mla_.rope_interleave = c.rope_interleave;
         rope_ = Rope(c.rope, c.qk_rope_head_dim);
+        {
+            auto layout = std::make_shared<StateLayout>();
+            for (int64_t l = 0; l < c.num_hidden_layers; ++l) layout->add_latent(mla_.cache_width());
+            layout_ = std::move(layout);
+        }
 
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
@@ -152,14 +139,12 @@ public:
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
 
-    std::unique_ptr<SequenceState> new_sequence() const override {
-        return std::make_unique<DeepseekV3State>(cfg_.num_hidden_layers, mla_.cache_width());
-    }
+    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
 
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
-        const auto rows_of = group_rows<DeepseekV3State>(batch, seqs, c.vocab_size);
+        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
         for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
@@ -170,7 +155,7 @@ public:
             ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
             std::vector<MlaSeqRows> seq_rows;
             for (auto& [s, rows] : rows_of)
-                seq_rows.push_back({rows, &static_cast<DeepseekV3State*>(seqs[size_t(s)])->caches[size_t(il)]});
+                seq_rows.push_back({rows, &seqs[size_t(s)]->latent(il)});
             mla_forward(mla_, L.attn, rope_, h.data(), n, batch.positions.data(), seq_rows, y.data(), pool_);
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
 
@@ -180,7 +165,7 @@ public:
                                     h.data(), n, d, y.data(), pool_);
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
         }
-        for (auto& [s, rows] : rows_of) static_cast<DeepseekV3State*>(seqs[size_t(s)])->n += int64_t(rows.size());
+        append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
         head_logits(x.data(), batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, logits);
@@ -202,6 +187,7 @@ private:
     Weight embed_, lm_head_;
     std::vector<float> norm_;
     std::vector<Layer> layers_;
+    std::shared_ptr<const StateLayout> layout_;
     ExpertSetup experts_;
     ModelInfo info_;
 };

@@ -14,11 +14,10 @@
 
 namespace sluice {
 
-// Checks token ids, sequence indices, that each sequence was made by this model (State) and that its rows
+// Checks token ids, sequence indices, that each sequence was made by this model (from `layout`) and that its rows
 // continue its state in order; returns sequence index -> its batch rows (in batch order).
-template <class State>
-std::map<int32_t, std::vector<int64_t>> group_rows(const Batch& batch, std::span<SequenceState* const> seqs,
-                                                   int64_t vocab_size) {
+inline std::map<int32_t, std::vector<int64_t>> group_rows(const Batch& batch, std::span<SequenceState* const> seqs,
+                                                          int64_t vocab_size, const StateLayout* layout) {
     const int64_t n = batch.size();
     SLUICE_CHECK(n > 0, "forward: empty batch");
     std::map<int32_t, std::vector<int64_t>> rows_of;
@@ -31,7 +30,7 @@ std::map<int32_t, std::vector<int64_t>> group_rows(const Batch& batch, std::span
         rows_of[s].push_back(i);
     }
     for (const auto& [s, rows] : rows_of) {
-        SLUICE_CHECK(dynamic_cast<State*>(seqs[size_t(s)]), "sequence ", s, " was not created by this model");
+        SLUICE_CHECK(seqs[size_t(s)]->made_from(layout), "sequence ", s, " was not created by this model");
         const int64_t past = seqs[size_t(s)]->n_past();
         for (size_t j = 0; j < rows.size(); ++j)
             SLUICE_CHECK(batch.positions[size_t(rows[j])] == past + int64_t(j), "sequence ", s,
@@ -39,6 +38,17 @@ std::map<int32_t, std::vector<int64_t>> group_rows(const Batch& batch, std::span
                          ", got ", batch.positions[size_t(rows[j])], ")");
     }
     return rows_of;
+}
+
+// After a forward pass: each sequence's rows are in its caches; record their tokens.
+inline void append_rows(const Batch& batch, std::span<SequenceState* const> seqs,
+                        const std::map<int32_t, std::vector<int64_t>>& rows_of) {
+    std::vector<int32_t> ids;
+    for (const auto& [s, rows] : rows_of) {
+        ids.clear();
+        for (int64_t r : rows) ids.push_back(batch.tokens[size_t(r)]);
+        seqs[size_t(s)]->append(ids);
+    }
 }
 
 // logits[batch.n_logits(), vocab] = lm_head(rms_norm(x row)) for the rows that want logits; x is [n, d].

@@ -105,10 +105,6 @@ struct GptOssConfig {
     }
 };
 
-struct KvCache {
-    std::vector<float> k, v;  // [n_tokens, n_kv_heads * head_dim]
-};
-
 struct Layer {
     std::vector<float> input_layernorm, post_attention_layernorm;  // [hidden]
     Weight q_proj, k_proj, v_proj, o_proj;
@@ -119,27 +115,6 @@ struct Layer {
     std::vector<float> router_bias;
     // Expert biases stay resident as views of the checkpoint (BF16 [E, 2I] and [E, hidden]), see bind_layer.
     Weight gate_up_bias, down_bias;
-};
-
-class GptOssState : public SequenceState {
-public:
-    GptOssState(int64_t n_layers, int64_t kv_width) : caches(static_cast<size_t>(n_layers)), width(kv_width) {}
-    int64_t n_past() const override { return n; }
-    void truncate(int64_t n_tokens) override {
-        n = std::min(n, n_tokens);
-        for (auto& c : caches) {
-            c.k.resize(size_t(n) * size_t(width));
-            c.v.resize(size_t(n) * size_t(width));
-        }
-    }
-    uint64_t size_bytes() const override {
-        uint64_t b = 0;
-        for (const auto& c : caches) b += (c.k.capacity() + c.v.capacity()) * sizeof(float);
-        return b;
-    }
-    std::vector<KvCache> caches;
-    int64_t width;
-    int64_t n = 0;
 };
 
 void add_bias(float* y, const std::vector<float>& b, int64_t n) {
@@ -155,6 +130,11 @@ public:
         const auto& c = cfg_;
         const int64_t d = c.hidden_size;
         rope_ = Rope(c.rope, c.head_dim);
+        {
+            auto layout = std::make_shared<StateLayout>();
+            for (int64_t l = 0; l < c.num_hidden_layers; ++l) layout->add_kv(kv_width());
+            layout_ = std::move(layout);
+        }
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
         if (ck_.has("lm_head.weight"))
@@ -186,14 +166,12 @@ public:
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
 
-    std::unique_ptr<SequenceState> new_sequence() const override {
-        return std::make_unique<GptOssState>(cfg_.num_hidden_layers, kv_width());
-    }
+    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
 
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
-        const auto rows_of = group_rows<GptOssState>(batch, seqs, c.vocab_size);
+        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
         for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
@@ -208,7 +186,7 @@ public:
             moe(il, L, h.data(), n, y.data());
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
         }
-        for (auto& [s, rows] : rows_of) static_cast<GptOssState*>(seqs[size_t(s)])->n += int64_t(rows.size());
+        append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
         head_logits(x.data(), batch, d, norm_, eps, lm_head_, pool_, logits);
@@ -286,7 +264,7 @@ private:
         ap.window = L.window;
         std::vector<float> o(static_cast<size_t>(n * H * hd));
         for (const auto& [s, rows] : rows_of) {
-            KvCache& cache = static_cast<GptOssState*>(seqs[size_t(s)])->caches[size_t(il)];
+            KvCache& cache = seqs[size_t(s)]->kv(il);
             const int64_t m = int64_t(rows.size());
             std::vector<float> qs(static_cast<size_t>(m * H * hd)), os(static_cast<size_t>(m * H * hd));
             std::vector<int64_t> pos(static_cast<size_t>(m));
@@ -395,6 +373,7 @@ private:
     Weight embed_, lm_head_;
     std::vector<float> norm_;
     std::vector<Layer> layers_;
+    std::shared_ptr<const StateLayout> layout_;
     ExpertSetup experts_;
     ModelInfo info_;
 };

@@ -27,27 +27,6 @@ struct Layer {
     Weight router;      // [E, hidden]
 };
 
-class GqaState : public SequenceState {
-public:
-    GqaState(int64_t n_layers, int64_t kv_width) : caches(size_t(n_layers)), kw(kv_width) {}
-    int64_t n_past() const override { return n; }
-    void truncate(int64_t n_tokens) override {
-        n = std::clamp<int64_t>(n_tokens, 0, n);
-        for (auto& c : caches) {
-            c.k.resize(size_t(n) * size_t(kw));
-            c.v.resize(size_t(n) * size_t(kw));
-        }
-    }
-    uint64_t size_bytes() const override {
-        uint64_t b = 0;
-        for (const auto& c : caches) b += (c.k.capacity() + c.v.capacity()) * sizeof(float);
-        return b;
-    }
-    std::vector<KvCache> caches;
-    int64_t kw;
-    int64_t n = 0;
-};
-
 std::vector<float> optional_f32(const Checkpoint& ck, const std::string& name, int64_t n, bool want) {
     if (!want) return {};
     return load_f32(ck, name, {n});
@@ -76,6 +55,11 @@ public:
         const int64_t d = c.hidden_size, D = c.attn.head_dim;
         cfg_.attn.hidden_size = d;
         rope_ = Rope(c.rope, D);
+        {
+            auto layout = std::make_shared<StateLayout>();
+            for (int64_t l = 0; l < c.num_hidden_layers; ++l) layout->add_kv(c.attn.kv_width());
+            layout_ = std::move(layout);
+        }
 
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
@@ -135,15 +119,13 @@ public:
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
 
-    std::unique_ptr<SequenceState> new_sequence() const override {
-        return std::make_unique<GqaState>(cfg_.num_hidden_layers, cfg_.attn.kv_width());
-    }
+    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
 
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
         const float eps = float(c.rms_norm_eps);
-        const auto rows_of = group_rows<GqaState>(batch, seqs, c.vocab_size);
+        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
         for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
@@ -154,7 +136,7 @@ public:
             ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, eps, h.data());
             std::vector<GqaSeqRows> seq_rows;
             for (auto& [s, rows] : rows_of)
-                seq_rows.push_back({rows, &static_cast<GqaState*>(seqs[size_t(s)])->caches[size_t(il)]});
+                seq_rows.push_back({rows, &seqs[size_t(s)]->kv(il)});
             gqa_forward(c.attn, L.attn, rope_, h.data(), n, batch.positions.data(), seq_rows, y.data(), pool_);
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
 
@@ -167,7 +149,7 @@ public:
             }
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
         }
-        for (auto& [s, rows] : rows_of) static_cast<GqaState*>(seqs[size_t(s)])->n += int64_t(rows.size());
+        append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
         head_logits(x.data(), batch, d, norm_, eps, lm_head_, pool_, logits);
@@ -199,6 +181,7 @@ private:
     Weight embed_, lm_head_;
     std::vector<float> norm_;
     std::vector<Layer> layers_;
+    std::shared_ptr<const StateLayout> layout_;
     ExpertSetup experts_;
     ModelInfo info_;
 };

@@ -201,27 +201,17 @@ SwigluWeights bind_swiglu(const Checkpoint& ck, const std::string& prefix, int64
             bind_linear(ck, prefix + "down_proj", hidden, inter)};
 }
 
-KimiState::KimiState(const KimiConfig& c) : kda(size_t(c.num_hidden_layers)), mla(size_t(c.num_hidden_layers)),
-                                            kda_cfg_(c.kda()) {
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-        if (!c.is_mla[size_t(l)]) kda[size_t(l)].reset(kda_cfg_);
-}
-
-void KimiState::truncate(int64_t n_tokens) {
-    if (n_tokens >= n) return;
-    SLUICE_CHECK(n_tokens <= 0, "truncate(", n_tokens, "): a Kimi sequence holds recurrent KDA state, which cannot be "
-                 "rolled back to a middle position (", n, " tokens held); only truncate(0) (reset) is possible");
-    for (auto& k : kda)
-        if (!k.state.empty()) k.reset(kda_cfg_);
-    for (auto& m : mla) m.data.clear();
-    n = 0;
-}
-
-uint64_t KimiState::size_bytes() const {
-    uint64_t b = 0;
-    for (const auto& k : kda) b += k.size_bytes();
-    for (const auto& m : mla) b += m.data.capacity() * sizeof(float);
-    return b;
+std::shared_ptr<const StateLayout> kimi_state_layout(const KimiConfig& c) {
+    auto layout = std::make_shared<StateLayout>();
+    const KdaConfig k = c.kda();
+    const MlaConfig m = c.mla();
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        if (c.is_mla[size_t(l)])
+            layout->add_latent(m.cache_width());
+        else
+            layout->add_kda(k.n_heads, k.head_dim, k.conv_kernel);
+    }
+    return layout;
 }
 
 

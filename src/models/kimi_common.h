@@ -1,11 +1,11 @@
 // Shared by the Kimi Linear and Kimi K3 model files: the text config (hub field names, with the transformers
-// aliases), binding of KDA and MLA layer weights, and the per-sequence state (KDA recurrent + conv state per KDA
-// layer, MLA latent cache per MLA layer). A recurrent state cannot be rolled back to a middle position without
-// snapshots, so truncate(n) with 0 < n < n_past throws; truncate(0) resets the sequence.
+// aliases), binding of KDA and MLA layer weights, and the per-sequence state layout (KDA recurrent + conv state
+// per KDA layer, MLA latent cache per MLA layer; rollback through snapshots, see state/sequence_state.h).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,21 +58,8 @@ KdaWeights bind_kda(const Checkpoint& ck, const std::string& prefix, const KimiC
 MlaWeights bind_mla(const Checkpoint& ck, const std::string& prefix, const KimiConfig& c);
 SwigluWeights bind_swiglu(const Checkpoint& ck, const std::string& prefix, int64_t inter, int64_t hidden);
 
-class KimiState : public SequenceState {
-public:
-    KimiState(const KimiConfig& c);
-    int64_t n_past() const override { return n; }
-    void truncate(int64_t n_tokens) override;
-    bool can_roll_back() const override { return false; }
-    uint64_t size_bytes() const override;
-
-    std::vector<KdaState> kda;  // [layers], empty for MLA layers
-    std::vector<MlaCache> mla;  // [layers], unused for KDA layers
-    int64_t n = 0;
-
-private:
-    KdaConfig kda_cfg_;
-};
+// What a Kimi sequence holds: an MLA latent cache per MLA layer, KDA conv + recurrent state per KDA layer.
+std::shared_ptr<const StateLayout> kimi_state_layout(const KimiConfig& c);
 
 
 }  // namespace sluice

@@ -41,6 +41,7 @@ public:
         : ck_(dir), cfg_(parse(top)), pool_(opt.n_threads),
           form_(opt.kda_chunked_prefill ? KdaForm::Chunked : KdaForm::Recurrent) {
         const auto& c = cfg_;
+        layout_ = kimi_state_layout(c);
         const int64_t d = c.hidden_size, E = c.n_routed_experts, lat = c.routed_expert_hidden_size;
         SLUICE_CHECK(c.attn_res_block_size > 0, dir, "/config.json: text_config.attn_res_block_size must be > 0");
         SLUICE_CHECK(lat > 0 && c.n_routed_experts > 0, dir,
@@ -95,7 +96,7 @@ public:
         SLUICE_CHECK(opt.max_sequences >= 1, "LoadOptions::max_sequences must be >= 1, got ", opt.max_sequences);
         int64_t n_mla = 0;
         for (bool m : cfg_.is_mla) n_mla += m ? 1 : 0;
-        const uint64_t state = KimiState(cfg_).size_bytes() * uint64_t(opt.max_sequences) +
+        const uint64_t state = layout_->recurrent_bytes() * uint64_t(opt.max_sequences) +
                                uint64_t(n_mla) * uint64_t(mla_.cache_width()) * 4 * uint64_t(opt.max_context_tokens);
         SpineLayers spine;
         for (Layer& L : layers_) {
@@ -113,14 +114,13 @@ public:
     const StreamingExpertSource* streaming() const override { return experts_.streaming; }
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<KimiState>(cfg_); }
+    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
 
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size, lat = c.routed_expert_hidden_size;
         const float eps = float(c.rms_norm_eps);
-        const auto rows_of = group_rows<KimiState>(batch, seqs, c.vocab_size);
-        auto state = [&](int32_t s) { return static_cast<KimiState*>(seqs[size_t(s)]); };
+        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         // p: the running sum since the last snapshot; blocks: snapshots of p at layers l % block_size == 0
         std::vector<float> p(size_t(n * d)), h(size_t(n * d)), y(size_t(n * d)), t(size_t(n * d));
@@ -139,11 +139,11 @@ public:
             ops::rms_norm(t.data(), L.input_layernorm.data(), n, d, eps, h.data());
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &state(s)->mla[size_t(il)]});
+                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
                 mla_forward(mla_, L.attn, no_rope, h.data(), n, batch.positions.data(), sr, y.data(), pool_);
             } else {
                 std::vector<KdaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &state(s)->kda[size_t(il)]});
+                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
                 kda_forward(kda_, L.kda, h.data(), n, sr, y.data(), pool_, form_);
             }
             if (snapshot)
@@ -173,7 +173,7 @@ public:
             }
             for (int64_t i = 0; i < n * d; ++i) p[size_t(i)] += y[size_t(i)];
         }
-        for (const auto& [s, rows] : rows_of) state(s)->n += int64_t(rows.size());
+        append_rows(batch, seqs, rows_of);
         attn_res(p.data(), blocks, out_res_, n, d, eps, t.data());
 
         experts_.end_layers();
@@ -208,6 +208,7 @@ private:
     std::vector<float> norm_;
     AttnResWeights out_res_;
     std::vector<Layer> layers_;
+    std::shared_ptr<const StateLayout> layout_;
     ExpertSetup experts_;
     ModelInfo info_;
 };

@@ -31,6 +31,7 @@ public:
         : ck_(dir), cfg_(KimiConfig::from_json(json)), pool_(opt.n_threads),
           form_(opt.kda_chunked_prefill ? KdaForm::Chunked : KdaForm::Recurrent) {
         const auto& c = cfg_;
+        layout_ = kimi_state_layout(c);
         const int64_t d = c.hidden_size, E = c.n_routed_experts;
         SLUICE_CHECK(c.attn_res_block_size == 0 && c.routed_expert_hidden_size == 0, dir,
                      "/config.json: AttnRes / latent MoE fields are Kimi K3's; use KimiK3ForConditionalGeneration");
@@ -85,7 +86,7 @@ public:
         SLUICE_CHECK(opt.max_sequences >= 1, "LoadOptions::max_sequences must be >= 1, got ", opt.max_sequences);
         int64_t n_mla = 0;
         for (bool m : cfg_.is_mla) n_mla += m ? 1 : 0;
-        const uint64_t state = KimiState(cfg_).size_bytes() * uint64_t(opt.max_sequences) +
+        const uint64_t state = layout_->recurrent_bytes() * uint64_t(opt.max_sequences) +
                                uint64_t(n_mla) * uint64_t(mla_.cache_width()) * 4 * uint64_t(opt.max_context_tokens);
         SpineLayers spine;
         for (Layer& L : layers_) {
@@ -102,13 +103,12 @@ public:
     const StreamingExpertSource* streaming() const override { return experts_.streaming; }
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<KimiState>(cfg_); }
+    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
 
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
-        const auto rows_of = group_rows<KimiState>(batch, seqs, c.vocab_size);
-        auto state = [&](int32_t s) { return static_cast<KimiState*>(seqs[size_t(s)]); };
+        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         std::vector<float> x(size_t(n * d)), h(size_t(n * d)), y(size_t(n * d));
         for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
@@ -119,11 +119,11 @@ public:
             ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &state(s)->mla[size_t(il)]});
+                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
                 mla_forward(mla_, L.attn, no_rope, h.data(), n, batch.positions.data(), sr, y.data(), pool_);
             } else {
                 std::vector<KdaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &state(s)->kda[size_t(il)]});
+                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
                 kda_forward(kda_, L.kda, h.data(), n, sr, y.data(), pool_, form_);
             }
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
@@ -133,7 +133,7 @@ public:
                                     h.data(), n, d, y.data(), pool_);
             for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
         }
-        for (const auto& [s, rows] : rows_of) state(s)->n += int64_t(rows.size());
+        append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
         head_logits(x.data(), batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, logits);
@@ -156,6 +156,7 @@ private:
     Weight embed_, lm_head_;
     std::vector<float> norm_;
     std::vector<Layer> layers_;
+    std::shared_ptr<const StateLayout> layout_;
     ExpertSetup experts_;
     ModelInfo info_;
 };

@@ -1,6 +1,6 @@
 // The model interface every architecture implements, and the loader that picks one from config.json.
 // forward() takes a flat batch of rows from any number of sequences; each sequence carries its own state
-// (KV/latent caches) in a SequenceState that the model creates.
+// (KV/latent caches, KDA state) in a SequenceState that the model creates (state/sequence_state.h).
 #pragma once
 
 #include <cstdint>
@@ -14,18 +14,10 @@
 #include "experts/spine_streamer.h"
 #include "experts/streaming_expert_source.h"
 #include "runtime/batch.h"
+#include "state/sequence_state.h"
+#include "state/state_file.h"
 
 namespace sluice {
-
-class SequenceState {
-public:
-    virtual ~SequenceState() = default;
-    virtual int64_t n_past() const = 0;        // tokens already in the cache
-    virtual void truncate(int64_t n_tokens) = 0;  // forget positions >= n_tokens (rollback)
-    // Whether truncate() can roll back to any position (speculative decoding needs it); recurrent state cannot.
-    virtual bool can_roll_back() const { return true; }
-    virtual uint64_t size_bytes() const = 0;   // memory held by this sequence's state
-};
 
 // What `sluice inspect` prints and what the planners need; filled by each architecture from its config.
 struct ModelInfo {
@@ -47,6 +39,9 @@ struct ModelInfo {
     std::vector<int32_t> eos_token_ids;
     int32_t bos_token_id = -1;
     int64_t max_position_embeddings = 0;
+    uint64_t config_xxh3 = 0;   // fingerprint (load_model fills it): config.json's bytes
+    uint64_t weights_xxh3 = 0;  // ... and the weight files' names and sizes
+    StateFileModel state_file_model() const { return {architecture, config_xxh3, weights_xxh3}; }
 };
 
 struct LoadOptions {

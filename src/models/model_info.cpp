@@ -1,5 +1,7 @@
 #include "models/model_info.h"
 
+#include "experts/usage_stats.h"
+
 namespace sluice {
 
 namespace {
@@ -48,6 +50,10 @@ void fill_param_counts(const Checkpoint& ck, ModelInfo& info, int64_t n_routed_e
         list.push_back({name, v.dtype(), v.info->shape, v.nbytes()});
     }
     count_params(list, info, n_routed_experts, top_k, tied_embeddings);
+    // the fingerprint that ties state files (and usage statistics) to this checkpoint
+    const ModelFingerprint f = model_fingerprint(ck, 0, 0, 0);
+    info.config_xxh3 = f.config_hash;
+    info.weights_xxh3 = f.weights_hash;
     (void)vocab_size;
     (void)hidden_size;
 }

@@ -40,8 +40,6 @@ GenerateResult generate_speculative(Model& model, std::span<const int32_t> promp
     const ModelInfo& info = model.info();
     const int64_t V = info.vocab_size;
     auto seq = model.new_sequence();
-    SLUICE_CHECK(seq->can_roll_back(), info.architecture, ": speculative decoding needs a cache that can roll back; ",
-                 "this model's recurrent state cannot (decode without drafts)");
     SequenceState* seqs[] = {seq.get()};
     Sampler sampler(opt.sampling);
     SpeculativeStats local;
@@ -84,6 +82,8 @@ GenerateResult generate_speculative(Model& model, std::span<const int32_t> promp
         if (int64_t(draft.size()) > max_draft) draft.resize(size_t(std::max<int64_t>(max_draft, 0)));
         for (int32_t d : draft)
             SLUICE_CHECK(d >= 0 && d < V, "speculative: draft token ", d, " is outside the vocabulary [0, ", V, ")");
+        // the restore point for rejected drafts (recurrent KDA state: a copy plus a journal of the verified rows)
+        if (!draft.empty()) seq->snapshot();
         b.clear();
         b.add(id, pos, 0, true);
         for (size_t j = 0; j < draft.size(); ++j) b.add(draft[j], pos + 1 + int64_t(j), 0, true);

@@ -3,7 +3,8 @@
 // (one expert read for all of those rows), the drafts that match the model's own argmax are kept, and the cache is
 // rolled back past the rest. Greedy only, so the output is exactly generate()'s with temperature 0: each verified
 // row gets the same bits it would get decoded alone (the forward pass is bit-identical for any rows in a batch).
-// Needs a cache that can roll back (not Kimi's recurrent KDA state).
+// Every architecture: per-token caches are cut back, Kimi's recurrent KDA state is restored from a snapshot taken
+// before the verify pass and replays the accepted rows (state/sequence_state.h).
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,7 @@ struct SpeculativeStats {
 std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int64_t max_tokens, int64_t ngram_min,
                                   int64_t ngram_max);
 
-// generate() for temperature 0 with drafts: same ids, same stop reasons. Throws Error when sampling is not greedy
-// or the model's cache cannot roll back.
+// generate() for temperature 0 with drafts: same ids, same stop reasons. Throws Error when sampling is not greedy.
 GenerateResult generate_speculative(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                                     const SpeculativeOptions& spec, SpeculativeStats* stats = nullptr,
                                     const std::function<bool(int32_t)>& on_token = nullptr);

@@ -121,10 +121,6 @@ TEST(Cli, BadOptionsGetOnePlainError) {
         {"generate -m " + kFixture + " --ids '[1,2' -n 1", "--ids: '[' without a closing ']'"},
         {"generate -m " + kFixture + " --ids 1,x -n 1", "--ids: item 1 ('x') is not an integer"},
         {gen + "-n 4 --speculative 2 --temp 0.5", "--speculative needs greedy decoding (--temp 0)"},
-        {"generate -m " + std::string(SLUICE_TEST_DATA_DIR) +
-             "/fixtures/kimi_linear_noqlora --ids 1,2 -n 4 "
-             "--speculative 2",
-         "recurrent state cannot"},
         {"serve -m " + kFixture, "serve needs tokenizer.json or tiktoken.model in the model folder"},
         {"serve -m " + kFixture + " --port 70000", "--port"},
         {"serve -m " + kFixture + " --parallel 0", "--parallel: must be > 0, got 0"},

@@ -168,7 +168,7 @@ TEST(KdaBlock, PiecesEqualWholeAndFormsAgree) {
     for (auto& v : x) v = nd(rng);
     auto run = [&](KdaForm form, std::vector<int64_t> cuts) {
         KdaState st;
-        st.reset(c);
+        st.reset(c.n_heads, c.head_dim, c.conv_kernel);
         std::vector<float> out(size_t(n * hid));
         cuts.push_back(n);
         int64_t r0 = 0;

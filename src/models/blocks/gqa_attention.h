@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "models/blocks/rope.h"
 #include "ops/weight.h"
+#include "state/caches.h"
 
 namespace sluice {
 
@@ -36,11 +37,6 @@ struct GqaWeights {
     std::vector<float> q_norm, k_norm;                  // [head_dim] RMSNorm weights, empty = none
     std::vector<float> sinks;                           // [n_heads] sink logits, empty = none
     std::vector<Weight*> matrices() { return {&q_proj, &k_proj, &v_proj, &o_proj}; }
-};
-
-// One sequence's cache for one layer: k and v as [n_tokens, n_kv_heads, head_dim] f32 (k after norm and RoPE).
-struct KvCache {
-    std::vector<float> k, v;
 };
 
 // The rows of one sequence inside a batch: batch row indices (increasing positions) and that sequence's cache.

@@ -10,6 +10,8 @@
 
 #include "core/thread_pool.h"
 #include "ops/weight.h"
+#include "ops/kda.h"
+#include "state/caches.h"
 
 namespace sluice {
 
@@ -42,14 +44,6 @@ struct KdaWeights {
     }
 };
 
-// One sequence's KDA state for one layer.
-struct KdaState {
-    std::vector<float> conv;   // [3, P, conv_kernel-1] last inputs of the q, k, v convolutions (oldest first)
-    std::vector<float> state;  // [H, D_k, D_v]
-    void reset(const KdaConfig& c);
-    uint64_t size_bytes() const { return (conv.capacity() + state.capacity()) * sizeof(float); }
-};
-
 struct KdaSeqRows {
     std::vector<int64_t> rows;  // batch rows of this sequence, in position order
     KdaState* state = nullptr;
@@ -61,16 +55,5 @@ enum class KdaForm { Recurrent, Chunked };
 // a sequence's rows are evaluated (Chunked: chunks of chunk_size starting at that sequence's first row).
 void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, const std::vector<KdaSeqRows>& seqs,
                  float* out, ThreadPool& pool, KdaForm form);
-
-// The delta rule for one head over T tokens. q [T, D] (L2-normalised and scaled), k [T, D] (L2-normalised),
-// v [T, D], g [T, D] log-decay (<= 0), beta [T]; S [D, D] (k-major) is read and updated; o [T, D].
-// Rows are strided: element (t, d) of q/k/v/g/o is at t*stride + d, beta[t] at t*beta_stride.
-struct KdaHeadIo {
-    const float *q, *k, *v, *g, *beta;
-    float* o;
-    int64_t stride, beta_stride;
-};
-void kda_recurrent(const KdaHeadIo& io, int64_t T, int64_t D, float* S);
-void kda_chunked(const KdaHeadIo& io, int64_t T, int64_t D, int64_t chunk, float* S);
 
 }  // namespace sluice

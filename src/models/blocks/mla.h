@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "models/blocks/rope.h"
 #include "ops/weight.h"
+#include "state/caches.h"
 
 namespace sluice {
 
@@ -43,11 +44,6 @@ struct MlaWeights {
     Weight g_proj;                  // optional output gate [H*v, hidden] (K3): o *= sigmoid(g_proj x); rows 0 = none
     Weight o_proj;                  // [hidden, H*v]
     std::vector<Weight*> matrices() { return {&q_proj, &q_a_proj, &q_b_proj, &kv_a_proj_with_mqa, &kv_b_proj, &g_proj, &o_proj}; }
-};
-
-// One sequence's latent cache for one layer: [n_tokens, cache_width] f32.
-struct MlaCache {
-    std::vector<float> data;
 };
 
 // The rows of one sequence inside a batch: batch row indices (increasing positions) and that sequence's cache.

@@ -1,0 +1,133 @@
+// The gated delta rule of Kimi Delta Attention for one head, in its two evaluation forms (see ops/kda.h).
+#include "ops/kda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+
+namespace sluice {
+
+void kda_recurrent(const KdaHeadIo& io, int64_t T, int64_t D, float* S) {
+    std::vector<float> mem(static_cast<size_t>(D), 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+        const float* q = io.q + t * io.stride;
+        const float* k = io.k + t * io.stride;
+        const float* v = io.v + t * io.stride;
+        const float* g = io.g + t * io.stride;
+        const float beta = io.beta[t * io.beta_stride];
+        float* o = io.o + t * io.stride;
+        // S <- diag(exp g) S ; mem = S^T k
+        std::fill(mem.begin(), mem.end(), 0.0f);
+        for (int64_t a = 0; a < D; ++a) {
+            const float e = std::exp(g[a]);
+            float* row = S + a * D;
+            for (int64_t b = 0; b < D; ++b) {
+                row[b] *= e;
+                mem[size_t(b)] += row[b] * k[a];
+            }
+        }
+        // delta = beta (v - mem) ; S += k delta^T ; o = S^T q
+        for (int64_t b = 0; b < D; ++b) mem[size_t(b)] = (v[b] - mem[size_t(b)]) * beta;
+        std::fill(o, o + D, 0.0f);
+        for (int64_t a = 0; a < D; ++a) {
+            float* row = S + a * D;
+            for (int64_t b = 0; b < D; ++b) {
+                row[b] += k[a] * mem[size_t(b)];
+                o[b] += row[b] * q[a];
+            }
+        }
+    }
+}
+
+void kda_chunked(const KdaHeadIo& io, int64_t T, int64_t D, int64_t chunk, float* S) {
+    SLUICE_ASSERT(chunk > 0, "chunk size");
+    std::vector<float> G, A, Aqk, U, W, vnew, tmp;
+    for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+        const int64_t c = std::min(chunk, T - t0);
+        auto q = [&](int64_t i, int64_t d) { return io.q[(t0 + i) * io.stride + d]; };
+        auto k = [&](int64_t i, int64_t d) { return io.k[(t0 + i) * io.stride + d]; };
+        auto v = [&](int64_t i, int64_t d) { return io.v[(t0 + i) * io.stride + d]; };
+        auto beta = [&](int64_t i) { return io.beta[(t0 + i) * io.beta_stride]; };
+        // cumulative log-decay within the chunk
+        G.assign(size_t(c * D), 0.0f);
+        for (int64_t i = 0; i < c; ++i)
+            for (int64_t d = 0; d < D; ++d)
+                G[size_t(i * D + d)] = (i ? G[size_t((i - 1) * D + d)] : 0.0f) + io.g[(t0 + i) * io.stride + d];
+        auto gdiff = [&](int64_t i, int64_t j, int64_t d) { return std::exp(G[size_t(i * D + d)] - G[size_t(j * D + d)]); };
+        // A[i][j] = -beta_i sum_d k_i k_j exp(G_i - G_j), j < i; then (I + A)^-1 by forward substitution
+        A.assign(size_t(c * c), 0.0f);
+        Aqk.assign(size_t(c * c), 0.0f);
+        for (int64_t i = 0; i < c; ++i)
+            for (int64_t j = 0; j <= i; ++j) {
+                float s = 0, sq = 0;
+                for (int64_t d = 0; d < D; ++d) {
+                    const float e = gdiff(i, j, d);
+                    s += k(i, d) * beta(i) * k(j, d) * e;
+                    sq += q(i, d) * k(j, d) * e;
+                }
+                if (j < i) A[size_t(i * c + j)] = -s;
+                Aqk[size_t(i * c + j)] = sq;
+            }
+        tmp.resize(size_t(c));
+        for (int64_t i = 1; i < c; ++i) {
+            std::copy_n(A.data() + i * c, i, tmp.data());
+            for (int64_t j = 0; j < i; ++j) {
+                float s = tmp[size_t(j)];
+                for (int64_t m = j + 1; m < i; ++m) s += tmp[size_t(m)] * A[size_t(m * c + j)];
+                A[size_t(i * c + j)] = s;
+            }
+        }
+        for (int64_t i = 0; i < c; ++i) A[size_t(i * c + i)] = 1.0f;
+        // U = T (beta v), W = T (beta k exp(G)); vnew = U - W S
+        U.assign(size_t(c * D), 0.0f);
+        W.assign(size_t(c * D), 0.0f);
+        for (int64_t i = 0; i < c; ++i)
+            for (int64_t j = 0; j <= i; ++j) {
+                const float a = A[size_t(i * c + j)];
+                for (int64_t d = 0; d < D; ++d) {
+                    U[size_t(i * D + d)] += a * (v(j, d) * beta(j));
+                    W[size_t(i * D + d)] += a * (k(j, d) * beta(j) * std::exp(G[size_t(j * D + d)]));
+                }
+            }
+        vnew.assign(size_t(c * D), 0.0f);
+        for (int64_t i = 0; i < c; ++i) {
+            float* vn = vnew.data() + i * D;
+            float* o = io.o + (t0 + i) * io.stride;
+            std::fill(o, o + D, 0.0f);
+            for (int64_t a = 0; a < D; ++a) {
+                const float w = W[size_t(i * D + a)];
+                const float qa = q(i, a) * std::exp(G[size_t(i * D + a)]);
+                const float* row = S + a * D;
+                for (int64_t b = 0; b < D; ++b) {
+                    vn[b] += w * row[b];
+                    o[b] += qa * row[b];
+                }
+            }
+            for (int64_t b = 0; b < D; ++b) vn[b] = U[size_t(i * D + b)] - vn[b];
+        }
+        for (int64_t i = 0; i < c; ++i) {
+            float* o = io.o + (t0 + i) * io.stride;
+            for (int64_t j = 0; j <= i; ++j) {
+                const float a = Aqk[size_t(i * c + j)];
+                const float* vn = vnew.data() + j * D;
+                for (int64_t b = 0; b < D; ++b) o[b] += a * vn[b];
+            }
+        }
+        // S <- diag(exp G_last) S + sum_j (k_j exp(G_last - G_j)) vnew_j^T
+        const int64_t l = c - 1;
+        for (int64_t a = 0; a < D; ++a) {
+            float* row = S + a * D;
+            const float e = std::exp(G[size_t(l * D + a)]);
+            for (int64_t b = 0; b < D; ++b) row[b] *= e;
+            for (int64_t j = 0; j < c; ++j) {
+                const float kj = k(j, a) * gdiff(l, j, a);
+                const float* vn = vnew.data() + j * D;
+                for (int64_t b = 0; b < D; ++b) row[b] += kj * vn[b];
+            }
+        }
+    }
+}
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+#include "state/caches.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "ops/kda.h"
+
+namespace sluice {
+
+void KdaState::reset(int64_t heads, int64_t dim, int64_t kernel) {
+    n_heads = heads;
+    head_dim = dim;
+    conv_kernel = kernel;
+    conv.assign(size_t(3 * proj_dim() * (kernel - 1)), 0.0f);
+    state.assign(size_t(heads * dim * dim), 0.0f);
+    journaling = false;
+    snap_conv.clear();
+    snap_state.clear();
+    journal.clear();
+}
+
+void KdaState::snapshot() {
+    snap_conv = conv;
+    snap_state = state;
+    journal.clear();
+    journaling = true;
+}
+
+void KdaState::replay(int64_t rows) {
+    SLUICE_ASSERT(journaling && rows >= 0 && rows <= journal_rows(), "KDA replay of ", rows, " rows with ",
+                  journal_rows(), " journaled");
+    const int64_t P = proj_dim(), H = n_heads, D = head_dim, K = conv_kernel, W = journal_width();
+    conv = snap_conv;
+    state = snap_state;
+    // the convolutions' taps: each row shifts its raw input in, as the forward pass's short convolution does
+    if (K > 1)
+        for (int64_t j = 0; j < rows; ++j) {
+            const float* raw = journal.data() + j * W;
+            for (int64_t ch = 0; ch < 3 * P; ++ch) {
+                float* tp = conv.data() + ch * (K - 1);
+                std::copy(tp + 1, tp + K - 1, tp);
+                tp[K - 2] = raw[ch];
+            }
+        }
+    // the delta rule, row by row as the forward pass ran it (its output is not needed: o goes to scratch)
+    if (rows > 0) {
+        std::vector<float> o(size_t(rows * W));
+        for (int64_t h = 0; h < H; ++h) {
+            const float* base = journal.data() + h * D;
+            KdaHeadIo io{base + 3 * P, base + 3 * P, base + 4 * P, base + 5 * P, journal.data() + 6 * P + h,
+                         o.data(), W, W};
+            kda_recurrent(io, rows, D, state.data() + h * D * D);
+        }
+    }
+    journal.resize(size_t(rows * W));
+}
+
+}  // namespace sluice

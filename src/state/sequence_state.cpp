@@ -1,0 +1,120 @@
+#include "state/sequence_state.h"
+
+#include "core/error.h"
+
+namespace sluice {
+
+bool operator==(const StateLayout::Layer& a, const StateLayout::Layer& b) {
+    return a.kind == b.kind && a.width == b.width && a.kda_heads == b.kda_heads && a.kda_head_dim == b.kda_head_dim &&
+           a.conv_kernel == b.conv_kernel;
+}
+
+bool StateLayout::has_recurrent() const {
+    for (const auto& l : layers)
+        if (l.kind == Kind::kda) return true;
+    return false;
+}
+
+uint64_t StateLayout::bytes_per_token() const {
+    uint64_t b = 0;
+    for (const auto& l : layers) b += uint64_t(l.width) * (l.kind == Kind::kv ? 2 : l.kind == Kind::latent ? 1 : 0);
+    return b * sizeof(float);
+}
+
+uint64_t StateLayout::recurrent_bytes() const {
+    uint64_t b = 0;
+    for (const auto& l : layers)
+        if (l.kind == Kind::kda) {
+            const uint64_t P = uint64_t(l.kda_heads * l.kda_head_dim);
+            b += 3 * P * uint64_t(l.conv_kernel - 1) + uint64_t(l.kda_heads) * uint64_t(l.kda_head_dim * l.kda_head_dim);
+        }
+    return b * sizeof(float);
+}
+
+SequenceState::SequenceState(std::shared_ptr<const StateLayout> layout) : layout_(std::move(layout)) {
+    SLUICE_ASSERT(layout_, "SequenceState without a layout");
+    const size_t L = layout_->layers.size();
+    latent_.resize(L);
+    kv_.resize(L);
+    kda_.resize(L);
+    for (size_t l = 0; l < L; ++l) {
+        const auto& d = layout_->layers[l];
+        if (d.kind == StateLayout::Kind::kda) kda_[l].reset(d.kda_heads, d.kda_head_dim, d.conv_kernel);
+    }
+}
+
+MlaCache& SequenceState::latent(int64_t layer) {
+    SLUICE_ASSERT(layout_->layers.at(size_t(layer)).kind == StateLayout::Kind::latent, "layer ", layer,
+                  " holds no latent cache");
+    return latent_[size_t(layer)];
+}
+
+KvCache& SequenceState::kv(int64_t layer) {
+    SLUICE_ASSERT(layout_->layers.at(size_t(layer)).kind == StateLayout::Kind::kv, "layer ", layer,
+                  " holds no k/v cache");
+    return kv_[size_t(layer)];
+}
+
+KdaState& SequenceState::kda(int64_t layer) {
+    SLUICE_ASSERT(layout_->layers.at(size_t(layer)).kind == StateLayout::Kind::kda, "layer ", layer,
+                  " holds no KDA state");
+    return kda_[size_t(layer)];
+}
+
+void SequenceState::snapshot() {
+    snap_pos_ = n_past();
+    for (size_t l = 0; l < kda_.size(); ++l)
+        if (layout_->layers[l].kind == StateLayout::Kind::kda) kda_[l].snapshot();
+}
+
+int64_t SequenceState::rollback_floor() const {
+    if (!layout_->has_recurrent()) return 0;
+    return snap_pos_ >= 0 ? snap_pos_ : n_past();
+}
+
+void SequenceState::truncate(int64_t n) {
+    SLUICE_CHECK(n >= 0, "truncate(", n, "): the position must be >= 0");
+    if (n >= n_past()) return;
+    const bool recurrent = layout_->has_recurrent();
+    SLUICE_CHECK(n == 0 || !recurrent || (snap_pos_ >= 0 && n >= snap_pos_), "truncate(", n,
+                 "): this sequence holds recurrent (KDA) state and can go back only to its snapshot at ",
+                 snap_pos_ < 0 ? std::string("none (no snapshot taken)") : std::to_string(snap_pos_),
+                 " or later, or to 0");
+    for (size_t l = 0; l < layout_->layers.size(); ++l) {
+        const auto& d = layout_->layers[l];
+        const size_t keep = size_t(n) * size_t(d.width);
+        switch (d.kind) {
+            case StateLayout::Kind::latent:
+                latent_[l].data.resize(keep);
+                break;
+            case StateLayout::Kind::kv:
+                kv_[l].k.resize(keep);
+                kv_[l].v.resize(keep);
+                break;
+            case StateLayout::Kind::kda:
+                if (n == 0)
+                    kda_[l].reset(d.kda_heads, d.kda_head_dim, d.conv_kernel);
+                else
+                    kda_[l].replay(n - snap_pos_);
+                break;
+            case StateLayout::Kind::none:
+                break;
+        }
+    }
+    tokens_.resize(size_t(n));
+    if (n == 0 || n < snap_pos_) snap_pos_ = -1;
+}
+
+std::unique_ptr<SequenceState> SequenceState::fork() const {
+    return std::unique_ptr<SequenceState>(new SequenceState(*this));
+}
+
+uint64_t SequenceState::size_bytes() const {
+    uint64_t b = tokens_.capacity() * sizeof(int32_t);
+    for (const auto& c : latent_) b += c.data.capacity() * sizeof(float);
+    for (const auto& c : kv_) b += (c.k.capacity() + c.v.capacity()) * sizeof(float);
+    for (const auto& k : kda_) b += k.size_bytes();
+    return b;
+}
+
+}  // namespace sluice

@@ -1,0 +1,88 @@
+// One sequence's state: the token ids it has seen, and per layer its per-token cache (MLA latents, GQA k/v) or its
+// fixed recurrent state (KDA). A model describes what each layer holds once (StateLayout) and creates states from
+// it; forward() writes each row's cache entries and then append()s the rows' tokens.
+//
+// Rollback and branching, for every architecture:
+// - truncate(n) forgets positions >= n. Per-token caches simply shrink. Recurrent (KDA) state goes back to the last
+//   snapshot() and replays the journaled rows up to n (state/caches.h), so with a snapshot at s any n in [s, n_past]
+//   is reachable, bit for bit; truncate(0) always resets.
+// - snapshot() makes the current position the restore point (a copy of every KDA state; free for caches).
+// - fork() is an independent copy at the same position (prefix reuse, branches).
+// - save/load (state/state_file.h) write and read it, tied to the model's fingerprint.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "state/caches.h"
+
+namespace sluice {
+
+struct StateFileModel;
+
+struct StateLayout {
+    enum class Kind : uint8_t { none = 0, latent = 1, kv = 2, kda = 3 };
+    struct Layer {
+        Kind kind = Kind::none;
+        int64_t width = 0;  // latent: floats per token; kv: floats per token of k (and of v)
+        int64_t kda_heads = 0, kda_head_dim = 0, conv_kernel = 0;  // kda
+    };
+    std::vector<Layer> layers;
+
+    void add_latent(int64_t width) { layers.push_back({Kind::latent, width}); }
+    void add_kv(int64_t kv_width) { layers.push_back({Kind::kv, kv_width}); }
+    void add_kda(int64_t heads, int64_t head_dim, int64_t conv_kernel) {
+        layers.push_back({Kind::kda, 0, heads, head_dim, conv_kernel});
+    }
+    bool has_recurrent() const;
+    uint64_t bytes_per_token() const;   // per-token caches of all layers
+    uint64_t recurrent_bytes() const;   // fixed state of all layers, without a snapshot
+    bool operator==(const StateLayout&) const = default;
+};
+bool operator==(const StateLayout::Layer& a, const StateLayout::Layer& b);
+
+class SequenceState {
+public:
+    explicit SequenceState(std::shared_ptr<const StateLayout> layout);
+
+    const StateLayout& layout() const { return *layout_; }
+    // Whether this state was made from `layout` (the model that made it).
+    bool made_from(const StateLayout* layout) const { return layout_.get() == layout; }
+
+    int64_t n_past() const { return int64_t(tokens_.size()); }  // tokens in the state
+    std::span<const int32_t> tokens() const { return tokens_; }
+    MlaCache& latent(int64_t layer);
+    KvCache& kv(int64_t layer);
+    KdaState& kda(int64_t layer);
+    const MlaCache& latent(int64_t layer) const { return const_cast<SequenceState*>(this)->latent(layer); }
+    const KvCache& kv(int64_t layer) const { return const_cast<SequenceState*>(this)->kv(layer); }
+    const KdaState& kda(int64_t layer) const { return const_cast<SequenceState*>(this)->kda(layer); }
+    // The model has written these rows (positions n_past.. in order) into every layer.
+    void append(std::span<const int32_t> tokens) { tokens_.insert(tokens_.end(), tokens.begin(), tokens.end()); }
+
+    void snapshot();
+    int64_t snapshot_position() const { return snap_pos_; }  // -1: none
+    // The smallest n > 0 that truncate(n) accepts: 0 without recurrent layers, else the snapshot's position
+    // (n_past when there is none).
+    int64_t rollback_floor() const;
+    // Forgets positions >= n (n >= n_past: nothing). Throws Error when 0 < n < rollback_floor().
+    void truncate(int64_t n);
+    std::unique_ptr<SequenceState> fork() const;
+    uint64_t size_bytes() const;
+
+private:
+    friend void load_state(const std::string& path, const StateFileModel& model, SequenceState& into);
+    SequenceState(const SequenceState&) = default;
+    SequenceState& operator=(SequenceState&&) = default;
+    std::shared_ptr<const StateLayout> layout_;
+    std::vector<int32_t> tokens_;
+    std::vector<MlaCache> latent_;  // [layers]: used by latent layers
+    std::vector<KvCache> kv_;       // [layers]: used by kv layers
+    std::vector<KdaState> kda_;     // [layers]: used by kda layers
+    int64_t snap_pos_ = -1;
+};
+
+}  // namespace sluice

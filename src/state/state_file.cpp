@@ -1,0 +1,211 @@
+#include "state/state_file.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+
+using json = nlohmann::json;
+constexpr char k_magic[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'S', 'T'};
+
+std::string hex64(uint64_t v) {
+    char b[17];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+    return b;
+}
+
+template <class T>
+void put(std::string& out, const T& v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+void put_floats(std::string& out, const std::vector<float>& v) {
+    out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+json layout_json(const StateLayout& l) {
+    json layers = json::array();
+    for (const auto& d : l.layers)
+        layers.push_back({int(d.kind), d.width, d.kda_heads, d.kda_head_dim, d.conv_kernel});
+    return layers;
+}
+
+// Reads sequentially from the loaded bytes; every read checks the length first.
+struct Cursor {
+    const std::string& path;
+    const std::string& bytes;
+    size_t at = 0, end = 0;
+    void need(size_t n, const char* what) const {
+        SLUICE_CHECK(n <= end - at, path, ": state file truncated: ", what, " needs ", n, " bytes at offset ", at,
+                     ", ", end - at, " left");
+    }
+    template <class T>
+    T get(const char* what) {
+        need(sizeof(T), what);
+        T v;
+        std::memcpy(&v, bytes.data() + at, sizeof v);
+        at += sizeof v;
+        return v;
+    }
+    void floats(std::vector<float>& v, uint64_t count, const char* what) {
+        SLUICE_CHECK(count <= (end - at) / sizeof(float), path, ": state file truncated: ", what, " needs ", count,
+                     " floats at offset ", at);
+        v.resize(size_t(count));
+        std::memcpy(v.data(), bytes.data() + at, size_t(count) * sizeof(float));
+        at += size_t(count) * sizeof(float);
+    }
+};
+
+}  // namespace
+
+void save_state(const SequenceState& s, const StateFileModel& model, const std::string& path) {
+    const StateLayout& L = s.layout();
+    const int64_t n = s.n_past();
+    json h = {{"architecture", model.architecture},
+              {"config_xxh3", hex64(model.config_xxh3)},
+              {"weights_xxh3", hex64(model.weights_xxh3)},
+              {"n_past", n},
+              {"snapshot_position", s.snapshot_position()},
+              {"layers", layout_json(L)}};
+    const std::string header = h.dump();
+    std::string out(k_magic, sizeof k_magic);
+    put(out, k_state_file_version);
+    put(out, uint32_t(header.size()));
+    out += header;
+    out.append(reinterpret_cast<const char*>(s.tokens().data()), s.tokens().size() * sizeof(int32_t));
+    for (size_t l = 0; l < L.layers.size(); ++l) {
+        switch (L.layers[l].kind) {
+            case StateLayout::Kind::latent:
+                put_floats(out, s.latent(int64_t(l)).data);
+                break;
+            case StateLayout::Kind::kv:
+                put_floats(out, s.kv(int64_t(l)).k);
+                put_floats(out, s.kv(int64_t(l)).v);
+                break;
+            case StateLayout::Kind::kda: {
+                const KdaState& k = s.kda(int64_t(l));
+                put_floats(out, k.conv);
+                put_floats(out, k.state);
+                if (s.snapshot_position() >= 0) {
+                    put_floats(out, k.snap_conv);
+                    put_floats(out, k.snap_state);
+                    put_floats(out, k.journal);
+                }
+                break;
+            }
+            case StateLayout::Kind::none:
+                break;
+        }
+    }
+    put(out, uint64_t(XXH3_64bits(out.data(), out.size())));
+
+    const std::string tmp = path + ".partial";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        SLUICE_CHECK(f.good(), path, ": cannot write the state file (", std::strerror(errno), ")");
+        f.write(out.data(), std::streamsize(out.size()));
+        f.flush();
+        SLUICE_CHECK(f.good(), path, ": writing the state file failed (", std::strerror(errno), ")");
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    SLUICE_CHECK(!ec, path, ": cannot rename the state file into place (", ec.message(), ")");
+}
+
+void load_state(const std::string& path, const StateFileModel& model, SequenceState& into) {
+    SLUICE_CHECK(into.n_past() == 0, "load_state: the target sequence is not empty");
+    std::string bytes;
+    {
+        std::ifstream f(path, std::ios::binary);
+        SLUICE_CHECK(f.good(), path, ": cannot open the state file (", std::strerror(errno), ")");
+        bytes.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    SLUICE_CHECK(bytes.size() >= sizeof k_magic && std::memcmp(bytes.data(), k_magic, sizeof k_magic) == 0, path,
+                 ": not a sluice state file (no \"SLUICEST\" at the start)");
+    Cursor c{path, bytes, sizeof k_magic, bytes.size()};
+    const auto version = c.get<uint32_t>("the version");
+    SLUICE_CHECK(version == k_state_file_version, path, ": state file version ", version, "; this sluice reads version ",
+                 k_state_file_version);
+    SLUICE_CHECK(bytes.size() >= c.at + 4 + 8, path, ": state file truncated (", bytes.size(), " bytes)");
+    uint64_t stored = 0;
+    std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
+    SLUICE_CHECK(stored == XXH3_64bits(bytes.data(), bytes.size() - 8), path,
+                 ": state file checksum mismatch (the file is damaged or cut short)");
+    c.end = bytes.size() - 8;
+    const auto header_bytes = c.get<uint32_t>("the header length");
+    c.need(header_bytes, "the header");
+    const json h = json::parse(bytes.substr(c.at, header_bytes), nullptr, false);
+    c.at += header_bytes;
+    SLUICE_CHECK(h.is_object(), path, ": state file header is not a JSON object");
+    const auto str = [&](const char* key) {
+        auto it = h.find(key);
+        SLUICE_CHECK(it != h.end() && it->is_string(), path, ": state file header field \"", key, "\" is missing");
+        return it->get<std::string>();
+    };
+    const auto num = [&](const char* key) {
+        auto it = h.find(key);
+        SLUICE_CHECK(it != h.end() && it->is_number_integer(), path, ": state file header field \"", key,
+                     "\" is missing or not an integer");
+        return it->get<int64_t>();
+    };
+    SLUICE_CHECK(str("architecture") == model.architecture, path, ": state file is from a ", str("architecture"),
+                 " model, not this ", model.architecture);
+    SLUICE_CHECK(str("config_xxh3") == hex64(model.config_xxh3), path,
+                 ": state file is from another model (its config.json differs)");
+    SLUICE_CHECK(str("weights_xxh3") == hex64(model.weights_xxh3), path,
+                 ": state file is from another model (its weight files differ)");
+    const StateLayout& L = into.layout();
+    SLUICE_CHECK(h.contains("layers") && h["layers"] == layout_json(L), path,
+                 ": state file's layer layout does not match this model's");
+    const int64_t n = num("n_past"), snap = num("snapshot_position");
+    SLUICE_CHECK(n >= 0 && snap >= -1 && snap <= n, path, ": state file header has n_past ", n,
+                 " and snapshot_position ", snap);
+
+    // read into a fresh copy, so `into` stays as it was when anything is wrong
+    auto s = into.fork();
+    SLUICE_CHECK(uint64_t(n) <= (c.end - c.at) / 4, path, ": state file truncated: ", n, " token ids at offset ",
+                 c.at);
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    std::memcpy(tokens.data(), bytes.data() + c.at, size_t(n) * 4);
+    c.at += size_t(n) * 4;
+    for (size_t l = 0; l < L.layers.size(); ++l) {
+        const auto& d = L.layers[l];
+        const uint64_t per_token = uint64_t(n) * uint64_t(d.width);
+        switch (d.kind) {
+            case StateLayout::Kind::latent:
+                c.floats(s->latent(int64_t(l)).data, per_token, "a latent cache");
+                break;
+            case StateLayout::Kind::kv:
+                c.floats(s->kv(int64_t(l)).k, per_token, "a key cache");
+                c.floats(s->kv(int64_t(l)).v, per_token, "a value cache");
+                break;
+            case StateLayout::Kind::kda: {
+                KdaState& k = s->kda(int64_t(l));
+                const uint64_t conv = k.conv.size(), st = k.state.size();
+                c.floats(k.conv, conv, "a KDA conv state");
+                c.floats(k.state, st, "a KDA state");
+                if (snap >= 0) {
+                    c.floats(k.snap_conv, conv, "a KDA snapshot");
+                    c.floats(k.snap_state, st, "a KDA snapshot");
+                    c.floats(k.journal, uint64_t(n - snap) * uint64_t(k.journal_width()), "a KDA journal");
+                    k.journaling = true;
+                }
+                break;
+            }
+            case StateLayout::Kind::none:
+                break;
+        }
+    }
+    SLUICE_CHECK(c.at == c.end, path, ": state file has ", c.end - c.at, " bytes after the last layer");
+    s->tokens_ = std::move(tokens);
+    s->snap_pos_ = snap;
+    into = std::move(*s);
+}
+
+}  // namespace sluice

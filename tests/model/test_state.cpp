@@ -1,0 +1,213 @@
+// The state store (state/sequence_state, state/state_file) on every fixture: fork, snapshot + truncate (KDA through
+// its journal replay), truncate(0) and save/load each give logits bit-identical to an uninterrupted run; the
+// recurrent limits and every bad state file are one clear error.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "models/model.h"
+#include "state/state_file.h"
+#include "../support/fixtures.h"
+
+using namespace sluice;
+namespace fs = std::filesystem;
+
+namespace {
+
+using sluice::test::fixture_dirs;
+using sluice::test::fixture_name;
+using sluice::test::fixture_prompt;
+
+// Runs ids through seq in one forward pass (positions continue the state); every row's logits.
+std::vector<float> run(Model& m, SequenceState& seq, std::span<const int32_t> ids) {
+    Batch b;
+    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], seq.n_past() + int64_t(i), 0, true);
+    SequenceState* seqs[] = {&seq};
+    std::vector<float> logits;
+    m.forward(b, seqs, logits);
+    return logits;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::string scratch(const std::string& name) {
+    const fs::path d = fs::temp_directory_path() / ("sluice_test_state_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return (d / name).string();
+}
+
+class StateTest : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override {
+        model = load_model(GetParam());
+        ids = fixture_prompt(GetParam());
+        ASSERT_GE(ids.size(), 6u);
+        k = int64_t(ids.size()) / 2;
+        auto seq = model->new_sequence();
+        run(*model, *seq, head());
+        ref_tail = run(*model, *seq, tail());  // the uninterrupted run's logits for the tail rows
+    }
+    std::span<const int32_t> head() const { return std::span(ids).first(size_t(k)); }
+    std::span<const int32_t> tail() const { return std::span(ids).subspan(size_t(k)); }
+    std::vector<int32_t> garbage(size_t n) const {
+        std::vector<int32_t> g;
+        for (size_t i = 0; i < n; ++i) g.push_back(int32_t((ids[i] * 7 + 3 + int32_t(i)) % model->info().vocab_size));
+        return g;
+    }
+    std::unique_ptr<Model> model;
+    std::vector<int32_t> ids;
+    int64_t k = 0;
+    std::vector<float> ref_tail;
+};
+
+TEST_P(StateTest, ForkIsIndependent) {
+    auto a = model->new_sequence();
+    run(*model, *a, head());
+    auto b = a->fork();
+    EXPECT_EQ(b->n_past(), k);
+    run(*model, *b, garbage(5));  // the fork diverges; the original must not see it
+    EXPECT_TRUE(same_bits(run(*model, *a, tail()), ref_tail));
+    auto c = model->new_sequence();
+    run(*model, *c, head());
+    auto d = c->fork();
+    EXPECT_TRUE(same_bits(run(*model, *d, tail()), ref_tail));
+}
+
+TEST_P(StateTest, SnapshotTruncateReplay) {
+    // after the snapshot at k: the first j tail tokens, then wrong ones; truncate back to k + j and go on
+    for (int64_t j : {int64_t(0), int64_t(1), int64_t(tail().size()) - 1}) {
+        auto seq = model->new_sequence();
+        run(*model, *seq, head());
+        seq->snapshot();
+        EXPECT_EQ(seq->rollback_floor(), model->new_sequence()->layout().has_recurrent() ? k : 0);
+        std::vector<int32_t> rows(tail().begin(), tail().begin() + j);
+        const auto g = garbage(4);
+        rows.insert(rows.end(), g.begin(), g.end());
+        // in two passes, so the journal spans passes
+        run(*model, *seq, std::span(rows).first(rows.size() / 2));
+        run(*model, *seq, std::span(rows).subspan(rows.size() / 2));
+        seq->truncate(k + j);
+        EXPECT_EQ(seq->n_past(), k + j);
+        EXPECT_TRUE(std::equal(seq->tokens().begin(), seq->tokens().end(), ids.begin()));
+        const auto rest = run(*model, *seq, tail().subspan(size_t(j)));
+        const std::vector<float> want(ref_tail.begin() + j * model->info().vocab_size, ref_tail.end());
+        EXPECT_TRUE(same_bits(rest, want)) << "j = " << j;
+    }
+}
+
+TEST_P(StateTest, TruncateToZeroAndRecurrentLimits) {
+    auto seq = model->new_sequence();
+    run(*model, *seq, garbage(5));
+    seq->truncate(0);
+    EXPECT_EQ(seq->n_past(), 0);
+    run(*model, *seq, head());
+    EXPECT_TRUE(same_bits(run(*model, *seq, tail()), ref_tail));
+    if (seq->layout().has_recurrent()) {
+        EXPECT_EQ(seq->rollback_floor(), seq->n_past());
+        try {
+            seq->truncate(1);
+            FAIL() << "a recurrent state without a snapshot cannot go back to 1";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("snapshot"), std::string::npos) << e.what();
+        }
+        seq->snapshot();
+        run(*model, *seq, garbage(2));
+        EXPECT_THROW(seq->truncate(seq->snapshot_position() - 1), Error);
+    } else {
+        seq->truncate(1);  // per-token caches go anywhere
+        EXPECT_EQ(seq->n_past(), 1);
+    }
+}
+
+TEST_P(StateTest, SaveLoadRoundTrip) {
+    const auto fm = model->info().state_file_model();
+    for (bool with_snapshot : {false, true}) {
+        auto seq = model->new_sequence();
+        run(*model, *seq, head());
+        if (with_snapshot) {
+            seq->snapshot();
+            run(*model, *seq, garbage(3));
+        }
+        const std::string path = scratch(fixture_name({GetParam(), 0}) + ".state");
+        save_state(*seq, fm, path);
+        auto loaded = model->new_sequence();
+        load_state(path, fm, *loaded);
+        EXPECT_EQ(loaded->n_past(), seq->n_past());
+        EXPECT_TRUE(std::equal(loaded->tokens().begin(), loaded->tokens().end(), seq->tokens().begin()));
+        if (with_snapshot) loaded->truncate(k);  // the journal came along
+        EXPECT_TRUE(same_bits(run(*model, *loaded, tail()), ref_tail)) << "snapshot " << with_snapshot;
+        fs::remove(path);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, StateTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
+
+// Bad state files: each refused with the file named, the target left empty.
+class StateFileErrors : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/kimi_linear_noqlora";
+        model = load_model(dir);
+        auto seq = model->new_sequence();
+        run(*model, *seq, fixture_prompt(dir));
+        seq->snapshot();
+        path = scratch("good.state");
+        save_state(*seq, model->info().state_file_model(), path);
+        std::ifstream f(path, std::ios::binary);
+        good.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    void TearDown() override { fs::remove_all(fs::path(path).parent_path()); }
+    std::string load_error(const std::string& bytes, StateFileModel fm) {
+        const std::string p = scratch("bad.state");
+        std::ofstream(p, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+        auto seq = model->new_sequence();
+        try {
+            load_state(p, fm, *seq);
+        } catch (const Error& e) {
+            EXPECT_EQ(seq->n_past(), 0);
+            const std::string msg = e.what();
+            EXPECT_NE(msg.find(p), std::string::npos) << msg;
+            return msg;
+        }
+        ADD_FAILURE() << "loaded a bad state file";
+        return {};
+    }
+    std::string load_error(const std::string& bytes) { return load_error(bytes, model->info().state_file_model()); }
+    std::string dir, path, good;
+    std::unique_ptr<Model> model;
+};
+
+TEST_F(StateFileErrors, EachOneClearError) {
+    EXPECT_NE(load_error("not a state file at all").find("not a sluice state file"), std::string::npos);
+    std::string v = good;
+    v[8] = 2;  // version 2
+    EXPECT_NE(load_error(v).find("state file version 2"), std::string::npos);
+    for (size_t cut : {good.size() - 1, good.size() / 2})
+        EXPECT_NE(load_error(good.substr(0, cut)).find("checksum mismatch"), std::string::npos) << cut;
+    EXPECT_NE(load_error(good.substr(0, 20)).find("truncated"), std::string::npos);
+    std::string flipped = good;
+    flipped[good.size() / 2] ^= 0x40;
+    EXPECT_NE(load_error(flipped).find("checksum mismatch"), std::string::npos);
+    StateFileModel other = model->info().state_file_model();
+    other.config_xxh3 ^= 1;
+    EXPECT_NE(load_error(good, other).find("another model (its config.json differs)"), std::string::npos);
+    other = model->info().state_file_model();
+    other.architecture = "DeepseekV3ForCausalLM";
+    EXPECT_NE(load_error(good, other).find("from a KimiLinearForCausalLM model"), std::string::npos);
+    // another model's state into this one: the fingerprint differs
+    auto ds = load_model(std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/k2_noqlora");
+    auto seq = ds->new_sequence();
+    run(*ds, *seq, std::vector<int32_t>{1, 2, 3});
+    const std::string p = scratch("k2.state");
+    save_state(*seq, ds->info().state_file_model(), p);
+    auto target = model->new_sequence();
+    EXPECT_THROW(load_state(p, model->info().state_file_model(), *target), Error);
+    EXPECT_THROW(load_state(scratch("missing.state"), model->info().state_file_model(), *target), Error);
+}
+
+}  // namespace
