@@ -1,6 +1,7 @@
 // Continuous batching (see engine.h): admission under the sequence and token limits, one flat Batch per step made
-// of decode rows then prefill chunks, per-request sampling with penalties and bias, and request endings (stop,
-// length, cancel, callback, forward errors). Tokens are bit-identical to generate() for the same request.
+// of decode rows, draft rows, then prefill chunks, per-request sampling with penalties and bias, draft
+// verification with state rollback, and request endings (stop, length, cancel, callback, forward errors). A
+// request's tokens are bit-identical to running it alone, with or without drafts.
 #include "runtime/engine.h"
 
 #include <algorithm>
@@ -38,6 +39,7 @@ struct Engine::Request {
     int64_t need_tokens = 0;                      // prompt + max_new_tokens
     int64_t reserved_tokens = 0;                  // need_tokens while running, else 0
     int32_t pending = -1;                         // the last sampled id, to be fed back as the next decode row
+    std::vector<int32_t> context;                 // prompt + generated (only when drafting)
     std::unordered_map<int32_t, int64_t> counts;  // generated id -> count (only with penalties)
     bool adjusts = false;                         // any penalty or bias: sample from an adjusted copy
     bool done = false;
@@ -69,7 +71,13 @@ uint64_t Engine::submit(RequestParams params, TokenCallback on_event) {
     for (size_t i = 0; i < params.prompt.size(); ++i)
         SLUICE_CHECK(params.prompt[i] >= 0 && params.prompt[i] < info.vocab_size, "request: prompt token ", i, " (",
                      params.prompt[i], ") is outside the vocabulary [0, ", info.vocab_size, ")");
-    SLUICE_CHECK(params.max_new_tokens >= 1, "request: max_new_tokens must be >= 1, got ", params.max_new_tokens);
+    SLUICE_CHECK(params.max_new_tokens >= 0, "request: max_new_tokens must be >= 0, got ", params.max_new_tokens);
+    SLUICE_CHECK(params.draft_tokens >= 0, "request: draft_tokens must be >= 0, got ", params.draft_tokens);
+    SLUICE_CHECK(params.draft_tokens == 0 || params.sampling.temperature == 0.0f,
+                 "request: speculative decoding (draft_tokens) needs greedy sampling (temperature 0), got temperature ",
+                 params.sampling.temperature);
+    SLUICE_CHECK(params.draft_tokens == 0 || params.drafter || (params.ngram_min >= 1 && params.ngram_max >= params.ngram_min),
+                 "request: prompt lookup needs 1 <= ngram_min <= ngram_max");
     for (const auto& [id, bias] : params.logit_bias) {
         SLUICE_CHECK(id >= 0 && id < info.vocab_size, "request: logit_bias id ", id, " is outside the vocabulary [0, ",
                      info.vocab_size, ")");
@@ -82,6 +90,7 @@ uint64_t Engine::submit(RequestParams params, TokenCallback on_event) {
     if (max_pos > 0) params.max_new_tokens = std::min(params.max_new_tokens, max_pos - n);
     auto r = std::make_unique<Request>(std::move(params), std::move(on_event));  // Sampler validates sampling
     r->need_tokens = r->n_prompt + r->p.max_new_tokens;
+    if (r->p.draft_tokens > 0) r->context = r->p.prompt;
     uint64_t id = 0;
     {
         std::lock_guard lock(mu_);
@@ -181,86 +190,36 @@ void Engine::admit_and_cancel() {
     stats_.running = int64_t(running_.size());
 }
 
-int64_t Engine::step() {
-    admit_and_cancel();
-
-    // decode rows first, then prefill chunks in admission order. The decode rows always fit: a prefill only runs
-    // in rows the decoders leave free, and each of its rows adds at most one decoder for the next step.
+// One step's work: the batch, which request each sequence index is, and per request the rows whose logits it samples.
+struct Engine::Pass {
     Batch batch;
     std::vector<Request*> in_batch;  // sequence index -> request
     std::vector<SequenceState*> seqs;
-    for (auto& r : running_) {
-        if (r->pending < 0) continue;
-        batch.add(r->pending, r->n_prompt + r->n_generated - 1, int32_t(seqs.size()), true);
-        in_batch.push_back(r.get());
-        seqs.push_back(r->seq.get());
-    }
-    SLUICE_ASSERT(batch.size() <= opt_.max_batch_rows, batch.size(), " decode rows exceed max_batch_rows");
-    int64_t n_prompt_rows = 0;
-    for (auto& r : running_) {
-        if (r->n_prefilled == r->n_prompt || batch.size() >= opt_.max_batch_rows) continue;
-        const int64_t i1 = std::min(r->n_prompt, r->n_prefilled + opt_.max_batch_rows - batch.size());
-        for (int64_t i = r->n_prefilled; i < i1; ++i)
-            batch.add(r->p.prompt[size_t(i)], i, int32_t(seqs.size()), i + 1 == r->n_prompt);
-        n_prompt_rows += i1 - r->n_prefilled;
-        r->n_prefilled = i1;
-        in_batch.push_back(r.get());
-        seqs.push_back(r->seq.get());
-    }
-    if (batch.size() == 0) {
+    std::vector<std::vector<int32_t>> drafts;  // sequence index -> its draft tokens (decode rows only)
+    std::vector<int64_t> first_row;            // sequence index -> its first batch row
+    std::vector<uint8_t> decoding;             // sequence index -> its first row is a decode row
+    int64_t n_prompt_rows = 0, n_sampled = 0, n_decode = 0;
+    std::vector<float> logits;
+    double ms = 0;
+};
+
+int64_t Engine::step() {
+    admit_and_cancel();
+    Pass pass;
+    schedule(pass);
+    if (pass.batch.size() == 0) {
         remove_done();
         return 0;
     }
-
-    std::vector<float> logits;
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-        model_.forward(batch, seqs, logits);
-    } catch (const std::exception& e) {
-        // the states of these sequences are in an unknown state: end them all, keep serving the others
-        for (Request* r : in_batch) end_with(*r, FinishReason::error, e.what());
-        remove_done();
-        std::lock_guard lock(mu_);
-        stats_.steps++;
-        return batch.size();
-    }
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-
-    const int64_t V = model_.info().vocab_size;
-    SLUICE_ASSERT(int64_t(logits.size()) == batch.n_logits() * V, "forward returned ", logits.size(), " logits for ",
-                  batch.n_logits(), " rows");
-    const auto& eos = model_.info().eos_token_ids;
-    std::vector<float> adjusted;
-    int64_t n_sampled = 0, logits_row = 0;
-    for (int64_t row = 0; row < batch.size(); ++row) {
-        if (!batch.want_logits[size_t(row)]) continue;
-        Request& r = *in_batch[size_t(batch.seq[size_t(row)])];
-        std::span<const float> dist(logits.data() + logits_row++ * V, size_t(V));
-        if (r.adjusts) dist = adjust(r, dist, adjusted);
-        const int32_t id = r.sampler.sample(dist);
-        ++n_sampled;
-        ++r.n_generated;
-        if (r.p.frequency_penalty != 0 || r.p.presence_penalty != 0) ++r.counts[id];
-        TokenEvent ev;
-        ev.id = id;
-        ev.n_prompt = r.n_prompt;
-        ev.n_generated = r.n_generated;
-        ev.logits = dist;
-        const auto is_in = [id](const std::vector<int32_t>& ids) {
-            return std::find(ids.begin(), ids.end(), id) != ids.end();
-        };
-        if ((r.p.stop_at_eos && is_in(eos)) || is_in(r.p.stop_ids))
-            ev.finish = FinishReason::stop;
-        else if (r.n_generated >= r.p.max_new_tokens)
-            ev.finish = FinishReason::length;
-        const bool keep = emit(r, ev);
-        if (ev.finish != FinishReason::none || !keep)
-            finish(r);
-        else
-            r.pending = id;
-    }
+    if (run(pass)) postprocess(pass);
     remove_done();
     std::lock_guard lock(mu_);
+    stats_.steps++;
+    stats_.rows += pass.batch.size();
+    if (pass.n_decode > 0) stats_.decode_steps++;
+    stats_.prompt_tokens += pass.n_prompt_rows;
+    stats_.generated_tokens += pass.n_sampled;
+    stats_.forward_ms += pass.ms;
     if (const StreamingExpertSource* src = model_.streaming()) {
         const ExpertIoStats& io = src->stats();
         stats_.experts_requested = io.experts_requested;
@@ -268,12 +227,174 @@ int64_t Engine::step() {
         stats_.expert_bytes_read = io.bytes_read;
         stats_.io_wait_ms = io.io_wait_ms;
     }
-    stats_.steps++;
-    stats_.rows += batch.size();
-    stats_.prompt_tokens += n_prompt_rows;
-    stats_.generated_tokens += n_sampled;
-    stats_.forward_ms += ms;
-    return batch.size();
+    return pass.batch.size();
+}
+
+// Decode rows first, then draft rows in what they leave, then prefill chunks in admission order. The decode rows
+// always fit: a prefill only runs in rows the decoders leave free, and each of its rows adds at most one decoder for
+// the next step.
+void Engine::schedule(Pass& p) {
+    Batch& b = p.batch;
+    const auto add_seq = [&](Request* r, bool decoding) {
+        p.in_batch.push_back(r);
+        p.seqs.push_back(r->seq.get());
+        p.drafts.emplace_back();
+        p.first_row.push_back(b.size());
+        p.decoding.push_back(decoding ? 1 : 0);
+        return int32_t(p.seqs.size() - 1);
+    };
+    for (auto& r : running_) {
+        if (r->pending < 0) continue;
+        b.add(r->pending, r->n_prompt + r->n_generated - 1, add_seq(r.get(), true), true);
+        ++p.n_decode;
+    }
+    SLUICE_ASSERT(b.size() <= opt_.max_batch_rows, b.size(), " decode rows exceed max_batch_rows");
+    const int64_t V = model_.info().vocab_size;
+    for (size_t si = 0; si < p.in_batch.size() && b.size() < opt_.max_batch_rows; ++si) {
+        Request& r = *p.in_batch[si];
+        if (r.p.draft_tokens == 0) continue;
+        // drafts beyond what may still be generated after the verified rows' own prediction are wasted
+        const int64_t max_draft = std::min({r.p.draft_tokens, r.p.max_new_tokens - r.n_generated - 1,
+                                            opt_.max_batch_rows - b.size()});
+        if (max_draft <= 0) continue;
+        std::vector<int32_t> d;
+        try {
+            d = r.p.drafter ? r.p.drafter(r.context, max_draft)
+                            : lookup_draft(r.context, max_draft, r.p.ngram_min, r.p.ngram_max);
+            if (int64_t(d.size()) > max_draft) d.resize(size_t(max_draft));
+            for (int32_t t : d)
+                SLUICE_CHECK(t >= 0 && t < V, "draft token ", t, " is outside the vocabulary [0, ", V, ")");
+        } catch (const std::exception& e) {
+            end_with(r, FinishReason::error, cat("speculative decoding: ", e.what()));
+            continue;
+        }
+        if (d.empty()) continue;
+        r.seq->snapshot();  // the restore point for rejected drafts (KDA: a copy plus a journal of the rows)
+        const int64_t pos = r.n_prompt + r.n_generated;
+        for (size_t j = 0; j < d.size(); ++j) b.add(d[j], pos + int64_t(j), int32_t(si), true);
+        p.drafts[si] = std::move(d);
+    }
+    for (auto& r : running_) {
+        if (r->done || r->n_prefilled == r->n_prompt || b.size() >= opt_.max_batch_rows) continue;
+        const int64_t i1 = std::min(r->n_prompt, r->n_prefilled + opt_.max_batch_rows - b.size());
+        const int32_t si = add_seq(r.get(), false);
+        for (int64_t i = r->n_prefilled; i < i1; ++i) {
+            const bool last = i + 1 == r->n_prompt;
+            b.add(r->p.prompt[size_t(i)], i, si, r->p.prompt_logits || (last && r->p.max_new_tokens > 0));
+        }
+        p.n_prompt_rows += i1 - r->n_prefilled;
+        r->n_prefilled = i1;
+    }
+}
+
+bool Engine::run(Pass& p) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        model_.forward(p.batch, p.seqs, p.logits);
+    } catch (const std::exception& e) {
+        // the states of these sequences are in an unknown state: end them all, keep serving the others
+        for (Request* r : p.in_batch)
+            if (!r->done) end_with(*r, FinishReason::error, e.what());
+        return false;
+    }
+    p.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    SLUICE_ASSERT(int64_t(p.logits.size()) == p.batch.n_logits() * model_.info().vocab_size, "forward returned ",
+                  p.logits.size(), " logits for ", p.batch.n_logits(), " rows");
+    return true;
+}
+
+void Engine::postprocess(Pass& p) {
+    const int64_t V = model_.info().vocab_size;
+    // each row's place among the rows that have logits, and each sequence's rows in batch order
+    std::vector<std::vector<int64_t>> rows_of(p.in_batch.size());
+    int64_t logits_row = 0;
+    for (int64_t row = 0; row < p.batch.size(); ++row) {
+        if (!p.batch.want_logits[size_t(row)]) continue;
+        rows_of[size_t(p.batch.seq[size_t(row)])].push_back(logits_row++);
+    }
+    for (size_t si = 0; si < p.in_batch.size(); ++si) {
+        Request& r = *p.in_batch[si];
+        if (r.done) continue;
+        if (p.decoding[si]) {
+            sample_rows(r, p, rows_of[si], p.drafts[si]);
+            continue;
+        }
+        // a prefill chunk: its prompt logits, then the first token after the last prompt row
+        std::span<const int64_t> rows = rows_of[si];
+        bool alive = true;
+        if (r.p.prompt_logits) {
+            const int64_t first = p.batch.positions[size_t(p.first_row[si])];
+            for (size_t j = 0; j < rows.size() && alive; ++j) {
+                TokenEvent ev;
+                ev.n_prompt = r.n_prompt;
+                ev.prompt_position = first + int64_t(j);
+                ev.logits = std::span<const float>(p.logits.data() + rows[j] * V, size_t(V));
+                if (!emit(r, ev)) {
+                    finish(r);
+                    alive = false;
+                }
+            }
+        }
+        if (!alive || r.n_prefilled < r.n_prompt) continue;
+        if (r.p.max_new_tokens == 0)
+            end_with(r, FinishReason::length);
+        else
+            sample_rows(r, p, rows.last(1), {});
+    }
+}
+
+// Samples the request's first row; while the sampled token is the next draft, the row after it is valid too.
+// Rejected drafts' rows leave the state (truncate back to the last kept one).
+void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_rows, std::span<const int32_t> draft) {
+    const int64_t V = model_.info().vocab_size;
+    SLUICE_ASSERT(logit_rows.size() == draft.size() + 1, "request rows ", logit_rows.size(), " for ", draft.size(),
+                  " drafts");
+    const int64_t pos0 = r.n_prompt + r.n_generated - 1;  // the position of the decode row
+    std::vector<float> adjusted;
+    size_t kept = 0;
+    for (;;) {
+        std::span<const float> dist(p.logits.data() + logit_rows[kept] * V, size_t(V));
+        if (r.adjusts) dist = adjust(r, dist, adjusted);
+        const int32_t id = r.sampler.sample(dist);
+        ++p.n_sampled;
+        if (!take_token(r, id, dist)) break;
+        if (kept < draft.size() && id == draft[kept]) {
+            ++kept;
+            continue;
+        }
+        r.pending = id;
+        break;
+    }
+    if (!draft.empty()) {
+        std::lock_guard lock(mu_);
+        stats_.drafted += int64_t(draft.size());
+        stats_.accepted += int64_t(kept);
+    }
+    if (!r.done && kept < draft.size()) r.seq->truncate(pos0 + 1 + int64_t(kept));
+}
+
+bool Engine::take_token(Request& r, int32_t id, std::span<const float> dist) {
+    ++r.n_generated;
+    if (r.p.frequency_penalty != 0 || r.p.presence_penalty != 0) ++r.counts[id];
+    if (r.p.draft_tokens > 0) r.context.push_back(id);
+    TokenEvent ev;
+    ev.id = id;
+    ev.n_prompt = r.n_prompt;
+    ev.n_generated = r.n_generated;
+    ev.logits = dist;
+    const auto is_in = [id](const std::vector<int32_t>& ids) {
+        return std::find(ids.begin(), ids.end(), id) != ids.end();
+    };
+    if ((r.p.stop_at_eos && is_in(model_.info().eos_token_ids)) || is_in(r.p.stop_ids))
+        ev.finish = FinishReason::stop;
+    else if (r.n_generated >= r.p.max_new_tokens)
+        ev.finish = FinishReason::length;
+    const bool keep = emit(r, ev);
+    if (ev.finish != FinishReason::none || !keep) {
+        finish(r);
+        return false;
+    }
+    return true;
 }
 
 std::span<const float> Engine::adjust(const Request& r, std::span<const float> in, std::vector<float>& out) {

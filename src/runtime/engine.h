@@ -1,7 +1,9 @@
-// Continuous batching: many sequences share every forward pass, so each routed expert is read once for all the
-// rows that need it. step() puts one decode row of every running sequence and the next prefill chunks of waiting
-// prompts into one flat Batch (at most max_batch_rows rows), runs it, samples every sequence that produced logits
-// with that request's own sampler, and reports each token through the request's callback.
+// The one loop every client runs on (generate, logits, speculative decoding, serve, batch). Continuous batching:
+// many sequences share every forward pass, so each routed expert is read once for all the rows that need it.
+// step() = schedule (one decode row of every running sequence, its draft rows when it speculates, then the next
+// prefill chunks of waiting prompts, at most max_batch_rows rows in one flat Batch) -> run (one forward pass) ->
+// postprocess (each request samples its rows with its own sampler, keeps the drafts that equal its choices, rolls
+// its state back past the rest, and reports each token through its callback).
 //
 // A request's tokens are bit-identical to running it alone (generate()): the forward pass gives every row the same
 // bits whatever else is in the batch, and each request owns its sampler, penalties and seed.
@@ -27,19 +29,30 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/draft.h"
 #include "runtime/sampler.h"
 
 namespace sluice {
 
 struct RequestParams {
     std::vector<int32_t> prompt;   // must not be empty
-    int64_t max_new_tokens = 16;   // >= 1; the engine may lower it to what the context allows (finish "length")
+    int64_t max_new_tokens = 16;   // >= 0 (0: only the prompt runs, e.g. for prompt_logits; finish "length"); the
+                                   // engine may lower it to what the context allows (finish "length")
     SamplingParams sampling;
     float frequency_penalty = 0.0f;  // OpenAI semantics: logit[t] -= frequency * count(t) + presence * (count(t) > 0)
     float presence_penalty = 0.0f;   // counts are over this request's generated tokens only
     std::map<int32_t, float> logit_bias;  // added to the logit of that id before sampling
     bool stop_at_eos = true;           // the model's eos ids end the request (finish "stop")
     std::vector<int32_t> stop_ids;     // further ids that end the request (finish "stop"); the id is reported
+    // Report the next-token logits after every prompt position (events with id -1 and prompt_position set, in
+    // order, before the first generated token).
+    bool prompt_logits = false;
+    // Speculative decoding (greedy only: temperature 0): up to draft_tokens drafted tokens per decode step, verified
+    // as rows of the same forward pass; the tokens are exactly those of decoding without drafts. 0 = off. drafter
+    // empty: prompt lookup over n-grams of ngram_min..ngram_max tokens.
+    int64_t draft_tokens = 0;
+    int64_t ngram_min = 1, ngram_max = 4;
+    Drafter drafter;
 };
 
 enum class FinishReason { none, stop, length, cancelled, error };
@@ -53,6 +66,7 @@ struct TokenEvent {
     std::span<const float> logits;  // the distribution `id` was drawn from (after penalties and bias, before
                                     // temperature), valid only during the callback; empty when id == -1
     std::string error;          // the message when finish == error
+    int64_t prompt_position = -1;  // >= 0: a prompt_logits event (id -1): logits after prompt[0..prompt_position]
 };
 
 // Called on the engine thread. Return false to end the request now (no further events are sent for it); a callback
@@ -68,6 +82,8 @@ struct EngineOptions {
 
 struct EngineStats {
     int64_t steps = 0, rows = 0, prompt_tokens = 0, generated_tokens = 0;
+    int64_t decode_steps = 0;          // steps that ran at least one decode row
+    int64_t drafted = 0, accepted = 0; // draft tokens verified, and kept
     int64_t running = 0, waiting = 0;  // now
     double forward_ms = 0;
     // The model's routed-expert reads so far (streamed models; 0 otherwise), copied after each step on the engine
@@ -116,7 +132,13 @@ private:
     EngineStats stats_;                              // guarded by mu_
 
     // engine thread only
+    struct Pass;
     void admit_and_cancel();
+    void schedule(Pass& pass);
+    bool run(Pass& pass);
+    void postprocess(Pass& pass);
+    void sample_rows(Request& r, Pass& pass, std::span<const int64_t> logit_rows, std::span<const int32_t> draft);
+    bool take_token(Request& r, int32_t id, std::span<const float> dist);  // false: the request ended
     static bool emit(Request& r, const TokenEvent& ev);
     void finish(Request& r);  // frees its state and releases its reservation
     void end_with(Request& r, FinishReason why, const std::string& error = {});

@@ -4,78 +4,111 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "runtime/engine.h"
 
 namespace sluice {
 
 namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
-void prefill(Model& model, SequenceState& seq, std::span<const int32_t> prompt, int64_t chunk,
-             std::vector<float>& logits, bool every_position) {
-    SLUICE_CHECK(!prompt.empty(), "the prompt is empty");
-    SLUICE_CHECK(chunk > 0, "prefill chunk must be > 0");
-    SequenceState* seqs[] = {&seq};
-    std::vector<float> part;
-    Batch b;
-    logits.clear();
-    for (size_t i0 = 0; i0 < prompt.size(); i0 += size_t(chunk)) {
-        b.clear();
-        const size_t i1 = std::min(prompt.size(), i0 + size_t(chunk));
-        for (size_t i = i0; i < i1; ++i) b.add(prompt[i], int64_t(i), 0, every_position || i + 1 == prompt.size());
-        model.forward(b, seqs, part);
-        logits.insert(logits.end(), part.begin(), part.end());
-    }
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
 }
+
+// Runs one request alone on an engine sized for it; on_event sees every event. Returns the engine's counts.
+EngineStats run_alone(Model& model, RequestParams p, int64_t chunk, const TokenCallback& on_event) {
+    SLUICE_CHECK(!p.prompt.empty(), "the prompt is empty");
+    SLUICE_CHECK(chunk > 0, "prefill chunk must be > 0");
+    EngineOptions eo;
+    eo.max_batch_rows = chunk;
+    eo.max_sequences = 1;
+    eo.max_context_tokens = std::max<int64_t>(2, int64_t(p.prompt.size()) + std::max<int64_t>(p.max_new_tokens, 1));
+    Engine engine(model, eo);
+    std::string error;
+    engine.submit(std::move(p), [&](const TokenEvent& ev) {
+        if (ev.finish == FinishReason::error) error = ev.error;
+        return on_event(ev);
+    });
+    engine.run_until_idle();
+    SLUICE_CHECK(error.empty(), error);
+    return engine.stats();
+}
+
+GenerateResult generate_with(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
+                             RequestParams p, const std::function<bool(int32_t)>& on_token, EngineStats* stats) {
+    p.prompt.assign(prompt.begin(), prompt.end());
+    p.max_new_tokens = opt.max_new_tokens;
+    p.stop_at_eos = opt.stop_at_eos;
+    p.sampling = opt.sampling;
+    GenerateResult r;
+    r.n_prompt = int64_t(prompt.size());
+    r.stop_reason = "length";
+    const auto t0 = Clock::now();
+    auto t_first = t0;
+    const EngineStats es = run_alone(model, std::move(p), opt.prefill_chunk, [&](const TokenEvent& ev) {
+        if (ev.id < 0) return true;
+        if (r.ids.empty()) t_first = Clock::now();
+        r.ids.push_back(ev.id);
+        if (on_token && !on_token(ev.id)) {
+            r.stop_reason = "callback";
+            return false;
+        }
+        if (ev.finish == FinishReason::stop) r.stop_reason = "eos";
+        return true;
+    });
+    if (stats) *stats = es;
+    const auto t1 = Clock::now();
+    if (r.ids.empty()) t_first = t1;
+    r.prefill_ms = ms_between(t0, t_first);
+    r.decode_ms = ms_between(t_first, t1);
+    return r;
+}
+
+}  // namespace
 
 bool is_eos(const ModelInfo& info, int32_t id) {
     return std::find(info.eos_token_ids.begin(), info.eos_token_ids.end(), id) != info.eos_token_ids.end();
 }
 
 std::vector<float> prompt_logits(Model& model, std::span<const int32_t> prompt, int64_t chunk) {
-    auto seq = model.new_sequence();
-    std::vector<float> all;
-    prefill(model, *seq, prompt, chunk, all, true);
+    const size_t V = size_t(model.info().vocab_size);
+    std::vector<float> all(prompt.size() * V);
+    RequestParams p;
+    p.prompt.assign(prompt.begin(), prompt.end());
+    p.max_new_tokens = 0;
+    p.prompt_logits = true;
+    p.stop_at_eos = false;
+    run_alone(model, std::move(p), chunk, [&](const TokenEvent& ev) {
+        if (ev.prompt_position >= 0) std::copy(ev.logits.begin(), ev.logits.end(), all.begin() + ev.prompt_position * V);
+        return true;
+    });
     return all;
 }
 
 GenerateResult generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                         const std::function<bool(int32_t)>& on_token) {
-    SLUICE_CHECK(!prompt.empty(), "the prompt is empty");
-    SLUICE_CHECK(opt.prefill_chunk > 0, "prefill chunk must be > 0");
-    const auto& info = model.info();
-    Sampler sampler(opt.sampling);
-    GenerateResult r;
-    r.n_prompt = int64_t(prompt.size());
-    r.stop_reason = "length";
-    auto seq = model.new_sequence();
-    SequenceState* seqs[] = {seq.get()};
-    std::vector<float> logits;
-    Batch b;
-    auto t0 = std::chrono::steady_clock::now();
-    prefill(model, *seq, prompt, opt.prefill_chunk, logits);
-    r.prefill_ms = ms_since(t0);
-    t0 = std::chrono::steady_clock::now();
-    int64_t pos = int64_t(prompt.size());
-    for (int64_t step = 0; step < opt.max_new_tokens; ++step) {
-        const int32_t id = sampler.sample(std::span<const float>(logits.data(), size_t(info.vocab_size)));
-        r.ids.push_back(id);
-        if (on_token && !on_token(id)) {
-            r.stop_reason = "callback";
-            break;
-        }
-        if (opt.stop_at_eos && is_eos(info, id)) {
-            r.stop_reason = "eos";
-            break;
-        }
-        if (step + 1 == opt.max_new_tokens) break;
-        b.clear();
-        b.add(id, pos++, 0, true);
-        model.forward(b, seqs, logits);
+    return generate_with(model, prompt, opt, {}, on_token, nullptr);
+}
+
+GenerateResult generate_speculative(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
+                                    const SpeculativeOptions& spec, SpeculativeStats* stats,
+                                    const std::function<bool(int32_t)>& on_token) {
+    SLUICE_CHECK(opt.sampling.temperature == 0.0f, "speculative decoding is greedy only (temperature 0), got ",
+                 opt.sampling.temperature);
+    SLUICE_CHECK(spec.draft_tokens >= 1 && spec.ngram_min >= 1 && spec.ngram_max >= spec.ngram_min,
+                 "speculative options: draft_tokens >= 1 and 1 <= ngram_min <= ngram_max");
+    RequestParams p;
+    p.draft_tokens = spec.draft_tokens;
+    p.ngram_min = spec.ngram_min;
+    p.ngram_max = spec.ngram_max;
+    p.drafter = spec.drafter;
+    EngineStats es;
+    GenerateResult r = generate_with(model, prompt, opt, std::move(p), on_token, &es);
+    if (stats) {
+        stats->forward_passes = es.decode_steps;
+        stats->drafted = es.drafted;
+        stats->accepted = es.accepted;
     }
-    r.decode_ms = ms_since(t0);
     return r;
 }
 

@@ -1,13 +1,16 @@
-// The single-sequence generation loop shared by the CLI (and later the server): prefill the prompt in chunks,
-// then decode one token per step, streaming each token to a callback.
+// One request at a time on the engine (runtime/engine.h), for the CLI and tests: generate a continuation (with or
+// without speculative drafts) or score a prompt. These are clients of the same loop that serves many requests, so
+// what the engine learns (speculation, prefix reuse, a backend) they get too.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/draft.h"
 #include "runtime/sampler.h"
 
 namespace sluice {
@@ -22,18 +25,34 @@ struct GenerateOptions {
 struct GenerateResult {
     std::vector<int32_t> ids;       // generated ids (without the prompt)
     int64_t n_prompt = 0;
-    double prefill_ms = 0, decode_ms = 0;
+    double prefill_ms = 0, decode_ms = 0;  // until the first generated token, and after it
     std::string stop_reason;        // "length" or "eos" or "callback"
 };
 
-// on_token(id) is called for every generated id; returning false stops generation.
+// on_token(id) is called for every generated id; returning false stops generation. Throws Error when the request
+// cannot run or its forward pass fails.
 GenerateResult generate(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                         const std::function<bool(int32_t)>& on_token = nullptr);
 
-// Runs `prompt` through `seq` from position 0 in forward passes of at most `chunk` rows. logits: the last
-// position's next-token logits [vocab], or with every_position all positions' [n, vocab].
-void prefill(Model& model, SequenceState& seq, std::span<const int32_t> prompt, int64_t chunk,
-             std::vector<float>& logits, bool every_position = false);
+struct SpeculativeOptions {
+    int64_t draft_tokens = 4;  // drafts verified per forward pass (>= 1)
+    int64_t ngram_max = 4;     // longest context suffix looked up
+    int64_t ngram_min = 1;     // shortest
+    Drafter drafter;           // empty: prompt lookup (lookup_draft)
+};
+
+struct SpeculativeStats {
+    int64_t forward_passes = 0;  // decode passes (prefill not counted)
+    int64_t drafted = 0;         // draft tokens verified
+    int64_t accepted = 0;        // ... of which were kept
+};
+
+// generate() for temperature 0 with drafts verified in each decode pass: the same ids and stop reasons on every
+// architecture (per-token caches are cut back, Kimi's KDA state restored from a snapshot and replayed). Throws Error
+// when sampling is not greedy.
+GenerateResult generate_speculative(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
+                                    const SpeculativeOptions& spec, SpeculativeStats* stats = nullptr,
+                                    const std::function<bool(int32_t)>& on_token = nullptr);
 
 // Whether id is one of the model's end-of-sequence ids.
 bool is_eos(const ModelInfo& info, int32_t id);

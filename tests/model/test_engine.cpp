@@ -14,6 +14,7 @@
 #include "models/model.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "../support/reference_decode.h"
 
 using namespace sluice;
 
@@ -60,12 +61,10 @@ TokenCallback collect(Got& g, std::function<bool(const TokenEvent&)> also = null
     };
 }
 
-GenerateResult alone(Model& m, const RequestParams& p, int64_t max_new_tokens = -1) {
-    GenerateOptions o;
-    o.max_new_tokens = max_new_tokens > 0 ? max_new_tokens : p.max_new_tokens;
-    o.stop_at_eos = p.stop_at_eos;
-    o.sampling = p.sampling;
-    return generate(m, p.prompt, o);
+// The request run alone by the plain decode loop (tests/support/reference_decode.h), not by the engine.
+test::ReferenceResult alone(Model& m, const RequestParams& p, int64_t max_new_tokens = -1) {
+    return test::reference_generate(m, p.prompt, max_new_tokens > 0 ? max_new_tokens : p.max_new_tokens,
+                                    p.stop_at_eos, p.sampling);
 }
 
 RequestParams greedy(std::vector<int32_t> prompt, int64_t max_new_tokens, bool stop_at_eos = false) {
@@ -124,7 +123,7 @@ TEST_P(EngineMix, EveryRequestMatchesGenerateAlone) {
     }
     int64_t generated = 0;
     for (size_t i = 0; i < specs.size(); ++i) {
-        const GenerateResult want = alone(*model, params[i]);
+        const auto want = alone(*model, params[i]);
         EXPECT_EQ(got[i].ids, want.ids) << "request " << i;
         ASSERT_EQ(got[i].finals.size(), 1u) << "request " << i;
         EXPECT_EQ(got[i].finish(), want.stop_reason == "eos" ? FinishReason::stop : FinishReason::length);
@@ -491,7 +490,7 @@ TEST_F(EngineTest, SubmitErrorsNameTheProblem) {
     expect_error(sub(greedy(cut(ids, 0, 32), 4)), "max_context_tokens");
     expect_error(sub(greedy({1, int32_t(V)}, 4)), "vocabulary");
     expect_error(sub(greedy({-1}, 4)), "vocabulary");
-    expect_error(sub(greedy({1, 2}, 0)), "max_new_tokens");
+    expect_error(sub(greedy({1, 2}, -1)), "max_new_tokens");
     auto hot = greedy({1, 2}, 4);
     hot.sampling.temperature = -1;
     expect_error(sub(hot), "temperature");

@@ -193,6 +193,18 @@ TEST(ModelErrors, TokenOutsideVocabulary) {
         prompt_logits(*model, ids, 16);
         FAIL();
     } catch (const Error& e) {
+        EXPECT_CONTAINS(e.what(), "prompt token 2 (256) is outside the vocabulary [0, 256)");
+    }
+    // the forward pass checks its batch too
+    auto seq = model->new_sequence();
+    SequenceState* seqs[] = {seq.get()};
+    Batch b;
+    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, true);
+    std::vector<float> logits;
+    try {
+        model->forward(b, seqs, logits);
+        FAIL();
+    } catch (const Error& e) {
         EXPECT_CONTAINS(e.what(), "token id 256 at batch row 2 is outside the vocabulary [0, 256)");
     }
 }
@@ -220,7 +232,7 @@ TEST(ModelErrors, CliExitsWithOneClearLine) {
         std::string args, needle;
     } cases[] = {
         {"logits -m " + kFixture + " --ids 1,x,3 -o " + out, "--ids: item 1 ('x') is not an integer"},
-        {"logits -m " + kFixture + " --ids 1,999 -o " + out, "token id 999 at batch row 1 is outside the vocabulary"},
+        {"logits -m " + kFixture + " --ids 1,999 -o " + out, "prompt token 1 (999) is outside the vocabulary [0, 256)"},
         {"generate -m /nonexistent --ids 1 -n 2", "/nonexistent: no such folder"},
         {"generate -m /nonexistent -p hi -n 2", "/nonexistent: no such folder"},
         {"inspect -m " + kFixture + "/config.json", "config.json: not a directory (expected a Hugging Face model folder)"},

@@ -1,7 +1,6 @@
-// Speculative decoding with prompt-lookup drafts (runtime/speculative): the same ids and stop reason as generate()
-// at temperature 0 on every fixture that can roll back its cache, for several draft lengths; the pass count adds up
-// (every pass yields its kept drafts plus one token); Kimi's recurrent state is refused with a clear error; the
-// n-gram lookup itself.
+// Speculative decoding with prompt-lookup drafts (the engine's draft rows): the same ids and stop reason as the plain
+// decode loop at temperature 0 on every fixture, Kimi's recurrent KDA state included, for several draft lengths; the
+// pass count adds up (every pass yields its kept drafts plus one token); the n-gram lookup itself.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +12,7 @@
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
 #include "../support/fixtures.h"
+#include "../support/reference_decode.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
@@ -52,7 +52,10 @@ TEST_P(SpeculativeTest, SameIdsAsGenerate) {
     GenerateOptions g;
     g.max_new_tokens = 40;
     g.stop_at_eos = false;
-    const GenerateResult ref = generate(*model, prompt, g);
+    // the engine ends a sequence at the model's last position (max_position_embeddings)
+    if (const int64_t max_pos = model->info().max_position_embeddings; max_pos > 0)
+        g.max_new_tokens = std::min<int64_t>(g.max_new_tokens, max_pos - int64_t(prompt.size()));
+    const auto ref = test::reference_generate(*model, prompt, g.max_new_tokens, g.stop_at_eos);
     int64_t accepted = 0;
     for (int64_t k : {1, 3, 8}) {
         SpeculativeOptions so;

@@ -1,0 +1,21 @@
+// Draft tokens for speculative decoding: what a drafter proposes to follow a context, and prompt lookup, the
+// drafter that needs no model (the tokens that followed the most recent earlier occurrence of the context's longest
+// suffix n-gram). The engine verifies drafts; a draft model will be a second Drafter.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace sluice {
+
+// Proposes up to max_tokens tokens to follow `context` (prompt + generated so far).
+using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> context, int64_t max_tokens)>;
+
+// Up to max_tokens tokens that followed the most recent earlier occurrence of the longest suffix of `context`
+// (between ngram_min and ngram_max tokens long); empty when none occurred.
+std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int64_t max_tokens, int64_t ngram_min,
+                                  int64_t ngram_max);
+
+}  // namespace sluice
