@@ -35,7 +35,7 @@ struct Engine::Request {
     TokenCallback on_event;
     Sampler sampler;
     std::unique_ptr<SequenceState> seq;  // created at admission, freed as soon as the request ends
-    int64_t n_prompt = 0, n_prefilled = 0, n_generated = 0;
+    int64_t n_prompt = 0, n_prefilled = 0, n_generated = 0, n_cached = 0;
     int64_t need_tokens = 0;                      // prompt + max_new_tokens
     int64_t reserved_tokens = 0;                  // need_tokens while running, else 0
     int32_t pending = -1;                         // the last sampled id, to be fed back as the next decode row
@@ -55,6 +55,7 @@ Engine::Engine(Model& model, const EngineOptions& options) : model_(model), opt_
     SLUICE_CHECK(opt_.max_sequences >= 1, "EngineOptions::max_sequences must be >= 1, got ", opt_.max_sequences);
     SLUICE_CHECK(opt_.max_context_tokens >= 2, "EngineOptions::max_context_tokens must be >= 2, got ",
                  opt_.max_context_tokens);
+    if (opt_.prefix_cache_bytes > 0) prefix_cache_ = std::make_unique<PrefixCache>(opt_.prefix_cache_bytes);
 }
 
 Engine::~Engine() = default;
@@ -136,8 +137,10 @@ bool Engine::emit(Request& r, const TokenEvent& ev) {
     }
 }
 
-void Engine::finish(Request& r) {
+void Engine::finish(Request& r, bool keep_state) {
     r.done = true;
+    // what it ran (prompt + all but the last generated token) can serve a later request's prompt
+    if (keep_state && prefix_cache_ && r.seq && r.n_prefilled == r.n_prompt) prefix_cache_->insert(std::move(r.seq));
     r.seq.reset();
     reserved_tokens_ -= r.reserved_tokens;
     r.reserved_tokens = 0;
@@ -149,7 +152,8 @@ void Engine::end_with(Request& r, FinishReason why, const std::string& error) {
     ev.n_prompt = r.n_prompt;
     ev.n_generated = r.n_generated;
     ev.error = error;
-    finish(r);
+    ev.n_cached = r.n_cached;
+    finish(r, why != FinishReason::error);
     emit(r, ev);
 }
 
@@ -181,7 +185,14 @@ void Engine::admit_and_cancel() {
            reserved_tokens_ + waiting_.front()->need_tokens <= opt_.max_context_tokens) {
         auto r = std::move(waiting_.front());
         waiting_.pop_front();
-        r->seq = model_.new_sequence();
+        // the longest prefix some earlier request ran (at least the last prompt token is computed: its logits)
+        if (prefix_cache_ && !r->p.prompt_logits) r->seq = prefix_cache_->lookup(r->p.prompt, r->n_prompt - 1);
+        if (r->seq) {
+            r->n_cached = r->n_prefilled = r->seq->n_past();
+            stats_.cached_prompt_tokens += r->n_cached;
+        } else {
+            r->seq = model_.new_sequence();
+        }
         r->reserved_tokens = r->need_tokens;
         reserved_tokens_ += r->reserved_tokens;
         running_.push_back(std::move(r));
@@ -220,6 +231,7 @@ int64_t Engine::step() {
     stats_.prompt_tokens += pass.n_prompt_rows;
     stats_.generated_tokens += pass.n_sampled;
     stats_.forward_ms += pass.ms;
+    if (prefix_cache_) stats_.prefix_cache = prefix_cache_->stats();
     if (const StreamingExpertSource* src = model_.streaming()) {
         const ExpertIoStats& io = src->stats();
         stats_.experts_requested = io.experts_requested;
@@ -278,6 +290,8 @@ void Engine::schedule(Pass& p) {
         if (r->done || r->n_prefilled == r->n_prompt || b.size() >= opt_.max_batch_rows) continue;
         const int64_t i1 = std::min(r->n_prompt, r->n_prefilled + opt_.max_batch_rows - b.size());
         const int32_t si = add_seq(r.get(), false);
+        // the prompt's end will be cached: recurrent state keeps a restore point for the rows of this last chunk
+        if (prefix_cache_ && i1 == r->n_prompt && r->seq->layout().has_recurrent()) r->seq->snapshot();
         for (int64_t i = r->n_prefilled; i < i1; ++i) {
             const bool last = i + 1 == r->n_prompt;
             b.add(r->p.prompt[size_t(i)], i, si, r->p.prompt_logits || (last && r->p.max_new_tokens > 0));
@@ -336,6 +350,10 @@ void Engine::postprocess(Pass& p) {
             }
         }
         if (!alive || r.n_prefilled < r.n_prompt) continue;
+        if (prefix_cache_) {
+            prefix_cache_->insert(r.seq->fork());
+            r.seq->drop_snapshot();
+        }
         if (r.p.max_new_tokens == 0)
             end_with(r, FinishReason::length);
         else
@@ -352,12 +370,14 @@ void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_row
     const int64_t pos0 = r.n_prompt + r.n_generated - 1;  // the position of the decode row
     std::vector<float> adjusted;
     size_t kept = 0;
+    bool ended = false;
     for (;;) {
         std::span<const float> dist(p.logits.data() + logit_rows[kept] * V, size_t(V));
         if (r.adjusts) dist = adjust(r, dist, adjusted);
         const int32_t id = r.sampler.sample(dist);
         ++p.n_sampled;
-        if (!take_token(r, id, dist)) break;
+        ended = !take_token(r, id, dist);
+        if (ended) break;
         if (kept < draft.size() && id == draft[kept]) {
             ++kept;
             continue;
@@ -370,9 +390,13 @@ void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_row
         stats_.drafted += int64_t(draft.size());
         stats_.accepted += int64_t(kept);
     }
-    if (!r.done && kept < draft.size()) r.seq->truncate(pos0 + 1 + int64_t(kept));
+    // the state keeps the rows of the tokens it was fed and the drafts that were kept (before it may be cached)
+    if (kept < draft.size()) r.seq->truncate(pos0 + 1 + int64_t(kept));
+    if (!draft.empty()) r.seq->drop_snapshot();  // the next draft takes a new one
+    if (ended) finish(r);
 }
 
+// Reports one sampled token; false when the request ends with it (the caller finishes it).
 bool Engine::take_token(Request& r, int32_t id, std::span<const float> dist) {
     ++r.n_generated;
     if (r.p.frequency_penalty != 0 || r.p.presence_penalty != 0) ++r.counts[id];
@@ -380,6 +404,7 @@ bool Engine::take_token(Request& r, int32_t id, std::span<const float> dist) {
     TokenEvent ev;
     ev.id = id;
     ev.n_prompt = r.n_prompt;
+    ev.n_cached = r.n_cached;
     ev.n_generated = r.n_generated;
     ev.logits = dist;
     const auto is_in = [id](const std::vector<int32_t>& ids) {
@@ -390,11 +415,7 @@ bool Engine::take_token(Request& r, int32_t id, std::span<const float> dist) {
     else if (r.n_generated >= r.p.max_new_tokens)
         ev.finish = FinishReason::length;
     const bool keep = emit(r, ev);
-    if (ev.finish != FinishReason::none || !keep) {
-        finish(r);
-        return false;
-    }
-    return true;
+    return ev.finish == FinishReason::none && keep;
 }
 
 std::span<const float> Engine::adjust(const Request& r, std::span<const float> in, std::vector<float>& out) {

@@ -30,6 +30,7 @@
 
 #include "models/model.h"
 #include "runtime/draft.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
 
 namespace sluice {
@@ -62,6 +63,7 @@ struct TokenEvent {
     int32_t id = -1;            // the generated id; -1 in an event that only finishes (cancelled / error)
     FinishReason finish = FinishReason::none;  // set on the request's last event, none before
     int64_t n_prompt = 0;       // prompt tokens
+    int64_t n_cached = 0;       // ... of which came from the prefix cache (not computed)
     int64_t n_generated = 0;    // generated tokens so far, this one included
     std::span<const float> logits;  // the distribution `id` was drawn from (after penalties and bias, before
                                     // temperature), valid only during the callback; empty when id == -1
@@ -78,12 +80,15 @@ struct EngineOptions {
                                        // so at most this many requests decode at once)
     int64_t max_sequences = 16;        // requests running at once
     int64_t max_context_tokens = 4096; // tokens reserved by all running requests together
+    uint64_t prefix_cache_bytes = 0;   // > 0: keep finished prompts' states for reuse (runtime/prefix_cache.h)
 };
 
 struct EngineStats {
     int64_t steps = 0, rows = 0, prompt_tokens = 0, generated_tokens = 0;
     int64_t decode_steps = 0;          // steps that ran at least one decode row
     int64_t drafted = 0, accepted = 0; // draft tokens verified, and kept
+    int64_t cached_prompt_tokens = 0;  // prompt tokens taken from the prefix cache instead of computed
+    PrefixCacheStats prefix_cache;
     int64_t running = 0, waiting = 0;  // now
     double forward_ms = 0;
     // The model's routed-expert reads so far (streamed models; 0 otherwise), copied after each step on the engine
@@ -128,6 +133,7 @@ private:
     std::vector<std::unique_ptr<Request>> dropped_;  // guarded by mu_: cancelled while waiting, told at next step
     std::vector<uint64_t> cancelled_;                // guarded by mu_: ids to end at the next step if running
     std::vector<std::unique_ptr<Request>> running_;  // engine thread only
+    std::unique_ptr<PrefixCache> prefix_cache_;      // engine thread only
     int64_t reserved_tokens_ = 0;                    // engine thread only
     EngineStats stats_;                              // guarded by mu_
 
@@ -138,9 +144,9 @@ private:
     bool run(Pass& pass);
     void postprocess(Pass& pass);
     void sample_rows(Request& r, Pass& pass, std::span<const int64_t> logit_rows, std::span<const int32_t> draft);
-    bool take_token(Request& r, int32_t id, std::span<const float> dist);  // false: the request ended
+    bool take_token(Request& r, int32_t id, std::span<const float> dist);  // false: the request ends
     static bool emit(Request& r, const TokenEvent& ev);
-    void finish(Request& r);  // frees its state and releases its reservation
+    void finish(Request& r, bool keep_state = true);  // frees (or caches) its state, releases its reservation
     void end_with(Request& r, FinishReason why, const std::string& error = {});
     void remove_done();
     static std::span<const float> adjust(const Request& r, std::span<const float> in, std::vector<float>& out);

@@ -55,4 +55,24 @@ void KdaState::replay(int64_t rows) {
     journal.resize(size_t(rows * W));
 }
 
+void KdaState::advance_snapshot(int64_t rows) {
+    if (rows == 0) return;
+    const size_t W = size_t(journal_width());
+    std::vector<float> rest(journal.begin() + std::ptrdiff_t(size_t(rows) * W), journal.end());
+    std::vector<float> cur_conv = std::move(conv), cur_state = std::move(state);
+    replay(rows);
+    snap_conv = std::move(conv);
+    snap_state = std::move(state);
+    conv = std::move(cur_conv);
+    state = std::move(cur_state);
+    journal = std::move(rest);
+}
+
+void KdaState::drop_snapshot() {
+    journaling = false;
+    snap_conv = {};
+    snap_state = {};
+    journal = {};
+}
+
 }  // namespace sluice

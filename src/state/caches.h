@@ -38,6 +38,8 @@ struct KdaState {
     int64_t journal_rows() const { return journaling ? int64_t(journal.size()) / journal_width() : 0; }
     void snapshot();               // the current state becomes the restore point; the journal starts empty
     void replay(int64_t rows);     // state := snapshot + the journal's first `rows` rows; later rows are dropped
+    void advance_snapshot(int64_t rows);  // snapshot := snapshot + the journal's first `rows` rows, which it drops
+    void drop_snapshot();          // no snapshot, no journal
     uint64_t size_bytes() const {
         return (conv.capacity() + state.capacity() + snap_conv.capacity() + snap_state.capacity() +
                 journal.capacity()) * sizeof(float);

@@ -67,6 +67,19 @@ void SequenceState::snapshot() {
         if (layout_->layers[l].kind == StateLayout::Kind::kda) kda_[l].snapshot();
 }
 
+void SequenceState::advance_snapshot(int64_t position) {
+    SLUICE_ASSERT(snap_pos_ >= 0 && position >= snap_pos_ && position <= n_past(), "advance_snapshot(", position,
+                  ") with the snapshot at ", snap_pos_, " and ", n_past(), " tokens");
+    for (size_t l = 0; l < kda_.size(); ++l)
+        if (layout_->layers[l].kind == StateLayout::Kind::kda) kda_[l].advance_snapshot(position - snap_pos_);
+    snap_pos_ = position;
+}
+
+void SequenceState::drop_snapshot() {
+    for (auto& k : kda_) k.drop_snapshot();
+    snap_pos_ = -1;
+}
+
 int64_t SequenceState::rollback_floor() const {
     if (!layout_->has_recurrent()) return 0;
     return snap_pos_ >= 0 ? snap_pos_ : n_past();

@@ -65,6 +65,11 @@ public:
 
     void snapshot();
     int64_t snapshot_position() const { return snap_pos_; }  // -1: none
+    // Moves the snapshot forward to `position` (snapshot_position() <= position <= n_past()), so the journal (and
+    // its memory) keeps only the rows after it.
+    void advance_snapshot(int64_t position);
+    // Forgets the snapshot and stops journaling (rollback below n_past is then impossible for recurrent state).
+    void drop_snapshot();
     // The smallest n > 0 that truncate(n) accepts: 0 without recurrent layers, else the snapshot's position
     // (n_past when there is none).
     int64_t rollback_floor() const;

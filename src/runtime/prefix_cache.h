@@ -1,0 +1,57 @@
+// Automatic prefix reuse: states of finished prompts (and finished requests) kept in RAM, so a request whose prompt
+// starts with tokens some earlier request already ran continues from a copy of that state and computes only the
+// rest — a new chat turn computes only its new tokens, batch lines that share instructions prefill them once.
+//
+// Reuse is exact: a state holds the caches of exactly its tokens, so continuing it gives the bits a full prefill
+// gives (the forward pass is bit-identical however a prompt is chunked). Per-token caches can be cut back to any
+// shared prefix. Recurrent (KDA) state cannot: an entry keeps a snapshot and a journal of its last rows
+// (keep_journal_rows; state/sequence_state.h), so it serves prefixes that end in those rows or at its end.
+//
+// Entries are evicted least-recently-used by bytes. Lookup compares tokens with every entry (a linear scan; the
+// entries are few and large).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "state/sequence_state.h"
+
+namespace sluice {
+
+struct PrefixCacheStats {
+    int64_t lookups = 0, hits = 0, reused_tokens = 0, inserted = 0, evicted = 0;
+    uint64_t bytes = 0;
+    int64_t entries = 0;
+};
+
+class PrefixCache {
+public:
+    explicit PrefixCache(uint64_t capacity_bytes, int64_t keep_journal_rows = 16);
+
+    // Keeps `state` (its tokens are the key), replacing entries it makes redundant. A state larger than the whole
+    // capacity is dropped.
+    void insert(std::unique_ptr<SequenceState> state);
+    // A fresh state holding the longest reusable prefix of `prompt` of at most max_tokens tokens, or null.
+    std::unique_ptr<SequenceState> lookup(std::span<const int32_t> prompt, int64_t max_tokens);
+
+    PrefixCacheStats stats() const { return stats_; }
+    uint64_t capacity_bytes() const { return capacity_; }
+
+private:
+    struct Entry {
+        std::unique_ptr<SequenceState> state;
+        uint64_t bytes = 0, last_use = 0;
+    };
+    // How many of prompt's first tokens the entry can give (0: none).
+    static int64_t reusable(const SequenceState& s, std::span<const int32_t> prompt, int64_t max_tokens);
+    void evict_to(uint64_t bytes);
+    uint64_t capacity_;
+    int64_t keep_rows_;
+    uint64_t clock_ = 0;
+    std::vector<Entry> entries_;
+    PrefixCacheStats stats_;
+};
+
+}  // namespace sluice

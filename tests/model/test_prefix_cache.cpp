@@ -1,0 +1,158 @@
+// The engine's prefix cache (runtime/prefix_cache) on every fixture: a second chat turn, a repeated prompt and a
+// prompt that shares only a head with an earlier one each reuse what they can and still give exactly the tokens of
+// running alone; Kimi's recurrent state reuses the prefixes its snapshot allows; a cache too small to hold a state
+// reuses nothing and changes nothing.
+#include <gtest/gtest.h>
+
+#include "models/model.h"
+#include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
+#include "../support/fixtures.h"
+#include "../support/reference_decode.h"
+
+using namespace sluice;
+
+namespace {
+
+using sluice::test::fixture_dirs;
+using sluice::test::fixture_name;
+using sluice::test::fixture_prompt;
+
+struct Outcome {
+    std::vector<int32_t> ids;
+    int64_t n_cached = -1;
+};
+
+Outcome run_one(Engine& e, std::vector<int32_t> prompt, int64_t max_new) {
+    RequestParams p;
+    p.prompt = std::move(prompt);
+    p.max_new_tokens = max_new;
+    p.stop_at_eos = false;
+    Outcome r;
+    e.submit(p, [&](const TokenEvent& ev) {
+        if (ev.id >= 0) r.ids.push_back(ev.id);
+        r.n_cached = ev.n_cached;
+        return true;
+    });
+    e.run_until_idle();
+    return r;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+class PrefixCacheTest : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override {
+        model = load_model(GetParam());
+        ids = fixture_prompt(GetParam());
+        recurrent = model->new_sequence()->layout().has_recurrent();
+    }
+    std::vector<int32_t> alone(const std::vector<int32_t>& prompt, int64_t max_new) {
+        return test::reference_generate(*model, prompt, max_new, false).ids;
+    }
+    std::unique_ptr<Model> model;
+    std::vector<int32_t> ids;
+    bool recurrent = false;
+};
+
+TEST_P(PrefixCacheTest, ChatTurnsRepeatsAndSharedHeads) {
+    Engine e(*model, {.max_batch_rows = 5, .max_sequences = 2, .max_context_tokens = 512,
+                      .prefix_cache_bytes = uint64_t(256) << 20});
+    const std::vector<int32_t> p1(ids.begin(), ids.begin() + 8);
+    const Outcome a = run_one(e, p1, 4);
+    EXPECT_EQ(a.ids, alone(p1, 4));
+    EXPECT_EQ(a.n_cached, 0);
+
+    // the next turn: the whole conversation so far, plus new tokens. The finished request's state holds the prompt
+    // and all but its last generated token.
+    const auto p2 = concat(concat(p1, a.ids), {ids[1], ids[2], ids[3]});
+    const Outcome b = run_one(e, p2, 4);
+    EXPECT_EQ(b.ids, alone(p2, 4));
+    EXPECT_EQ(b.n_cached, int64_t(p1.size() + a.ids.size()) - 1);
+
+    // the same prompt again: all but its last token (whose logits are needed) come from the cache
+    const Outcome c = run_one(e, p2, 3);
+    EXPECT_EQ(c.ids, alone(p2, 3));
+    EXPECT_EQ(c.n_cached, int64_t(p2.size()) - 1);
+
+    // a prompt that shares only a head: per-token caches are cut back to it; recurrent state cannot go back before
+    // its snapshot (the start of the prompt's last prefill chunk), so it starts over
+    const auto p3 = concat(std::vector<int32_t>(p2.begin(), p2.begin() + 6), {ids[4], ids[0]});
+    const Outcome d = run_one(e, p3, 3);
+    EXPECT_EQ(d.ids, alone(p3, 3));
+    if (!recurrent) EXPECT_EQ(d.n_cached, 6);
+    EXPECT_GT(e.stats().cached_prompt_tokens, 0);
+    EXPECT_GT(e.stats().prefix_cache.hits, 1);
+}
+
+TEST_P(PrefixCacheTest, ConcurrentRequestsAndATinyCache) {
+    // two requests at once, then the same pair again: each its plain tokens, the second pair reusing
+    Engine e(*model, {.max_batch_rows = 7, .max_sequences = 4, .max_context_tokens = 512,
+                      .prefix_cache_bytes = uint64_t(256) << 20});
+    const std::vector<int32_t> pa(ids.begin(), ids.begin() + 10), pb(ids.begin() + 2, ids.begin() + 9);
+    for (int round = 0; round < 2; ++round) {
+        Outcome ra, rb;
+        for (auto [prompt, out] : {std::pair<const std::vector<int32_t>*, Outcome*>{&pa, &ra}, {&pb, &rb}}) {
+            RequestParams p;
+            p.prompt = *prompt;
+            p.max_new_tokens = 5;
+            p.stop_at_eos = false;
+            e.submit(p, [out](const TokenEvent& ev) {
+                if (ev.id >= 0) out->ids.push_back(ev.id);
+                out->n_cached = ev.n_cached;
+                return true;
+            });
+        }
+        e.run_until_idle();
+        EXPECT_EQ(ra.ids, alone(pa, 5)) << "round " << round;
+        EXPECT_EQ(rb.ids, alone(pb, 5)) << "round " << round;
+        if (round == 1) EXPECT_EQ(ra.n_cached, int64_t(pa.size()) - 1);
+    }
+    Engine tiny(*model, {.max_batch_rows = 5, .max_sequences = 1, .max_context_tokens = 512,
+                         .prefix_cache_bytes = 1024});
+    run_one(tiny, pa, 2);
+    const Outcome again = run_one(tiny, pa, 2);
+    EXPECT_EQ(again.ids, alone(pa, 2));
+    EXPECT_EQ(again.n_cached, 0);
+}
+
+// A speculating request ends with rejected drafts in its last pass: what it leaves in the cache holds only the
+// tokens it was fed, so the next turn still gets its plain tokens.
+TEST_P(PrefixCacheTest, AfterSpeculation) {
+    Engine e(*model, {.max_batch_rows = 16, .max_sequences = 1, .max_context_tokens = 512,
+                      .prefix_cache_bytes = uint64_t(256) << 20});
+    const std::vector<int32_t> p1(ids.begin(), ids.begin() + 7);
+    const auto truth = alone(p1, 9);
+    const int64_t V = model->info().vocab_size;
+    RequestParams p;
+    p.prompt = p1;
+    p.max_new_tokens = 9;
+    p.stop_at_eos = false;
+    p.draft_tokens = 6;
+    p.drafter = [&](std::span<const int32_t> context, int64_t max_tokens) {
+        std::vector<int32_t> d;
+        for (size_t j = context.size() - p1.size(); j < truth.size() && int64_t(d.size()) < max_tokens; ++j)
+            d.push_back(j % 4 == 3 ? int32_t((truth[j] + 1) % V) : truth[j]);
+        while (int64_t(d.size()) < max_tokens) d.push_back(int32_t(d.size()) % V);  // wrong tails
+        return d;
+    };
+    std::vector<int32_t> got;
+    e.submit(p, [&](const TokenEvent& ev) {
+        if (ev.id >= 0) got.push_back(ev.id);
+        return true;
+    });
+    e.run_until_idle();
+    ASSERT_EQ(got, truth);
+    EXPECT_GT(e.stats().drafted, e.stats().accepted);
+    const auto p2 = concat(concat(p1, got), {ids[2], ids[5]});
+    const Outcome b = run_one(e, p2, 4);
+    EXPECT_EQ(b.ids, alone(p2, 4));
+    EXPECT_GT(b.n_cached, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCacheTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
+
+}  // namespace
