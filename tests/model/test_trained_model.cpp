@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +20,7 @@
 #include "runtime/generate.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "../support/st_builder.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
@@ -122,6 +125,36 @@ TEST_P(TrainedModel, MatchesTransformersWithExpertsStreamed) {
     EXPECT_LT(streamed->residency()->expert_cache_bytes, info.routed_expert_bytes_total);
     expect_matches(*streamed, r, "streamed");
     EXPECT_GT(streamed->streaming()->stats().experts_read, 0u);
+}
+
+// `sluice demo` runs the trained model by default, experts streamed under its default budget: with temperature 0
+// it prints the prompt and transformers' greedy continuation up to the EOS, and its statistics show disk reads.
+TEST(TrainedModelDemo, DefaultDemoPrintsTheReferenceGreedyTextWhileStreaming) {
+    Reference r = load_reference("sluice-k2-tiny");
+    const std::string err_file = test::temp_dir("demo_trained") + "/stderr.txt";
+    const std::string cmd = std::string("SLUICE_DEMO_MODEL= ") + SLUICE_BINARY + " demo -t 2 --temp 0 -n " +
+                            std::to_string(r.greedy.size()) + " -p '" + r.j["prompt"].get<std::string>() + "' 2>" +
+                            err_file;
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    std::array<char, 4096> buf;
+    while (fgets(buf.data(), int(buf.size()), p)) out += buf.data();
+    ASSERT_EQ(WEXITSTATUS(pclose(p)), 0);
+    std::vector<int32_t> until_eos;
+    for (int32_t id : r.greedy) {
+        if (id == 1) break;  // <|eos|>
+        until_eos.push_back(id);
+    }
+    auto tok = tok::load_tokenizer(r.dir);
+    EXPECT_EQ(out, r.j["prompt"].get<std::string>() + tok->decode(until_eos, true) + "\n");
+    std::ifstream ef(err_file);
+    const std::string err((std::istreambuf_iterator<char>(ef)), std::istreambuf_iterator<char>());
+    EXPECT_NE(err.find("sluice-k2-tiny"), std::string::npos) << err;
+    EXPECT_NE(err.find("the rest stream from disk"), std::string::npos) << err;
+    const size_t at = err.find("bytes read ");
+    ASSERT_NE(at, std::string::npos) << err;
+    EXPECT_NE(err.compare(at, 13, "bytes read 0 "), 0) << err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TrainedModel, ::testing::Values("sluice-k2-tiny", "sluice-k2-tiny-draft"),
