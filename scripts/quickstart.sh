@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Sets everything up on a fresh machine and runs the main job: installs Debian packages, builds sluice, makes the
-# built-in default model (a small Kimi-K2-shaped random-weight checkpoint, on first use, in ~/.cache/sluice) and
-# generates from it, printing the text and the speed.
+# Sets everything up on a fresh machine and runs the main job: installs Debian packages, builds sluice and
+# generates from the trained default model the repository ships (models/sluice-k2-tiny, made by tools/train), its
+# experts streamed from disk under a small memory budget, printing the text, the speed and the engine's statistics.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh

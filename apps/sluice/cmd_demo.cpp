@@ -1,18 +1,22 @@
-// sluice demo: the quick start's main job. Makes the built-in default model on first use — a random-weight
-// checkpoint with Kimi K2's architecture scaled down 8x (hub layout, BF16, 64 experts per layer, its own small
-// tokenizer), kept in the cache folder — then generates from it with experts streamed from disk under a memory
-// budget smaller than the model, and prints the text, the speed and the I/O figures.
+// sluice demo: the quick start's main job. Generates from the trained default model that the repository ships
+// (models/sluice-k2-tiny: a 12.65M-parameter DeepSeek-V3-layout MoE trained by tools/train on freely licensed text)
+// with its routed experts streamed from disk under a memory budget that holds only part of them, and prints the
+// text, the speed and the engine's I/O and cache figures. --random instead makes (on first use, in the cache
+// folder) and runs the old random-weight checkpoint with Kimi K2's architecture scaled down 8x, whose text is noise.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <unistd.h>
 
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "experts/residency.h"
+#include "experts/streaming_expert_source.h"
 #include "models/model.h"
 #include "models/synth.h"
 #include "runtime/generate.h"
@@ -63,29 +67,66 @@ std::string ensure_default_model() {
     return dir.string();
 }
 
+// The shipped trained model: $SLUICE_DEMO_MODEL, else models/sluice-k2-tiny found from the executable (the build
+// tree's build/<preset>/bin, or an install's bin next to share/sluice), else the source tree it was built from.
+std::optional<std::string> find_trained_model() {
+    if (const char* d = std::getenv("SLUICE_DEMO_MODEL"); d && *d) return std::string(d);
+    const char* name = "sluice-k2-tiny";
+    std::vector<fs::path> candidates;
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        const fs::path bin = exe.parent_path();
+        candidates.push_back(bin / ".." / ".." / ".." / "models" / name);
+        candidates.push_back(bin / ".." / "share" / "sluice" / "models" / name);
+    }
+#ifdef SLUICE_MODELS_DIR
+    candidates.push_back(fs::path(SLUICE_MODELS_DIR) / name);
+#endif
+    for (const auto& c : candidates)
+        if (fs::exists(c / "config.json", ec)) return fs::weakly_canonical(c, ec).string();
+    return std::nullopt;
+}
+
 }  // namespace
 
 void register_demo(CLI::App& app) {
     struct Args {
         std::string prompt = "The quick brown fox";
-        int64_t n = 48;
-        std::string memory = "160M";
+        int64_t n = 64;
+        std::string memory;
+        std::string model;
+        bool random = false;
         float temp = 0.8f;
         uint64_t seed = 1;
         int threads = 0;
     };
     auto a = std::make_shared<Args>();
-    auto* sub = app.add_subcommand("demo", "Make the built-in default model (first use) and generate from it, streaming experts");
+    auto* sub = app.add_subcommand("demo", "Generate from the shipped trained model with its experts streamed from SSD");
     sub->add_option("-p,--prompt", a->prompt, "prompt text")->capture_default_str();
     sub->add_option("-n,--n-predict", a->n, "tokens to generate")->check(non_negative())->capture_default_str();
-    sub->add_option("--memory", a->memory, "memory budget (the model is larger: experts stream)")->capture_default_str();
+    sub->add_option("--memory", a->memory,
+                    "memory budget (default 80M for the trained model, 160M for --random: too small for all the "
+                    "experts, so they stream)");
+    sub->add_option("-m,--model", a->model, "another model folder instead of the shipped trained one");
+    sub->add_flag("--random", a->random,
+                  "the random-weight Kimi-K2-shaped checkpoint instead (made in the cache folder on first use; noise)");
     sub->add_option("--temp,--temperature", a->temp, "sampling temperature")
         ->check(non_negative())
         ->capture_default_str();
     sub->add_option("-s,--seed", a->seed, "random seed")->capture_default_str();
     sub->add_option("-t,--threads", a->threads, "worker threads (0 = all cores)")->check(non_negative());
     sub->callback([a] {
-        const std::string dir = ensure_default_model();
+        std::string dir = a->model;
+        if (dir.empty() && a->random) dir = ensure_default_model();
+        if (dir.empty()) {
+            auto found = find_trained_model();
+            SLUICE_CHECK(found, "demo: the trained model models/sluice-k2-tiny was not found next to the executable "
+                                "or in the source tree (set SLUICE_DEMO_MODEL=DIR, or use --random)");
+            dir = *found;
+        }
+        const bool random = a->random && a->model.empty();
+        if (a->memory.empty()) a->memory = random ? "160M" : "80M";
         auto tok = tok::load_tokenizer(dir);
         LoadOptions lo;
         lo.n_threads = a->threads;
@@ -97,11 +138,19 @@ void register_demo(CLI::App& app) {
                      dir.c_str(), (long long)info.num_hidden_layers, (long long)info.n_routed_experts,
                      (long long)info.num_experts_per_tok, format_bytes(info.routed_expert_bytes_total).c_str(),
                      a->memory.c_str());
-        std::fprintf(stderr, "note: the weights are random, so the text is noise; the point is the machinery.\n");
+        if (random)
+            std::fprintf(stderr, "note: the weights are random, so the text is noise; the point is the machinery.\n");
+        else if (a->model.empty())
+            std::fprintf(stderr,
+                         "note: a small trained model (tools/train: KJV Bible, fortunes, Jargon File, GCIDE); the "
+                         "expert cache holds %llu of its %llu routed experts, the rest stream from disk.\n",
+                         (unsigned long long)(model->streaming() ? model->streaming()->cache().n_slots() : 0),
+                         (unsigned long long)(info.expert_bytes ? info.routed_expert_bytes_total / info.expert_bytes
+                                                                : 0));
         auto prompt = tok->encode(a->prompt, true);
         GenerateOptions opt;
         opt.max_new_tokens = a->n;
-        opt.stop_at_eos = false;
+        opt.stop_at_eos = !random;  // a trained model ends a document with EOS
         opt.sampling = {.temperature = a->temp, .seed = a->seed};
         tok::StreamDecoder dec(*tok, true);
         std::printf("%s", a->prompt.c_str());
