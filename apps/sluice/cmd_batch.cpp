@@ -27,6 +27,7 @@ extern "C" void on_signal(int) { g_cancel.store(true); }
 void register_batch(CLI::App& app) {
     struct Args {
         ModelArgs m;
+        EngineArgs e;
         api::BatchOptions b;
         int64_t batch_rows = 512;
         bool restart = false;
@@ -34,6 +35,7 @@ void register_batch(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("batch", "Run an OpenAI Batch JSONL file (chat or text completions) overnight");
     add_model_args(sub, a->m);
+    add_engine_args(sub, a->e);
     sub->add_option("-i,--input", a->b.input_path, "input JSONL: {custom_id, method, url, body} per line")->required();
     sub->add_option("-o,--output", a->b.output_path, "results JSONL (appended as requests finish)")->required();
     sub->add_option("--errors", a->b.error_path, "failed requests JSONL (default: OUTPUT.errors.jsonl)");
@@ -58,11 +60,15 @@ void register_batch(CLI::App& app) {
         // without a chat template, chat lines fail validation with a message that says so
         TextSide text = load_text_side(a->m.model, "batch");
         if (a->b.model_id.empty()) a->b.model_id = model_id_from_folder(a->m.model);
-        auto model = load_model(a->m.model, a->m.to_options());
+        LoadOptions lo = a->m.to_options();
+        lo.prefix_cache_bytes = a->e.prefix_cache_bytes(lo.memory_budget_bytes);
+        auto model = load_model(a->m.model, lo);
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;
         eo.max_sequences = a->m.parallel;
         eo.max_context_tokens = a->m.ctx;
+        eo.prefix_cache_bytes = lo.prefix_cache_bytes;
+        a->b.speculative_tokens = a->e.speculative;
         Engine engine(*model, eo);
         a->b.resume = !a->restart;
         a->b.cancel = &g_cancel;

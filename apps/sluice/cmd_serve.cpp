@@ -41,6 +41,7 @@ std::vector<std::string> read_keys(const std::string& path) {
 void register_serve(CLI::App& app) {
     struct Args {
         ModelArgs m;
+        EngineArgs e;
         std::string host = "127.0.0.1", alias, api_key_file;
         std::vector<std::string> api_keys, cors_origins;
         int port = 8080;
@@ -50,6 +51,7 @@ void register_serve(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions)");
     add_model_args(sub, a->m);
+    add_engine_args(sub, a->e);
     sub->add_option("--host", a->host, "address to listen on (0.0.0.0 exposes the server to the network)")
         ->capture_default_str();
     sub->add_option("--port", a->port, "port (0: any free one, printed at start)")
@@ -132,11 +134,14 @@ void register_serve(CLI::App& app) {
         if (!text.chat_template)
             std::fprintf(stderr, "sluice: warning: no chat template (%s); /v1/chat/completions will answer 400\n",
                          text.template_error.c_str());
-        auto model = load_model(a->m.model, a->m.to_options());
+        LoadOptions lo = a->m.to_options();
+        lo.prefix_cache_bytes = a->e.prefix_cache_bytes(lo.memory_budget_bytes);
+        auto model = load_model(a->m.model, lo);
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;
         eo.max_sequences = a->m.parallel;
         eo.max_context_tokens = a->m.ctx;
+        eo.prefix_cache_bytes = lo.prefix_cache_bytes;
         Engine engine(*model, eo);
         api::ServerOptions so;
         so.host = a->host;
@@ -145,6 +150,7 @@ void register_serve(CLI::App& app) {
         so.cors_origins = a->cors_origins;
         so.model_id = !a->alias.empty() ? a->alias : model_id_from_folder(a->m.model);
         so.default_max_tokens = a->max_tokens;
+        so.speculative_tokens = a->e.speculative;
         so.request_timeout_s = a->timeout_s;
         so.ping_interval_s = a->ping_s;
         so.max_waiting = a->max_waiting;

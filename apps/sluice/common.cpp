@@ -99,6 +99,29 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
                     "merged into it at exit");
 }
 
+void add_engine_args(CLI::App* sub, EngineArgs& a) {
+    sub->add_option("--prefix-cache", a.prefix_cache,
+                    "RAM kept for finished prompts' states, so a request that starts with tokens an earlier one ran "
+                    "(the next chat turn, shared instructions) computes only the rest; part of --memory; 0: off; "
+                    "auto: an eighth of --memory, at most 512M")
+        ->capture_default_str();
+    sub->add_option("--speculative", a.speculative,
+                    "greedy requests draft this many tokens per step by prompt lookup and verify them in the same "
+                    "pass (same output; a request turns it off with \"speculative\": false); 0: off")
+        ->check(non_negative())
+        ->capture_default_str();
+}
+
+uint64_t EngineArgs::prefix_cache_bytes(uint64_t memory_budget_bytes) const {
+    const uint64_t cap = uint64_t(512) << 20;
+    if (prefix_cache == "auto") return memory_budget_bytes > 0 ? std::min(cap, memory_budget_bytes / 8) : cap;
+    try {
+        return parse_size(prefix_cache);
+    } catch (const Error& e) {
+        throw Error(cat("--prefix-cache: ", e.what()));
+    }
+}
+
 LoadOptions ModelArgs::to_options() const {
     LoadOptions o;
     o.n_threads = threads;

@@ -35,6 +35,15 @@ struct ModelArgs {
     LoadOptions to_options() const;
 };
 void add_model_args(CLI::App* sub, ModelArgs& a);
+
+// Flags of the commands that serve many requests (serve, batch): the prefix cache and speculative drafts.
+struct EngineArgs {
+    std::string prefix_cache = "auto";  // RAM for reusable prompt states, part of the memory plan; 0: off
+    int64_t speculative = 0;            // draft tokens per step for greedy requests (prompt lookup); 0: off
+    // auto: an eighth of the memory budget, at most 512 MiB (512 MiB without a budget)
+    uint64_t prefix_cache_bytes(uint64_t memory_budget_bytes) const;
+};
+void add_engine_args(CLI::App* sub, EngineArgs& a);
 // The residency plan and what it implies: cold bytes a token reads, bytes per token with the expert cache and with
 // batches of rows (distinct experts per layer for B rows = E(1 - (1 - k/E)^B)), and the tokens/s a drive allows.
 void print_plan(const Model& model, double drive_gbps, FILE* out);

@@ -184,7 +184,8 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
         SLUICE_CHECK(!fs::equivalent(o.input_path, p, ec), p, ": is the input file; choose another output path");
 
     BatchSummary sum;
-    const ModelContext ctx = make_model_context(engine, tok, chat_template, o.model_id, o.default_max_tokens);
+    ModelContext ctx = make_model_context(engine, tok, chat_template, o.model_id, o.default_max_tokens);
+    ctx.speculative_tokens = o.speculative_tokens;
     BatchInput input;
     {
         std::ifstream in(o.input_path, std::ios::binary);

@@ -14,6 +14,7 @@ struct CompletionJob::Shared {
     std::deque<ChoiceDelta> queue;
     std::vector<ChoiceText> texts;       // one per choice; touched only by the engine thread's callbacks
     std::vector<int64_t> generated;      // tokens per choice
+    std::vector<int64_t> cached;         // prompt tokens per choice taken from the prefix cache
     std::vector<uint8_t> ended;          // 1 once the choice's last delta is queued
     int64_t n_prompt = 0;
     bool cancelled = false;
@@ -42,6 +43,7 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
         d.index = index;
         ChoiceText& text = sh->texts[size_t(index)];
         d.text_offset = text.offset();
+        sh->cached[size_t(index)] = ev.n_cached;
         if (ev.id >= 0) {
             sh->generated[size_t(index)] = ev.n_generated;
             d.text = text.push(ev.id);
@@ -71,6 +73,7 @@ CompletionJob::CompletionJob(Engine& engine, const tok::Tokenizer& tok, ParsedRe
     SLUICE_CHECK(req_.n >= 1, "n must be >= 1");
     shared_->n_prompt = int64_t(req_.params.prompt.size());
     shared_->generated.assign(size_t(req_.n), 0);
+    shared_->cached.assign(size_t(req_.n), 0);
     shared_->ended.assign(size_t(req_.n), 0);
     for (int i = 0; i < req_.n; ++i) shared_->texts.emplace_back(tok, req_.stop);
     try {
@@ -156,6 +159,7 @@ Usage CompletionJob::usage() const {
     std::lock_guard lk(shared_->mu);
     Usage u;
     u.prompt_tokens = shared_->n_prompt;
+    u.cached_tokens = shared_->cached.empty() ? 0 : shared_->cached[0];  // n > 1: the first choice's
     for (int64_t g : shared_->generated) u.completion_tokens += g;
     return u;
 }

@@ -176,7 +176,8 @@ const std::set<std::string, std::less<>> k_common = {"model",
                                                      "logit_bias",
                                                      "frequency_penalty",
                                                      "presence_penalty",
-                                                     "ignore_eos"};
+                                                     "ignore_eos",
+                                                     "speculative"};
 const std::set<std::string, std::less<>> k_chat = {
     "messages", "top_logprobs", "tools", "response_format", "chat_template_kwargs", "reasoning_effort", "modalities"};
 const std::set<std::string, std::less<>> k_completions = {"prompt", "echo", "suffix", "best_of"};
@@ -459,6 +460,17 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
         q.presence_penalty = float(get_number(*v, "presence_penalty", -2, 2));
     if (const ojson* v = field(body, "logit_bias")) parse_logit_bias(*v, vocab, q.logit_bias);
     if (const ojson* v = field(body, "ignore_eos")) q.stop_at_eos = !get_bool(*v, "ignore_eos");
+    {
+        const ojson* v = field(body, "speculative");
+        const bool asked = v && get_bool(*v, "speculative"), refused = v && !asked;
+        const bool greedy = q.sampling.temperature == 0.0f;
+        if (asked && ctx.speculative_tokens <= 0)
+            bad("speculative", "This server runs without speculative decoding (start it with --speculative N).",
+                "invalid_value");
+        if (asked && !greedy)
+            bad("speculative", "Speculative decoding needs greedy sampling: set temperature to 0.", "invalid_value");
+        if (greedy && !refused) q.draft_tokens = ctx.speculative_tokens;
+    }
 
     if (chat) {
         if (const ojson* v = field(body, "logprobs")) r.logprobs = get_bool(*v, "logprobs");

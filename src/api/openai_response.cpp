@@ -155,7 +155,8 @@ json logprobs_object(const ParsedRequest& req, const json& entries, size_t text_
 json usage_json(const Usage& u) {
     return {{"prompt_tokens", u.prompt_tokens},
             {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 namespace {

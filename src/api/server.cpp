@@ -78,6 +78,7 @@ struct Server::Impl {
     Impl(Engine& e, const tok::Tokenizer& t, const ChatTemplate* ct, ServerOptions o)
         : engine(e), tok(t), chat_template(ct), opt(std::move(o)) {
         ctx = make_model_context(engine, tok, chat_template, opt.model_id, opt.default_max_tokens);
+        ctx.speculative_tokens = opt.speculative_tokens;
         routes();
     }
 
@@ -214,6 +215,17 @@ struct Server::Impl {
         metric("sluice_requests_running", "gauge", "Engine requests (choices) generating now.", double(st.running));
         metric("sluice_requests_waiting", "gauge", "Engine requests queued for admission.", double(st.waiting));
         metric("sluice_prompt_tokens_total", "counter", "Prompt tokens prefilled.", double(st.prompt_tokens));
+        metric("sluice_prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prefix cache.",
+               double(st.cached_prompt_tokens));
+        metric("sluice_prefix_cache_hits_total", "counter", "Requests that reused a cached prefix.",
+               double(st.prefix_cache.hits));
+        metric("sluice_prefix_cache_bytes", "gauge", "Bytes of states in the prefix cache.",
+               double(st.prefix_cache.bytes));
+        metric("sluice_prefix_cache_entries", "gauge", "States in the prefix cache.", double(st.prefix_cache.entries));
+        metric("sluice_draft_tokens_total", "counter", "Speculative draft tokens verified.", double(st.drafted));
+        metric("sluice_draft_tokens_accepted_total", "counter", "Speculative draft tokens kept.", double(st.accepted));
+        metric("sluice_decode_passes_total", "counter", "Forward passes with at least one decode row.",
+               double(st.decode_steps));
         metric("sluice_generation_tokens_total", "counter", "Tokens generated.", double(st.generated_tokens));
         metric("sluice_forward_passes_total", "counter", "Forward passes (engine steps) run.", double(st.steps));
         metric("sluice_forward_rows_total", "counter", "Token rows in all forward passes.", double(st.rows));

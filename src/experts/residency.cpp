@@ -52,7 +52,9 @@ std::string ResidencyPlan::describe() const {
         os << "  spine (streamed)   " << format_bytes(spine_streamed_bytes) << " per forward pass: the matrices of layers "
            << first_streamed_layer << "-" << n_layers - 1 << ", read ahead into 2 slots of "
            << format_bytes(spine_slot_bytes / 2) << "\n";
-    os << "  sequence state     " << format_bytes(state_bytes) << "\n"
+    os << "  sequence state     " << format_bytes(state_bytes) << "\n";
+    if (prefix_cache_bytes > 0) os << "    of which prefix cache " << format_bytes(prefix_cache_bytes) << "\n";
+    os
        << "  read staging       " << format_bytes(staging_bytes) << "\n"
        << "  expert cache       " << format_bytes(expert_cache_bytes) << "\n";
     return os.str();

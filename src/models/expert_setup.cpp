@@ -21,13 +21,14 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
     StreamingOptions so = opt.streaming;
     if (opt.memory_budget_bytes > 0) {
         // activations of a prefill chunk and scratch: a fixed reserve on top of the per-sequence state
-        const uint64_t state = state_bytes + (uint64_t(64) << 20);
+        const uint64_t state = state_bytes + opt.prefix_cache_bytes + (uint64_t(64) << 20);
         const uint64_t staging =
             s.expert_bytes ? uint64_t(std::max<int64_t>(1, so.staging_experts)) * (s.expert_bytes + 6 * 8192) : 0;
         auto spine = std::make_unique<SpineStreamer>(ck, std::move(spine_layers));
         const uint64_t fixed = spine_bytes - std::min(spine_bytes, spine->weight_bytes_total());
         s.plan = plan_residency(opt.memory_budget_bytes, fixed, spine->layer_bytes(), state, staging,
                                 opt.spine_stream_from);
+        s.plan->prefix_cache_bytes = opt.prefix_cache_bytes;
         so.cache_bytes = s.plan->expert_cache_bytes;
         if (s.plan->streams_spine()) {
             spine->start(s.plan->first_streamed_layer, so.reader);

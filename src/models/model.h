@@ -55,6 +55,8 @@ struct LoadOptions {
     // Sequences that run at once (the engine's max_sequences): fixed per-sequence state such as KDA's recurrent state
     // is reserved this many times, the per-token caches for max_context_tokens tokens in all.
     int64_t max_sequences = 1;
+    // RAM the engine's prefix cache may hold (EngineOptions::prefix_cache_bytes): reserved in the plan's state line.
+    uint64_t prefix_cache_bytes = 0;
     // Kimi Linear / K3: evaluate multi-token prefills of KDA layers in the chunked (WY) form instead of token by
     // token. Faster for long prompts, but no longer bit-identical under a different prefill chunking.
     bool kda_chunked_prefill = false;

@@ -2,7 +2,8 @@
 """The official `openai` Python package against `sluice serve`.
 
 Starts the server on a small synthesized model (sluice synth), then checks through the client what users rely on:
-greedy text identical to `sluice generate` (the CLI's single-sequence loop), streaming deltas that add up to the
+greedy text identical to `sluice generate` (one request alone, no drafts; the server speculates on greedy requests),
+prefix reuse (usage.prompt_tokens_details.cached_tokens), streaming deltas that add up to the
 non-streamed text, usage, n > 1, seeds, stop sequences, logprobs, concurrent requests each identical to running it
 alone, errors raised as the client's typed exceptions (401, 400 naming the field, 404, context length), /metrics.
 
@@ -171,6 +172,23 @@ class OpenAIClientTest(unittest.TestCase):
         # the server is still fine after all that
         self.assertEqual(len(client().models.list().data), 1)
 
+    def test_prefix_cache_and_speculation(self):
+        # the server speculates (--speculative 3) on greedy requests and keeps prompt states: the same request
+        # twice gives the same text, the second computing only the prompt's last token
+        msgs = [{"role": "user", "content": "A river that runs to the sea past seven old towns"}]
+        a = client().chat.completions.create(model="m", messages=msgs, max_tokens=10, temperature=0)
+        b = client().chat.completions.create(model="m", messages=msgs, max_tokens=10, temperature=0)
+        self.assertEqual(a.choices[0].message.content, b.choices[0].message.content)
+        self.assertEqual(b.usage.prompt_tokens_details.cached_tokens, b.usage.prompt_tokens - 1)
+        # turning drafts off per request changes nothing but the work done
+        c = client().chat.completions.create(model="m", messages=msgs, max_tokens=10, temperature=0,
+                                             extra_body={"speculative": False})
+        self.assertEqual(c.choices[0].message.content, a.choices[0].message.content)
+        with self.assertRaises(openai.BadRequestError) as e:
+            client().chat.completions.create(model="m", messages=msgs, max_tokens=3, temperature=0.7,
+                                             extra_body={"speculative": True})
+        self.assertEqual(e.exception.body["param"], "speculative")
+
     def test_metrics(self):
         import urllib.error
         import urllib.request
@@ -182,6 +200,8 @@ class OpenAIClientTest(unittest.TestCase):
                   if l and not l.startswith("#")}
         self.assertGreaterEqual(values["sluice_generation_tokens_total"], 3)
         self.assertGreaterEqual(values["sluice_forward_passes_total"], 1)
+        self.assertIn("sluice_prompt_tokens_cached_total", values)
+        self.assertIn("sluice_draft_tokens_total", values)
         self.assertGreaterEqual(values['sluice_http_responses_total{route="/v1/completions",code="200"}'], 1)
         with self.assertRaises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(root + "/metrics", timeout=30)
@@ -241,6 +261,7 @@ class OpenAIClientTest(unittest.TestCase):
 def start_server(sluice, model, log_path):
     log = open(log_path, "w+")
     proc = subprocess.Popen([sluice, "serve", "-m", model, "--port", "0", "--api-key", KEY, "--alias", "synth-k2",
+                             "--speculative", "3",
                              "--cors-origin", APP_ORIGIN,
                              "--parallel", "4", "--ctx", "4096", "--threads", "2", "--ping-interval", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -600,12 +600,12 @@ TEST(OpenAiResponse, CompletionBodies) {
         "model": "my-model", "choices": [
           {"index": 0, "message": {"role": "assistant", "content": "Hello!"}, "logprobs": null, "finish_reason": "stop"},
           {"index": 1, "message": {"role": "assistant", "content": "Hi"}, "logprobs": null, "finish_reason": "length"}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}})"));
+        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17, "prompt_tokens_details": {"cached_tokens": 0}}})"));
     ParsedRequest p = completions(R"({"model": "m2", "prompt": "x"})");
     const json t = completion_json(p, "cmpl-1", 5, {{"text", "stop", nullptr}}, Usage{1, 2});
     EXPECT_EQ(t, json::parse(R"({"id": "cmpl-1", "object": "text_completion", "created": 5, "model": "m2",
         "choices": [{"index": 0, "text": "text", "logprobs": null, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}})"));
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}})"));
 }
 
 TEST(OpenAiResponse, StreamChunks) {
@@ -631,7 +631,7 @@ TEST(OpenAiResponse, StreamChunks) {
     EXPECT_EQ(mid["choices"][0]["logprobs"], json({{"content", json::array()}}));
     EXPECT_EQ(usage_chunk_json(u, "chatcmpl-y", 8, Usage{3, 4}),
               json::parse(R"({"id": "chatcmpl-y", "object": "chat.completion.chunk", "created": 8, "model": "mm",
-                  "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}})"));
+                  "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7, "prompt_tokens_details": {"cached_tokens": 0}}})"));
 
     ParsedRequest p = completions(R"({"model": "m2", "prompt": "x", "stream": true})");
     EXPECT_EQ(chunk_json(p, "cmpl-z", 9, 0, "tok", "", false),
