@@ -36,7 +36,6 @@ KimiConfig KimiConfig::from_json(const JsonObject& j) {
     c.n_shared_experts = int_alias(j, {"num_shared_experts", "n_shared_experts"}, 0);
     c.n_group = int_alias(j, {"num_expert_group", "n_group"}, 1);
     c.topk_group = j.get_int("topk_group", 1);
-    c.first_k_dense_replace = j.get_int("first_k_dense_replace", 1);
     c.norm_topk_prob = j.has("moe_renormalize") ? j.get_bool("moe_renormalize", true) : j.get_bool("norm_topk_prob", true);
     c.routed_scaling_factor = j.get_float("routed_scaling_factor", 1.0);
     c.rms_norm_eps = j.get_float("rms_norm_eps", 1e-5);

@@ -25,7 +25,6 @@ struct KimiConfig {
     int64_t num_hidden_layers = 0, num_attention_heads = 0;
     int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
     int64_t n_routed_experts = 0, num_experts_per_tok = 0, n_shared_experts = 0, n_group = 1, topk_group = 1;
-    int64_t first_k_dense_replace = 1;
     bool norm_topk_prob = true;
     double routed_scaling_factor = 1.0;
     double rms_norm_eps = 1e-5;

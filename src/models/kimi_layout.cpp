@@ -50,12 +50,13 @@ void check_same(const JsonObject& j, const std::vector<bool>& a, const std::vect
                      " (0-based)");
 }
 
-// A KDA dimension: the hub key inside linear_attn_config wins, the transformers-5 key must then agree.
-int64_t kda_dim(const JsonObject& j, const std::optional<JsonObject>& la, const char* hub_key, const char* t5_key,
-                int64_t t5_default, std::string& field) {
+// A KDA dimension: the hub key inside linear_attn_config (required unless it has a default) wins, the
+// transformers-5 key must then agree; without linear_attn_config the transformers-5 key or its default.
+int64_t kda_dim(const JsonObject& j, const std::optional<JsonObject>& la, const char* hub_key,
+                std::optional<int64_t> hub_default, const char* t5_key, int64_t t5_default, std::string& field) {
     if (la) {
         field = std::string("linear_attn_config.") + hub_key;
-        const int64_t v = hub_key == std::string("short_conv_kernel_size") ? la->get_int(hub_key, 4) : la->get_int(hub_key);
+        const int64_t v = hub_default ? la->get_int(hub_key, *hub_default) : la->get_int(hub_key);
         if (j.has(t5_key))
             SLUICE_CHECK(j.get_int(t5_key) == v, j.what(), ": fields '", field, "' (", v, ") and '", t5_key, "' (",
                          j.get_int(t5_key), ") disagree");
@@ -81,9 +82,9 @@ KimiLayout parse_kimi_layout(const JsonObject& j, int64_t n) {
     } else {
         out.is_mla = *types;
     }
-    out.kda_heads = kda_dim(j, la, "num_heads", "linear_num_heads", 32, out.heads_field);
-    out.kda_head_dim = kda_dim(j, la, "head_dim", "linear_head_dim", 128, out.head_dim_field);
-    out.conv_kernel = kda_dim(j, la, "short_conv_kernel_size", "linear_conv_kernel_dim", 4, out.conv_field);
+    out.kda_heads = kda_dim(j, la, "num_heads", std::nullopt, "linear_num_heads", 32, out.heads_field);
+    out.kda_head_dim = kda_dim(j, la, "head_dim", std::nullopt, "linear_head_dim", 128, out.head_dim_field);
+    out.conv_kernel = kda_dim(j, la, "short_conv_kernel_size", 4, "linear_conv_kernel_dim", 4, out.conv_field);
 
     // dense MLP or MoE per layer: mlp_layer_types, else the first first_k_dense_replace layers dense
     const auto sparse = string_layers(j, "mlp_layer_types", n, "sparse", "dense");
