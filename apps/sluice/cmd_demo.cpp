@@ -48,7 +48,6 @@ std::string ensure_default_model() {
     o.layers = 6;
     o.experts = 64;
     o.scale_down = 8;
-    o.vocab_size = 512;
     o.expert_dtype = "bf16";
     o.seed = 1;
     o.out_dir = tmp.string();

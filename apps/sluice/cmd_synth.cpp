@@ -69,17 +69,19 @@ void register_synth(CLI::App& app) {
         "mxfp4 (kimi-k3: the K3 release's E2M1 + E8M0 experts, the vision tower is not synthesized; gpt-oss:\n"
         "its release layout, stacked _blocks/_scales + biases, the default and only format for gpt-oss).\n"
         "kimi-linear, qwen3-moe and mixtral take bf16, f32 or fp8.\n"
-        "--scale-down K divides widths, heads, LoRA ranks and vocab by K (kept valid). A small byte-level\n"
-        "tokenizer is written too. Example: sluice synth --like kimi-k2 --layers 2 --experts 8 --scale-down 16 -o m");
+        "--scale-down K divides widths, heads and LoRA ranks by K (kept valid). A small byte-level tokenizer\n"
+        "(512 ids) is written too, and the vocabulary is its size unless --vocab-size asks for more rows (the\n"
+        "real model's, e.g. 163840 for Kimi K2, to get its embedding and head bytes).\n"
+        "Example: sluice synth --like kimi-k2 --layers 2 --experts 8 --scale-down 16 -o m");
     sub->add_option("--like", args->opts.like, "Model layout to copy: " + synth_model_names())->required();
     sub->add_option("--layers", args->opts.layers, "Number of layers (num_hidden_layers)")->required();
     sub->add_option("--experts", args->opts.experts, "Routed experts per MoE layer (top-k is clamped to it)")
         ->required();
     sub->add_option("--expert-dtype", args->opts.expert_dtype,
                     "Expert dtype: " + synth_dtype_names() + " (default bf16; gpt-oss: mxfp4)");
-    sub->add_option("--scale-down", args->opts.scale_down, "Divide widths, heads, ranks and vocab by K")
+    sub->add_option("--scale-down", args->opts.scale_down, "Divide widths, heads and ranks by K")
         ->capture_default_str();
-    sub->add_option("--vocab-size", args->opts.vocab_size, "Override the vocabulary size (>= 512)");
+    sub->add_option("--vocab-size", args->opts.vocab_size, "Embedding and head rows (default: the tokenizer's 512; more: >= 512)");
     sub->add_option("--seed", args->seed, "Random seed (non-negative integer)")->capture_default_str();
     sub->add_option("--shard-size-mb", args->shard_size_mb,
                     "Split into model-0000N-of-0000M.safetensors shards of at most this many MiB (0: one file)")

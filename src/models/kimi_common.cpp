@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/kimi_layout.h"
 #include "models/weights.h"
 
 namespace sluice {
@@ -35,7 +36,6 @@ KimiConfig KimiConfig::from_json(const JsonObject& j) {
     c.n_shared_experts = int_alias(j, {"num_shared_experts", "n_shared_experts"}, 0);
     c.n_group = int_alias(j, {"num_expert_group", "n_group"}, 1);
     c.topk_group = j.get_int("topk_group", 1);
-    c.first_k_dense_replace = j.get_int("first_k_dense_replace", 1);
     c.norm_topk_prob = j.has("moe_renormalize") ? j.get_bool("moe_renormalize", true) : j.get_bool("norm_topk_prob", true);
     c.routed_scaling_factor = j.get_float("routed_scaling_factor", 1.0);
     c.rms_norm_eps = j.get_float("rms_norm_eps", 1e-5);
@@ -57,27 +57,15 @@ KimiConfig KimiConfig::from_json(const JsonObject& j) {
     const std::string router = j.get_string("moe_router_activation_func", "sigmoid");
     SLUICE_CHECK(router == "sigmoid", w, ": field 'moe_router_activation_func' '", router, "' is not supported");
 
-    auto la = j.get_object("linear_attn_config");
-    SLUICE_CHECK(la.has_value(), w, ": field 'linear_attn_config' is missing");
-    c.kda_heads = la->get_int("num_heads");
-    c.kda_head_dim = la->get_int("head_dim");
-    c.conv_kernel = la->get_int("short_conv_kernel_size", 4);
-    c.gate_lower_bound = float(la->get_float("gate_lower_bound", 0.0));
-    c.full_rank_gate = la->get_bool("use_full_rank_gate", false);
-    c.is_mla.assign(size_t(std::max<int64_t>(c.num_hidden_layers, 0)), false);
-    std::vector<int> seen(c.is_mla.size(), 0);
-    for (const char* key : {"full_attn_layers", "kda_layers"}) {
-        SLUICE_CHECK(la->has(key), la->what(), ": field '", key, "' is missing");
-        for (int64_t l : la->get_int_list(key)) {
-            SLUICE_CHECK(l >= 1 && l <= c.num_hidden_layers, la->what(), ": field '", key, "': layer ", l,
-                         " is outside [1, num_hidden_layers=", c.num_hidden_layers, "] (the lists are 1-based)");
-            c.is_mla[size_t(l - 1)] = std::string(key) == "full_attn_layers";
-            ++seen[size_t(l - 1)];
-        }
-    }
-    for (size_t l = 0; l < seen.size(); ++l)
-        SLUICE_CHECK(seen[l] == 1, la->what(), ": layer ", l + 1, " (1-based) is listed ", seen[l],
-                     " times in full_attn_layers + kda_layers (must be exactly once)");
+    // layer kinds and the KDA shape, from the hub's linear_attn_config or transformers 5's layer_types form
+    KimiLayout lay = parse_kimi_layout(j, c.num_hidden_layers);
+    c.kda_heads = lay.kda_heads;
+    c.kda_head_dim = lay.kda_head_dim;
+    c.conv_kernel = lay.conv_kernel;
+    c.gate_lower_bound = lay.gate_lower_bound;
+    c.full_rank_gate = lay.full_rank_gate;
+    c.is_mla = std::move(lay.is_mla);
+    c.is_sparse = std::move(lay.is_sparse);
 
     c.mla_output_gate = j.get_bool("mla_use_output_gate", false);
     c.attn_res_block_size = j.get_int("attn_res_block_size", 0);
@@ -91,9 +79,9 @@ KimiConfig KimiConfig::from_json(const JsonObject& j) {
     positive("num_attention_heads", c.num_attention_heads);
     positive("kv_lora_rank", c.kv_lora_rank);
     positive("v_head_dim", c.v_head_dim);
-    positive("linear_attn_config.num_heads", c.kda_heads);
-    positive("linear_attn_config.head_dim", c.kda_head_dim);
-    positive("linear_attn_config.short_conv_kernel_size", c.conv_kernel);
+    positive(lay.heads_field.c_str(), c.kda_heads);
+    positive(lay.head_dim_field.c_str(), c.kda_head_dim);
+    positive(lay.conv_field.c_str(), c.conv_kernel);
     SLUICE_CHECK(c.qk_nope_head_dim >= 0 && c.qk_rope_head_dim >= 0 && c.q_lora_rank >= 0 && c.attn_res_block_size >= 0,
                  w, ": head dims, q_lora_rank and attn_res_block_size must be >= 0");
     SLUICE_CHECK(c.gate_lower_bound <= 0, w, ": linear_attn_config.gate_lower_bound must be <= 0");
@@ -105,7 +93,9 @@ KimiConfig KimiConfig::from_json(const JsonObject& j) {
                      w, ": num_expert_group must divide num_experts and topk_group be in [1, num_expert_group]");
         SLUICE_CHECK(c.n_group == 1 || c.n_routed_experts / c.n_group >= 2, w, ": each expert group needs >= 2 experts");
     }
-    if (c.first_k_dense_replace > 0 || c.n_routed_experts == 0) positive("intermediate_size", c.intermediate_size);
+    bool any_dense = c.n_routed_experts == 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) any_dense = any_dense || !c.is_moe_layer(l);
+    if (any_dense) positive("intermediate_size", c.intermediate_size);
     SLUICE_CHECK(c.rms_norm_eps > 0, w, ": field 'rms_norm_eps' must be > 0");
     return c;
 }

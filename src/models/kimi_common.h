@@ -25,7 +25,6 @@ struct KimiConfig {
     int64_t num_hidden_layers = 0, num_attention_heads = 0;
     int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
     int64_t n_routed_experts = 0, num_experts_per_tok = 0, n_shared_experts = 0, n_group = 1, topk_group = 1;
-    int64_t first_k_dense_replace = 1;
     bool norm_topk_prob = true;
     double routed_scaling_factor = 1.0;
     double rms_norm_eps = 1e-5;
@@ -38,7 +37,8 @@ struct KimiConfig {
     int64_t kda_heads = 0, kda_head_dim = 0, conv_kernel = 4;
     float gate_lower_bound = 0;  // 0 = unbounded (Kimi Linear)
     bool full_rank_gate = false;
-    std::vector<bool> is_mla;    // per layer, from the 1-based full_attn_layers / kda_layers
+    std::vector<bool> is_mla;     // per layer (models/kimi_layout.h: either config form)
+    std::vector<bool> is_sparse;  // per layer: MoE, else dense MLP
     // Kimi K3
     bool mla_output_gate = false;
     int64_t attn_res_block_size = 0;        // 0 = plain residual stream
@@ -46,7 +46,7 @@ struct KimiConfig {
     bool latent_moe_use_norm = false;
 
     int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
-    bool is_moe_layer(int64_t il) const { return n_routed_experts > 0 && il >= first_k_dense_replace; }
+    bool is_moe_layer(int64_t il) const { return n_routed_experts > 0 && is_sparse[size_t(il)]; }
     KdaConfig kda() const;
     MlaConfig mla() const;
     RouterParams router() const;

@@ -10,6 +10,7 @@
 #include "models/expert_setup.h"
 #include "models/forward_common.h"
 #include "models/kimi_common.h"
+#include "models/kimi_layout.h"
 #include "models/model_info.h"
 #include "models/weights.h"
 #include "ops/ops.h"
@@ -86,7 +87,7 @@ public:
                                     bind_linear(ck_, x + "w2", lat, c.moe_intermediate_size)});
                 }
             } else {
-                L.mlp = bind_swiglu(ck_, p + "mlp.", c.intermediate_size, d);
+                L.mlp = bind_swiglu(ck_, kimi_dense_mlp_prefix(ck_, p), c.intermediate_size, d);
             }
             layers_.push_back(std::move(L));
         }

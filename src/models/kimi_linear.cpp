@@ -1,7 +1,7 @@
-// KimiLinearForCausalLM (Kimi-Linear-48B-A3B): pre-norm decoder layers of either Kimi Delta Attention or NoPE MLA
-// (1-based layer lists in linear_attn_config), then a dense SwiGLU MLP (layers < first_k_dense_replace) or a
-// sigmoid-routed MoE with correction bias and shared experts. Weights under the hub names
-// (self_attn.{q,k,v}_conv1d, block_sparse_moe.experts.E.w{1,2,3}).
+// KimiLinearForCausalLM (Kimi-Linear-48B-A3B): pre-norm decoder layers of either Kimi Delta Attention or NoPE MLA,
+// then a dense SwiGLU MLP or a sigmoid-routed MoE with correction bias and shared experts; which is which comes
+// from either config form (kimi_layout.h). Weights under the hub names (self_attn.{q,k,v}_conv1d,
+// block_sparse_moe.experts.E.w{1,2,3}), which transformers 5's save_pretrained also writes.
 // Reference: transformers models/kimi_linear/modeling_kimi_linear.py.
 #include "core/error.h"
 #include "formats/checkpoint.h"
@@ -9,6 +9,7 @@
 #include "models/expert_setup.h"
 #include "models/forward_common.h"
 #include "models/kimi_common.h"
+#include "models/kimi_layout.h"
 #include "models/model_info.h"
 #include "models/weights.h"
 #include "ops/ops.h"
@@ -76,7 +77,7 @@ public:
                                     bind_linear(ck_, x + "w2", d, c.moe_intermediate_size)});
                 }
             } else {
-                L.ffn.mlp = bind_swiglu(ck_, p + "mlp.", c.intermediate_size, d);
+                L.ffn.mlp = bind_swiglu(ck_, kimi_dense_mlp_prefix(ck_, p), c.intermediate_size, d);
             }
             layers_.push_back(std::move(L));
         }

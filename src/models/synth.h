@@ -1,6 +1,8 @@
 // `sluice synth`: random-weight checkpoints in the Hugging Face hub layout (config.json, sharded safetensors
 // with the hub's tensor names, dtypes and quantization layouts, a small tokenizer) with the real per-layer
-// dimensions of a named model, optionally scaled down. Weights are a pure function of the seed and tensor name.
+// dimensions of a named model, optionally scaled down, and by default a vocabulary the size of that tokenizer.
+// transformers 5 reads the folders (AutoConfig, AutoTokenizer), except AutoConfig for kimi-k3, a model_type it
+// does not have. Weights are a pure function of the seed and tensor name.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +36,8 @@ struct SynthOptions {
     int64_t layers = 2;
     int64_t experts = 8;        // routed experts per MoE layer; top-k is clamped to it
     std::string expert_dtype;   // empty: the model's default (bf16; gpt-oss: mxfp4)
-    int64_t scale_down = 1;     // divide widths, heads, ranks and vocab by this (kept valid)
-    int64_t vocab_size = 0;     // > 0: use this vocabulary size (at least the synthetic tokenizer's 512)
+    int64_t scale_down = 1;     // divide widths, heads and ranks by this (kept valid)
+    int64_t vocab_size = 0;     // 0: the synthetic tokenizer's 512 ids, so every id decodes; else >= 512 rows
     uint64_t seed = 0;
     std::string out_dir;
     uint64_t shard_bytes = 0;   // 0: a single model.safetensors

@@ -29,12 +29,7 @@ SynthDims gpt_oss_dims(const SynthOptions& o) {
     d.head_dim = scaled(64, k, 16, 16);
     d.moe_intermediate_size = scaled(2880, k, 32, 32);
     d.intermediate_size = d.moe_intermediate_size;
-    d.vocab_size = scaled(201088, k, 64, 512);
-    if (o.vocab_size > 0) {
-        SLUICE_CHECK(o.vocab_size >= synth_tokenizer_vocab_size(), "synth: --vocab-size must be >= ",
-                     synth_tokenizer_vocab_size(), " (the synthetic tokenizer's size)");
-        d.vocab_size = o.vocab_size;
-    }
+    d.vocab_size = synth_vocab_size(o);
     d.n_routed_experts = o.experts;
     d.num_experts_per_tok = std::min<int64_t>(4, o.experts);
     d.n_group = 1;

@@ -32,12 +32,7 @@ SynthDims gqa_dims(SynthModel m, const SynthOptions& o) {
     d.head_dim = scaled(128, k, 16, 16);
     d.intermediate_size = qwen ? scaled(6144, k, 32, 64) : 0;  // Qwen3: dense layers (none unless configured)
     d.moe_intermediate_size = scaled(qwen ? 768 : 14336, k, 32, 32);
-    d.vocab_size = scaled(qwen ? 151936 : 32000, k, 64, 512);
-    if (o.vocab_size > 0) {
-        SLUICE_CHECK(o.vocab_size >= synth_tokenizer_vocab_size(), "synth: --vocab-size must be >= ",
-                     synth_tokenizer_vocab_size(), " (the synthetic tokenizer's size)");
-        d.vocab_size = o.vocab_size;
-    }
+    d.vocab_size = synth_vocab_size(o);
     d.n_routed_experts = o.experts;
     d.num_experts_per_tok = std::min<int64_t>(qwen ? 8 : 2, o.experts);
     d.n_group = d.topk_group = 1;

@@ -39,9 +39,7 @@ SynthDims kimi_linear_dims(const SynthOptions& o) {
     d.v_head_dim = scaled(128, k, 16, 16);
     d.intermediate_size = scaled(9216, k, 32, 64);
     d.moe_intermediate_size = scaled(1024, k, 32, 32);
-    d.vocab_size = o.vocab_size > 0 ? o.vocab_size : scaled(163840, k, 64, 512);
-    SLUICE_CHECK(d.vocab_size >= synth_tokenizer_vocab_size(), "synth: --vocab-size must be >= ",
-                 synth_tokenizer_vocab_size(), " (the synthetic tokenizer's size)");
+    d.vocab_size = synth_vocab_size(o);
     d.n_routed_experts = o.experts;
     d.num_experts_per_tok = std::min<int64_t>(8, o.experts);
     d.n_shared_experts = 1;

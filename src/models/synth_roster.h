@@ -9,8 +9,18 @@
 #include "core/error.h"
 #include "models/synth.h"
 #include "models/synth_random.h"
+#include "models/synth_tokenizer.h"
 
 namespace sluice::synth {
+
+// Every synthesized model's vocabulary: the synthetic tokenizer's, so that every id the head can produce decodes to
+// text, unless --vocab-size asks for more rows (e.g. the real model's, for its embedding and head bytes).
+inline int64_t synth_vocab_size(const SynthOptions& o) {
+    if (o.vocab_size == 0) return synth_tokenizer_vocab_size();
+    SLUICE_CHECK(o.vocab_size >= synth_tokenizer_vocab_size(), "synth: --vocab-size must be >= ",
+                 synth_tokenizer_vocab_size(), " (the synthetic tokenizer's size), got ", o.vocab_size);
+    return o.vocab_size;
+}
 
 // Builds the tensor list. Linear weights are uniform with std 1/sqrt(fan_in) (half-width sqrt(3/fan_in)), norms
 // 1 +- 0.1, the router 2/sqrt(hidden) so sigmoid scores spread out, embeddings std 1.

@@ -94,6 +94,42 @@ TEST(ModelErrors, MalformedConfigField) {
                     "config.json: field 'hidden_size' is missing");
 }
 
+// Kimi Linear's two config forms (models/kimi_layout.h), from the fixture transformers 5's save_pretrained wrote
+// (layer_types, mlp_layer_types, linear_*): neither form, a malformed list, or both forms disagreeing each name
+// the field; both forms agreeing load.
+TEST(ModelErrors, KimiConfigFormsNameTheField) {
+    const std::string t5 = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/kimi_linear_t5_saved";
+    auto edited = [&](const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+        return load_error(broken_copy(name, edit, nullptr, 0, t5));
+    };
+    EXPECT_CONTAINS(edited("kimi_neither", [](auto& c) { c.erase("layer_types"); }),
+                    "config.json: field 'linear_attn_config' (hub form) or 'layer_types' (transformers 5 form) is missing");
+    EXPECT_CONTAINS(edited("kimi_short", [](auto& c) { c["layer_types"].erase(0); }),
+                    "field 'layer_types' has 3 entries, num_hidden_layers is 4");
+    EXPECT_CONTAINS(edited("kimi_type", [](auto& c) { c["layer_types"][1] = "sliding_attention"; }),
+                    "field 'layer_types' entry 1 is 'sliding_attention'");
+    EXPECT_CONTAINS(edited("kimi_mlp", [](auto& c) { c["mlp_layer_types"][0] = "moe"; }),
+                    "field 'mlp_layer_types' entry 0 is 'moe'");
+    EXPECT_CONTAINS(edited("kimi_heads", [](auto& c) { c["linear_num_heads"] = 0; }),
+                    "field 'linear_num_heads' must be > 0");
+    const nlohmann::json hub = {{"full_attn_layers", {2, 4}}, {"kda_layers", {1, 3}}, {"num_heads", 3}, {"head_dim", 8},
+                                {"short_conv_kernel_size", 4}};
+    EXPECT_EQ(edited("kimi_both", [&](auto& c) { c["linear_attn_config"] = hub; }), "(no error)");
+    EXPECT_CONTAINS(edited("kimi_both_layers", [&](auto& c) {
+                        c["linear_attn_config"] = hub;
+                        c["linear_attn_config"]["full_attn_layers"] = {1, 4};
+                        c["linear_attn_config"]["kda_layers"] = {2, 3};
+                    }),
+                    "fields 'linear_attn_config' and 'layer_types' disagree about layer 0");
+    EXPECT_CONTAINS(edited("kimi_both_heads", [&](auto& c) {
+                        c["linear_attn_config"] = hub;
+                        c["linear_num_heads"] = 4;
+                    }),
+                    "fields 'linear_attn_config.num_heads' (3) and 'linear_num_heads' (4) disagree");
+    EXPECT_CONTAINS(edited("kimi_both_dense", [](auto& c) { c["first_k_dense_replace"] = 1; }),
+                    "fields 'mlp_layer_types' and 'first_k_dense_replace' disagree about layer 0");
+}
+
 TEST(ModelErrors, UnsupportedQuantization) {
     EXPECT_CONTAINS(load_error(broken_copy("awq", [](auto& c) {
                         c["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};

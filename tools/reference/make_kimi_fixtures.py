@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Tiny random-weight Kimi Linear checkpoints in the hub's on-disk layout, with reference outputs from
 Hugging Face transformers (KimiLinearForCausalLM, float32, eager, CPU), written to tests/data/fixtures/<name>/.
+Specs with form "t5" are instead built from transformers 5's own config fields (layer_types, mlp_layer_types,
+linear_*; no linear_attn_config) and written by its save_pretrained, config.json and weights as it writes them.
 Kimi K3 fixtures come from kimi_k3_reference.py (next to this file), see README.md.
 
 Usage: python3 tools/reference/make_kimi_fixtures.py [--only NAME]
@@ -30,6 +32,11 @@ SPECS = {
         vocab=320, hidden=48, layers=4, full_attn=[2, 4], heads=3, q_lora=24, kv_lora=16, nope=8, rope=8, v=8,
         kda_heads=3, kda_dim=8, experts=12, top_k=3, shared=2, moe_inter=16, inter=96, n_group=3, topk_group=2,
         scale=1.0, len_a=140, len_b=66, seed=200),
+    # transformers 5's form; layer 0 sparse and layer 1 dense, which first_k_dense_replace cannot express
+    "kimi_linear_t5_saved": dict(
+        form="t5", vocab=288, hidden=48, layers=4, full_attn=[2, 4], dense=[1], heads=3, q_lora=24, kv_lora=16,
+        nope=8, rope=8, v=8, kda_heads=3, kda_dim=8, experts=8, top_k=2, shared=1, moe_inter=16, inter=96,
+        n_group=2, topk_group=1, scale=1.7, len_a=130, len_b=67, seed=300),
 }
 
 
@@ -52,6 +59,22 @@ def hub_config(s):
         "linear_attn_config": {"full_attn_layers": s["full_attn"], "kda_layers": kda, "num_heads": s["kda_heads"],
                                "head_dim": s["kda_dim"], "short_conv_kernel_size": 4},
     }
+
+
+def t5_config(s):
+    """KimiLinearConfig from its own fields only, as a transformers 5 user would build one."""
+    n = s["layers"]
+    return KimiLinearConfig(
+        vocab_size=s["vocab"], hidden_size=s["hidden"], intermediate_size=s["inter"],
+        moe_intermediate_size=s["moe_inter"], num_hidden_layers=n, num_attention_heads=s["heads"],
+        num_key_value_heads=s["heads"], q_lora_rank=s["q_lora"], kv_lora_rank=s["kv_lora"],
+        qk_nope_head_dim=s["nope"], qk_rope_head_dim=s["rope"], v_head_dim=s["v"], num_local_experts=s["experts"],
+        num_experts_per_tok=s["top_k"], n_shared_experts=s["shared"], n_group=s["n_group"],
+        topk_group=s["topk_group"], routed_scaling_factor=s["scale"], norm_topk_prob=True,
+        max_position_embeddings=1024, bos_token_id=0, eos_token_id=1, pad_token_id=2, tie_word_embeddings=False,
+        layer_types=["full_attention" if i + 1 in s["full_attn"] else "linear_attention" for i in range(n)],
+        mlp_layer_types=["dense" if i in s["dense"] else "sparse" for i in range(n)],
+        linear_num_heads=s["kda_heads"], linear_head_dim=s["kda_dim"], linear_conv_kernel_dim=4, dtype="float32")
 
 
 def init_weights(model, gen):
@@ -174,7 +197,8 @@ def check_config(cfg, spec):
     assert cfg.linear_num_heads == spec["kda_heads"] and cfg.linear_head_dim == spec["kda_dim"]
     want = ["full_attention" if i + 1 in spec["full_attn"] else "linear_attention" for i in range(spec["layers"])]
     assert cfg.layer_types == want, cfg.layer_types
-    assert cfg.mlp_layer_types == ["dense"] + ["sparse"] * (spec["layers"] - 1), cfg.mlp_layer_types
+    dense = spec.get("dense", [0])
+    assert cfg.mlp_layer_types == ["dense" if i in dense else "sparse" for i in range(spec["layers"])]
 
 
 def check_kda_path():
@@ -190,9 +214,12 @@ def check_kda_path():
 def make_fixture(name, spec):
     out_dir = OUT / name
     out_dir.mkdir(parents=True, exist_ok=True)
-    hub = hub_config(spec)
-    (out_dir / "config.json").write_text(json.dumps(hub, indent=2) + "\n")
-    cfg = KimiLinearConfig.from_pretrained(out_dir)
+    t5 = spec.get("form") == "t5"
+    if t5:
+        cfg = t5_config(spec)
+    else:
+        (out_dir / "config.json").write_text(json.dumps(hub_config(spec), indent=2) + "\n")
+        cfg = KimiLinearConfig.from_pretrained(out_dir)
     cfg._attn_implementation = "eager"
     check_config(cfg, spec)
     ids_gen = torch.Generator().manual_seed(spec["seed"] + 7)
@@ -214,13 +241,18 @@ def make_fixture(name, spec):
             break
     else:
         sys.exit(f"{name}: no seed passed the margin checks")
-    tensors = hub_state_dict(model, cfg)
-    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    # transformers' own loader must read the hub layout back to the same model
+    if t5:
+        model.save_pretrained(out_dir)
+        saved = json.loads((out_dir / "config.json").read_text())
+        assert "linear_attn_config" not in saved and "first_k_dense_replace" not in saved, "not the transformers 5 form"
+    else:
+        tensors = hub_state_dict(model, cfg)
+        save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    # transformers' own loader must read the files back to the same model
     reloaded = KimiLinearForCausalLM.from_pretrained(out_dir, attn_implementation="eager").eval()
     ref = full_logits(reloaded, ids)
     ref_b = full_logits(reloaded, ids_b)
-    assert torch.equal(ref, full_logits(model, ids)), "hub-layout reload changed the logits"
+    assert torch.equal(ref, full_logits(model, ids)), "reloading the saved files changed the logits"
     assert greedy(reloaded, ids, 10)[0] == greedy_a
     np.save(out_dir / "ref_logits.npy", ref.numpy().astype(np.float32))
     np.save(out_dir / "ref_logits_b.npy", ref_b.numpy().astype(np.float32))

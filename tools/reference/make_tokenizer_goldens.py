@@ -16,10 +16,11 @@ Fixtures it creates (all committed):
     tokenizer_config.json (Kimi's special-token names at ids 65536.. ). Kimi's pat_str is used as is.
   * qwen3_small/, deepseek_v3_small/: the real tokenizer.json cut to its first 16,384 vocabulary ids and the
     merges among them (added tokens kept, renumbered after), so tests always run without the big files.
-The full deepseek_v3, qwen3 and gptoss goldens need --shared DIR (folders holding tokenizer.json[.gz] and
-tokenizer_config.json); their tests skip when those files are absent.
+The full deepseek_v3, qwen3 and gptoss goldens are made from the real files committed in
+tests/data/tokenizers/{deepseek_v3,qwen3,gptoss}/ (tokenizer.json.gz + tokenizer_config.json, see the README and
+LICENSE there); --full DIR reads them from another folder of that shape instead.
 
-Usage: python3 tools/reference/make_tokenizer_goldens.py --shared ../shared/data/tokenizers
+Usage: python3 tools/reference/make_tokenizer_goldens.py [--full DIR]
 Requirements: tools/reference/requirements.txt (tokenizers, tiktoken).
 """
 import argparse
@@ -230,12 +231,13 @@ def kimi(gptoss_json_text):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('--shared', type=Path, required=True, help='folder with deepseek_v3/, qwen3/, gptoss/')
+    ap.add_argument('--full', type=Path, default=OUT, help='folder with deepseek_v3/, qwen3/, gptoss/ (default: '
+                    'tests/data/tokenizers)')
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     texts = {}
     for name in ('deepseek_v3', 'qwen3', 'gptoss'):
-        folder = args.shared / name
+        folder = args.full / name
         texts[name] = read_tokenizer_json(folder)
         config = json.loads((folder / 'tokenizer_config.json').read_text())
         hf_goldens(name, texts[name], config)
