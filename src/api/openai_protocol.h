@@ -78,10 +78,10 @@ struct ParsedRequest {
 //   left, capped at default_max_tokens (<= 0: uncapped). max_completion_tokens wins over max_tokens.
 // - Sampling defaults are OpenAI's: temperature 1 (0 = greedy), top_p 1; extensions top_k (>= 0), min_p (0..1),
 //   ignore_eos. No seed: one is drawn from std::random_device and stored in params.sampling.seed.
-// - Speculative decoding (extension): with ctx.speculative_tokens > 0 every greedy request (temperature 0) drafts
-//   that many tokens per step unless it says "speculative": false; the tokens are the same either way. Sampled
-//   requests run without drafts (exact rejection sampling is not implemented yet); "speculative": true with a
-//   temperature above 0, or on a server started without --speculative, is a 400 naming `speculative`.
+// - Speculative decoding (extension): with ctx.speculative_tokens > 0 every request drafts that many tokens per
+//   step unless it says "speculative": false. Greedy tokens are the same either way; sampled ones follow the same
+//   distribution (exact rejection sampling), reproducibly for a seed, but are other draws than without drafts.
+//   "speculative": true on a server started without --speculative is a 400 naming `speculative`.
 // - stop: a string or an array of at most 4 non-empty strings of at most 1024 bytes each.
 // - chat logprobs: top_logprobs > 0 needs logprobs: true (top_logprobs: 0 alone is accepted).
 // - chat: messages[i].role in system/developer/user/assistant/tool; content a string, an array of

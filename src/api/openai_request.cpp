@@ -463,13 +463,10 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
     {
         const ojson* v = field(body, "speculative");
         const bool asked = v && get_bool(*v, "speculative"), refused = v && !asked;
-        const bool greedy = q.sampling.temperature == 0.0f;
         if (asked && ctx.speculative_tokens <= 0)
             bad("speculative", "This server runs without speculative decoding (start it with --speculative N).",
                 "invalid_value");
-        if (asked && !greedy)
-            bad("speculative", "Speculative decoding needs greedy sampling: set temperature to 0.", "invalid_value");
-        if (greedy && !refused) q.draft_tokens = ctx.speculative_tokens;
+        if (!refused) q.draft_tokens = ctx.speculative_tokens;
     }
 
     if (chat) {

@@ -74,9 +74,6 @@ uint64_t Engine::submit(RequestParams params, TokenCallback on_event) {
                      params.prompt[i], ") is outside the vocabulary [0, ", info.vocab_size, ")");
     SLUICE_CHECK(params.max_new_tokens >= 0, "request: max_new_tokens must be >= 0, got ", params.max_new_tokens);
     SLUICE_CHECK(params.draft_tokens >= 0, "request: draft_tokens must be >= 0, got ", params.draft_tokens);
-    SLUICE_CHECK(params.draft_tokens == 0 || params.sampling.temperature == 0.0f,
-                 "request: speculative decoding (draft_tokens) needs greedy sampling (temperature 0), got temperature ",
-                 params.sampling.temperature);
     SLUICE_CHECK(params.draft_tokens == 0 || params.drafter || (params.ngram_min >= 1 && params.ngram_max >= params.ngram_min),
                  "request: prompt lookup needs 1 <= ngram_min <= ngram_max");
     for (const auto& [id, bias] : params.logit_bias) {
@@ -88,6 +85,8 @@ uint64_t Engine::submit(RequestParams params, TokenCallback on_event) {
                  "request: frequency_penalty and presence_penalty must be finite numbers");
     // what can never fit is clamped here (finish "length"); the generated tokens never go past the model's positions
     params.max_new_tokens = std::min(params.max_new_tokens, opt_.max_context_tokens - n);
+    // a speculating request reserves its draft rows in every pass (see schedule), so they must fit one
+    params.draft_tokens = std::min(params.draft_tokens, opt_.max_batch_rows - 1);
     if (max_pos > 0) params.max_new_tokens = std::min(params.max_new_tokens, max_pos - n);
     auto r = std::make_unique<Request>(std::move(params), std::move(on_event));  // Sampler validates sampling
     r->need_tokens = r->n_prompt + r->p.max_new_tokens;
@@ -242,9 +241,10 @@ int64_t Engine::step() {
     return pass.batch.size();
 }
 
-// Decode rows first, then draft rows in what they leave, then prefill chunks in admission order. The decode rows
-// always fit: a prefill only runs in rows the decoders leave free, and each of its rows adds at most one decoder for
-// the next step.
+// Decode rows first, then draft rows, then prefill chunks in admission order. A decoding request's rows (1 +
+// draft_tokens) always fit: a prompt's last prefill row, which makes it a decoder, runs only while the rows every
+// decoder may need next pass fit the budget. So a request's drafts never depend on what else is in the batch, and
+// neither do its tokens -- sampled ones included, whose random draws depend on how many drafts were verified.
 void Engine::schedule(Pass& p) {
     Batch& b = p.batch;
     const auto add_seq = [&](Request* r, bool decoding) {
@@ -262,12 +262,13 @@ void Engine::schedule(Pass& p) {
     }
     SLUICE_ASSERT(b.size() <= opt_.max_batch_rows, b.size(), " decode rows exceed max_batch_rows");
     const int64_t V = model_.info().vocab_size;
-    for (size_t si = 0; si < p.in_batch.size() && b.size() < opt_.max_batch_rows; ++si) {
+    int64_t reserved_next = 0;  // rows the decoders may need in the next pass
+    for (Request* r : p.in_batch) reserved_next += 1 + r->p.draft_tokens;
+    for (size_t si = 0; si < p.in_batch.size(); ++si) {
         Request& r = *p.in_batch[si];
         if (r.p.draft_tokens == 0) continue;
         // drafts beyond what may still be generated after the verified rows' own prediction are wasted
-        const int64_t max_draft = std::min({r.p.draft_tokens, r.p.max_new_tokens - r.n_generated - 1,
-                                            opt_.max_batch_rows - b.size()});
+        const int64_t max_draft = std::min(r.p.draft_tokens, r.p.max_new_tokens - r.n_generated - 1);
         if (max_draft <= 0) continue;
         std::vector<int32_t> d;
         try {
@@ -286,9 +287,18 @@ void Engine::schedule(Pass& p) {
         for (size_t j = 0; j < d.size(); ++j) b.add(d[j], pos + int64_t(j), int32_t(si), true);
         p.drafts[si] = std::move(d);
     }
+    SLUICE_ASSERT(b.size() <= opt_.max_batch_rows, b.size(), " decode and draft rows exceed max_batch_rows");
     for (auto& r : running_) {
         if (r->done || r->n_prefilled == r->n_prompt || b.size() >= opt_.max_batch_rows) continue;
-        const int64_t i1 = std::min(r->n_prompt, r->n_prefilled + opt_.max_batch_rows - b.size());
+        int64_t i1 = std::min(r->n_prompt, r->n_prefilled + opt_.max_batch_rows - b.size());
+        if (i1 == r->n_prompt && r->p.max_new_tokens > 0) {
+            // its last row makes it a decoder: only if its rows fit the next pass beside the others'
+            if (reserved_next + 1 + r->p.draft_tokens > opt_.max_batch_rows)
+                i1 = r->n_prompt - 1;
+            else
+                reserved_next += 1 + r->p.draft_tokens;
+        }
+        if (i1 <= r->n_prefilled) continue;
         const int32_t si = add_seq(r.get(), false);
         // the prompt's end will be cached: recurrent state keeps a restore point for the rows of this last chunk
         if (prefix_cache_ && i1 == r->n_prompt && r->seq->layout().has_recurrent()) r->seq->snapshot();
@@ -374,15 +384,21 @@ void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_row
     for (;;) {
         std::span<const float> dist(p.logits.data() + logit_rows[kept] * V, size_t(V));
         if (r.adjusts) dist = adjust(r, dist, adjusted);
-        const int32_t id = r.sampler.sample(dist);
+        // a draft is verified (kept with the probability the sampler gives it, else replaced by a draw from the
+        // rest); after the last draft, or without one, the token is sampled
+        Sampler::Verdict v{-1, false};
+        if (kept < draft.size())
+            v = r.sampler.verify(dist, draft[kept]);
+        else
+            v.id = r.sampler.sample(dist);
         ++p.n_sampled;
-        ended = !take_token(r, id, dist);
+        ended = !take_token(r, v.id, dist);
         if (ended) break;
-        if (kept < draft.size() && id == draft[kept]) {
+        if (v.accepted) {
             ++kept;
             continue;
         }
-        r.pending = id;
+        r.pending = v.id;
         break;
     }
     if (!draft.empty()) {

@@ -48,9 +48,12 @@ struct RequestParams {
     // Report the next-token logits after every prompt position (events with id -1 and prompt_position set, in
     // order, before the first generated token).
     bool prompt_logits = false;
-    // Speculative decoding (greedy only: temperature 0): up to draft_tokens drafted tokens per decode step, verified
-    // as rows of the same forward pass; the tokens are exactly those of decoding without drafts. 0 = off. drafter
-    // empty: prompt lookup over n-grams of ngram_min..ngram_max tokens.
+    // Speculative decoding: up to draft_tokens drafted tokens per decode step, verified as rows of the same forward
+    // pass. Greedy: the tokens are exactly those of decoding without drafts. Sampled: each draft is accepted with
+    // the probability the request's sampler gives it, else replaced by a draw from the rest (exact rejection
+    // sampling for a deterministic drafter), so the tokens follow the same distribution (not the same draws as
+    // without drafts: the random stream is used differently). 0 = off. drafter empty: prompt lookup over n-grams of
+    // ngram_min..ngram_max tokens.
     int64_t draft_tokens = 0;
     int64_t ngram_min = 1, ngram_max = 4;
     Drafter drafter;

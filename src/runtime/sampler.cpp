@@ -23,47 +23,83 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
     SLUICE_CHECK(p.min_p >= 0 && p.min_p <= 1, "min-p must be in [0, 1], got ", p.min_p);
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
+// The candidates sample() draws from, best first, with their probabilities (summing to `total`).
+Sampler::Candidates Sampler::candidates(std::span<const float> logits) const {
     SLUICE_CHECK(!logits.empty(), "sample: empty logits");
-    if (p_.temperature == 0.0f) return argmax(logits);
+    Candidates c;
     // candidates sorted by logit (descending; ties by id)
-    std::vector<int32_t> idx(logits.size());
-    std::iota(idx.begin(), idx.end(), 0);
-    size_t keep = idx.size();
+    c.ids.resize(logits.size());
+    std::iota(c.ids.begin(), c.ids.end(), 0);
+    size_t keep = c.ids.size();
     if (p_.top_k > 0) keep = std::min(keep, size_t(p_.top_k));
-    std::partial_sort(idx.begin(), idx.begin() + ptrdiff_t(keep), idx.end(), [&](int32_t a, int32_t b) {
+    std::partial_sort(c.ids.begin(), c.ids.begin() + ptrdiff_t(keep), c.ids.end(), [&](int32_t a, int32_t b) {
         return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
     });
-    idx.resize(keep);
-    const float mx = logits[size_t(idx[0])] / p_.temperature;
-    std::vector<double> prob(keep);
+    c.ids.resize(keep);
+    const float mx = logits[size_t(c.ids[0])] / p_.temperature;
+    c.prob.resize(keep);
     double sum = 0;
-    for (size_t i = 0; i < keep; ++i) sum += (prob[i] = std::exp(double(logits[size_t(idx[i])] / p_.temperature - mx)));
-    for (auto& q : prob) q /= sum;
+    for (size_t i = 0; i < keep; ++i)
+        sum += (c.prob[i] = std::exp(double(logits[size_t(c.ids[i])] / p_.temperature - mx)));
+    for (auto& q : c.prob) q /= sum;
     // min-p: drop tokens below min_p * p_max
     size_t n = keep;
     if (p_.min_p > 0)
-        while (n > 1 && prob[n - 1] < double(p_.min_p) * prob[0]) --n;
+        while (n > 1 && c.prob[n - 1] < double(p_.min_p) * c.prob[0]) --n;
     // top-p: smallest prefix whose mass reaches top_p
     if (p_.top_p < 1) {
         double cum = 0;
         for (size_t i = 0; i < n; ++i) {
-            cum += prob[i];
+            cum += c.prob[i];
             if (cum >= double(p_.top_p)) {
                 n = i + 1;
                 break;
             }
         }
     }
-    double total = 0;
-    for (size_t i = 0; i < n; ++i) total += prob[i];
+    c.ids.resize(n);
+    c.prob.resize(n);
+    for (size_t i = 0; i < n; ++i) c.total += c.prob[i];
+    return c;
+}
+
+int32_t Sampler::draw(const Candidates& c, int32_t skip) {
+    const double total = c.total - (skip >= 0 ? c.prob_of(skip) : 0.0);
     const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
     double cum = 0;
-    for (size_t i = 0; i < n; ++i) {
-        cum += prob[i];
-        if (u < cum) return idx[i];
+    int32_t last = -1;
+    for (size_t i = 0; i < c.ids.size(); ++i) {
+        if (c.ids[i] == skip) continue;
+        cum += c.prob[i];
+        last = c.ids[i];
+        if (u < cum) return c.ids[i];
     }
-    return idx[n - 1];
+    return last;
+}
+
+double Sampler::Candidates::prob_of(int32_t id) const {
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] == id) return prob[i];
+    return 0.0;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+    SLUICE_CHECK(!logits.empty(), "sample: empty logits");
+    if (p_.temperature == 0.0f) return argmax(logits);
+    return draw(candidates(logits), -1);
+}
+
+Sampler::Verdict Sampler::verify(std::span<const float> logits, int32_t draft) {
+    SLUICE_CHECK(!logits.empty(), "sample: empty logits");
+    if (p_.temperature == 0.0f) {
+        const int32_t best = argmax(logits);
+        return {best, best == draft};
+    }
+    const Candidates c = candidates(logits);
+    const double p = c.prob_of(draft) / c.total;
+    if (p > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng_) < p) return {draft, true};
+    if (p >= 1) return {draft, true};  // the only candidate (u < 1 always; kept for rounding)
+    return {draw(c, draft), false};
 }
 
 }  // namespace sluice

@@ -184,9 +184,12 @@ class OpenAIClientTest(unittest.TestCase):
         c = client().chat.completions.create(model="m", messages=msgs, max_tokens=10, temperature=0,
                                              extra_body={"speculative": False})
         self.assertEqual(c.choices[0].message.content, a.choices[0].message.content)
+        # sampled requests speculate too (exact rejection sampling): reproducible for a seed
+        texts = [client().chat.completions.create(model="m", messages=msgs, max_tokens=10, temperature=0.9, seed=5)
+                 .choices[0].message.content for _ in range(2)]
+        self.assertEqual(texts[0], texts[1])
         with self.assertRaises(openai.BadRequestError) as e:
-            client().chat.completions.create(model="m", messages=msgs, max_tokens=3, temperature=0.7,
-                                             extra_body={"speculative": True})
+            client().chat.completions.create(model="m", messages=msgs, max_tokens=3, extra_body={"speculative": "yes"})
         self.assertEqual(e.exception.body["param"], "speculative")
 
     def test_metrics(self):

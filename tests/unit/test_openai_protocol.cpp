@@ -652,3 +652,19 @@ TEST(OpenAiResponse, ErrorEnvelopeAndIds) {
     EXPECT_EQ(b.find_first_not_of("0123456789abcdef", 5), std::string::npos);
     EXPECT_NE(a.substr(9), new_completion_id(Endpoint::chat_completions).substr(9));
 }
+
+TEST(OpenAiRequest, SpeculativeExtension) {
+    ModelContext ctx = chat_ctx();
+    const std::string m = std::string(R"({"model": "m", )") + k_msgs;
+    EXPECT_EQ(chat(m + "}", ctx).params.draft_tokens, 0);  // a server without --speculative
+    ApiError e = error_of(Endpoint::chat_completions, m + R"(, "speculative": true})", ctx);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "speculative");
+    ctx.speculative_tokens = 3;
+    EXPECT_EQ(chat(m + "}", ctx).params.draft_tokens, 3);
+    EXPECT_EQ(chat(m + R"(, "temperature": 0.8})", ctx).params.draft_tokens, 3);
+    EXPECT_EQ(chat(m + R"(, "speculative": false})", ctx).params.draft_tokens, 0);
+    EXPECT_EQ(chat(m + R"(, "speculative": null})", ctx).params.draft_tokens, 3);
+    e = error_of(Endpoint::chat_completions, m + R"(, "speculative": "yes"})", ctx);
+    EXPECT_EQ(e.param, "speculative");
+}
