@@ -195,14 +195,15 @@ void register_generate(CLI::App& app) {
                                     {"accepted", spec_stats.accepted},
                                     {"tokens_per_verify_pass", per_pass},
                                     {"drafter", draft ? "draft_model" : "prompt_lookup"}};
-            if (draft)
-                j["draft_model"] = {{"forward_passes", draft->stats().forward_passes},
-                                    {"fed_tokens", draft->stats().fed_tokens},
-                                    {"ms", draft->stats().ms}};
-            if (streaming)
-                j["experts"] = {{"bytes_read", streaming->stats().bytes_read},
-                                {"decode_bytes_read", decode_bytes},
-                                {"decode_bytes_per_token", steps > 0 ? double(decode_bytes) / double(steps) : 0.0}};
+            // flat keys: clients find the object as the last '{' of stdout when not speculating
+            if (draft) {
+                j["draft_forward_passes"] = draft->stats().forward_passes;
+                j["draft_ms"] = draft->stats().ms;
+            }
+            if (streaming) {
+                j["expert_bytes_read"] = streaming->stats().bytes_read;
+                j["decode_expert_bytes_per_token"] = steps > 0 ? double(decode_bytes) / double(steps) : 0.0;
+            }
             std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         } else {
             std::printf("\n");
