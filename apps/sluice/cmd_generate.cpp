@@ -199,6 +199,8 @@ void register_generate(CLI::App& app) {
             if (draft) {
                 j["draft_forward_passes"] = draft->stats().forward_passes;
                 j["draft_ms"] = draft->stats().ms;
+                if (const StreamingExpertSource* ds = draft->model().streaming())
+                    j["draft_expert_bytes_read"] = ds->stats().bytes_read;
             }
             if (streaming) {
                 j["expert_bytes_read"] = streaming->stats().bytes_read;
