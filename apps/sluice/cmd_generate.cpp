@@ -115,8 +115,18 @@ void register_generate(CLI::App& app) {
             draft_load.max_context_tokens += a->speculative;  // drafts run past the verified context
         }
         auto model = load_model(a->m.model, load);
-        if (!a->draft_model.empty())
-            draft = DraftModel::load(a->draft_model, draft_load, *model, a->m.model, a->chunk);
+        if (!a->draft_model.empty()) {
+            std::unique_ptr<Model> dm;
+            try {
+                dm = load_model(a->draft_model, draft_load);
+            } catch (const Error& e) {
+                if (draft_load.memory_budget_bytes == 0) throw;
+                fail("draft model ", a->draft_model, ", in its share of the budget (--draft-memory, default a quarter "
+                     "of --memory): ", e.what());
+            }
+            check_draft_compatible(model->info(), a->m.model, dm->info(), a->draft_model);
+            draft = std::make_unique<DraftModel>(std::move(dm), a->chunk);
+        }
         GenerateOptions opt;
         opt.max_new_tokens = a->n;
         opt.prefill_chunk = a->chunk;

@@ -248,6 +248,8 @@ TEST(DraftModel, CliSameIdsAndOneLineErrors) {
         {gen + "--speculative 2 --draft-model /nonexistent/draft", "/nonexistent/draft"},
         {gen + "--speculative 2 --draft-model " + kDraft + " --memory 16M --draft-memory 16M",
          "--draft-memory (16.00 MiB) must be less than --memory"},
+        {gen + "--speculative 2 --draft-model " + kDraft + " --memory 176M --ctx 256",
+         "in its share of the budget (--draft-memory, default a quarter of --memory): --memory 44.00 MiB is below"},
     };
     for (const auto& [args, want] : bad) {
         out = run_cli(args, &status);
