@@ -34,7 +34,7 @@ def parse_size(text):
 
 def run(args, extra):
     cmd = [args.sluice, "generate", "-m", args.target, "-n", str(args.tokens), "--ignore-eos", "--json",
-           "-t", str(args.threads), "--ctx", str(args.ctx)] + extra
+           "-t", str(args.threads), "--ctx", str(args.ctx)] + args.extra.split() + extra
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -51,6 +51,7 @@ def main():
     ap.add_argument("--draft-tokens", default="2,4", help="draft lengths to try, comma-separated")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--extra", default="", help="more generate flags for every run, e.g. --no-prefetch")
     args = ap.parse_args()
 
     total = parse_size(args.memory) + parse_size(args.draft_memory)
@@ -60,7 +61,7 @@ def main():
         configs.append((f"draft k={k}", ["--speculative", k, "--draft-model", args.draft, "--memory", str(total),
                                           "--draft-memory", args.draft_memory]))
     print(f"target {args.target}, draft {args.draft}; target budget {args.memory}, draft {args.draft_memory}; "
-          f"{args.tokens} tokens, median of {args.repeat} runs, {args.threads} thread(s)")
+          f"{args.tokens} tokens, median of {args.repeat} runs, {args.threads} thread(s) {args.extra}")
     print(f"{'prompt':<11} {'drafter':<13} {'tok/verify':>10} {'accepted':>9} {'KB/token':>9} {'tok/s':>8} "
           f"{'vs plain':>8} {'draft ms':>8} {'draft KB':>8}  same ids")
     failed = False
