@@ -59,8 +59,8 @@ void register_generate(CLI::App& app) {
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(positive());
     sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
     sub->add_option("--speculative", a->speculative,
-                    "verify up to N prompt-lookup draft tokens per forward pass (greedy only; same output, fewer "
-                    "passes when the text repeats itself; 0 = off)")
+                    "verify up to N draft tokens per forward pass, from prompt lookup or --draft-model (greedy "
+                    "only; same output, fewer passes when drafts are right; 0 = off)")
         ->check(non_negative());
     sub->add_option("--draft-model", a->draft_model,
                     "draft with this model (same tokenizer as -m, checked at load) instead of prompt lookup; needs "
@@ -110,8 +110,14 @@ void register_generate(CLI::App& app) {
                 load.memory_budget_bytes, a->draft_memory.empty() ? 0 : parse_size(a->draft_memory));
             load.memory_budget_bytes = split.target_bytes;
             draft_load.memory_budget_bytes = split.draft_bytes;
-            draft_load.streaming.experts_dirs.clear();  // the target's packed store and usage statistics
-            draft_load.streaming.usage_stats_path.clear();
+            // the same reader, cache policy and prefetch; the packed store, usage statistics (and any per-model
+            // file added later) are the target's own
+            StreamingOptions ds;
+            ds.policy = load.streaming.policy;
+            ds.prefetch = load.streaming.prefetch;
+            ds.reader = load.streaming.reader;
+            ds.staging_experts = load.streaming.staging_experts;
+            draft_load.streaming = ds;
             draft_load.max_context_tokens += a->speculative;  // drafts run past the verified context
         }
         auto model = load_model(a->m.model, load);
