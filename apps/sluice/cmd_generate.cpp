@@ -1,4 +1,5 @@
 // sluice generate -m DIR (--ids 5,17,3 | -p TEXT [--chat]) -n N [--temp T] [--seed S] [--json]
+//                 [--speculative N [--draft-model DIR [--draft-memory SIZE]]]
 // Without --json, generated text (ids when the folder has no tokenizer) streams to stdout and stats go to stderr;
 // with --json the last line of stdout is one JSON object with ids, text (when there is a tokenizer) and timings.
 #include <chrono>
@@ -11,6 +12,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "models/model.h"
+#include "runtime/draft_model.h"
 #include "runtime/generate.h"
 #include "runtime/sampler.h"
 #include "runtime/speculative.h"
@@ -33,7 +35,7 @@ bool has_tokenizer(const std::string& dir) {
 void register_generate(CLI::App& app) {
     struct Args {
         ModelArgs m;
-        std::string ids, prompt;
+        std::string ids, prompt, draft_model, draft_memory;
         int64_t n = 16, chunk = 512;
         float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
         int64_t top_k = 0, speculative = 0;
@@ -57,9 +59,14 @@ void register_generate(CLI::App& app) {
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(positive());
     sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
     sub->add_option("--speculative", a->speculative,
-                    "verify up to N prompt-lookup draft tokens per forward pass (greedy only; same output, fewer "
-                    "passes when the text repeats itself; 0 = off)")
+                    "verify up to N draft tokens per forward pass, from prompt lookup or --draft-model (greedy "
+                    "only; same output, fewer passes when drafts are right; 0 = off)")
         ->check(non_negative());
+    sub->add_option("--draft-model", a->draft_model,
+                    "draft with this model (same tokenizer as -m, checked at load) instead of prompt lookup; needs "
+                    "--speculative N");
+    sub->add_option("--draft-memory", a->draft_memory,
+                    "the draft model's share of --memory (default: a quarter); the target gets the rest");
     sub->add_flag("--json", a->json, "print one JSON object as the last line of stdout");
     sub->add_flag("--dry-run", a->dry_run, "print the memory plan and what a token must read, then exit");
     sub->callback([a] {
@@ -74,6 +81,9 @@ void register_generate(CLI::App& app) {
             .temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed};
         SLUICE_CHECK(a->speculative == 0 || a->temp == 0.0f,
                      "--speculative needs greedy decoding (--temp 0): drafts are checked against the argmax");
+        SLUICE_CHECK(a->draft_model.empty() || a->speculative > 0, "--draft-model needs --speculative N (N >= 1)");
+        SLUICE_CHECK(a->draft_memory.empty() || !a->draft_model.empty(), "--draft-memory needs --draft-model");
+        if (!a->draft_model.empty()) check_model_folder(a->draft_model);
         Sampler{sampling};  // checks the values now, not after loading the model
         std::unique_ptr<Tokenizer> tok;
         if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);
@@ -92,7 +102,37 @@ void register_generate(CLI::App& app) {
             }
         }
         const auto t0 = std::chrono::steady_clock::now();
-        auto model = load_model(a->m.model, a->m.to_options());
+        LoadOptions load = a->m.to_options();
+        std::unique_ptr<DraftModel> draft;
+        LoadOptions draft_load = load;
+        if (!a->draft_model.empty()) {
+            const MemorySplit split = split_memory_budget(
+                load.memory_budget_bytes, a->draft_memory.empty() ? 0 : parse_size(a->draft_memory));
+            load.memory_budget_bytes = split.target_bytes;
+            draft_load.memory_budget_bytes = split.draft_bytes;
+            // the same reader, cache policy and prefetch; the packed store, usage statistics (and any per-model
+            // file added later) are the target's own
+            StreamingOptions ds;
+            ds.policy = load.streaming.policy;
+            ds.prefetch = load.streaming.prefetch;
+            ds.reader = load.streaming.reader;
+            ds.staging_experts = load.streaming.staging_experts;
+            draft_load.streaming = ds;
+            draft_load.max_context_tokens += a->speculative;  // drafts run past the verified context
+        }
+        auto model = load_model(a->m.model, load);
+        if (!a->draft_model.empty()) {
+            std::unique_ptr<Model> dm;
+            try {
+                dm = load_model(a->draft_model, draft_load);
+            } catch (const Error& e) {
+                if (draft_load.memory_budget_bytes == 0) throw;
+                fail("draft model ", a->draft_model, ", in its share of the budget (--draft-memory, default a quarter "
+                     "of --memory): ", e.what());
+            }
+            check_draft_compatible(model->info(), a->m.model, dm->info(), a->draft_model);
+            draft = std::make_unique<DraftModel>(std::move(dm), a->chunk);
+        }
         GenerateOptions opt;
         opt.max_new_tokens = a->n;
         opt.prefill_chunk = a->chunk;
@@ -101,7 +141,13 @@ void register_generate(CLI::App& app) {
         std::unique_ptr<StreamDecoder> dec;
         if (tok) dec = std::make_unique<StreamDecoder>(*tok, true);
         std::string text;
+        // expert bytes the target had read when the first token came (the prefill's), for bytes per decoded token
+        const StreamingExpertSource* streaming = model->streaming();
+        uint64_t bytes_at_first = 0;
+        bool first = true;
         auto on_token = [&](int32_t id) {
+            if (first && streaming) bytes_at_first = streaming->stats().bytes_read;
+            first = false;
             // ids past the tokenizer's vocabulary (padding rows of the embedding) decode to nothing, as in HF
             std::string piece = !dec ? std::to_string(id) + " " : id < tok->vocab_size() ? dec->push(id) : "";
             text += piece;
@@ -116,6 +162,7 @@ void register_generate(CLI::App& app) {
         if (a->speculative > 0) {
             SpeculativeOptions so;
             so.draft_tokens = a->speculative;
+            if (draft) so.drafter = draft->drafter();
             r = generate_speculative(*model, prompt_ids, opt, so, &spec_stats, on_token);
         } else {
             r = generate(*model, prompt_ids, opt, on_token);
@@ -130,6 +177,22 @@ void register_generate(CLI::App& app) {
         const int64_t steps = int64_t(r.ids.size()) - 1;
         const double decode_tps = steps > 0 && r.decode_ms > 0 ? 1000.0 * double(steps) / r.decode_ms : 0;
         if (a->m.stats) print_stats(*model, r.prefill_ms + r.decode_ms, r.n_prompt + int64_t(r.ids.size()), stderr);
+        const uint64_t decode_bytes = streaming ? streaming->stats().bytes_read - bytes_at_first : 0;
+        // tokens per verify pass: the decode passes' tokens (kept drafts + one each); the first came from the prefill
+        const double per_pass = spec_stats.forward_passes > 0 ? double(steps) / double(spec_stats.forward_passes) : 0;
+        if (a->m.stats && a->speculative > 0)
+            std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted (%.1f%%), %.2f tokens per verify pass\n",
+                         draft ? "draft model" : "prompt lookup", (long long)spec_stats.drafted,
+                         (long long)spec_stats.accepted,
+                         spec_stats.drafted > 0 ? 100.0 * double(spec_stats.accepted) / double(spec_stats.drafted) : 0.0,
+                         per_pass);
+        if (a->m.stats && draft) {
+            const DraftModelStats& ds = draft->stats();
+            std::fprintf(stderr, "draft model: %lld calls, %lld forward passes (%lld context tokens fed, %lld resets), "
+                         "%.1f ms\n", (long long)ds.calls, (long long)ds.forward_passes, (long long)ds.fed_tokens,
+                         (long long)ds.resets, ds.ms);
+            print_stats(draft->model(), ds.ms, ds.fed_tokens + ds.drafted, stderr);
+        }
         if (a->json) {
             nlohmann::json j;
             j["ids"] = r.ids;
@@ -145,7 +208,20 @@ void register_generate(CLI::App& app) {
             if (a->speculative > 0)
                 j["speculative"] = {{"forward_passes", spec_stats.forward_passes},
                                     {"drafted", spec_stats.drafted},
-                                    {"accepted", spec_stats.accepted}};
+                                    {"accepted", spec_stats.accepted},
+                                    {"tokens_per_verify_pass", per_pass},
+                                    {"drafter", draft ? "draft_model" : "prompt_lookup"}};
+            // flat keys: clients find the object as the last '{' of stdout when not speculating
+            if (draft) {
+                j["draft_forward_passes"] = draft->stats().forward_passes;
+                j["draft_ms"] = draft->stats().ms;
+                if (const StreamingExpertSource* ds = draft->model().streaming())
+                    j["draft_expert_bytes_read"] = ds->stats().bytes_read;
+            }
+            if (streaming) {
+                j["expert_bytes_read"] = streaming->stats().bytes_read;
+                j["decode_expert_bytes_per_token"] = steps > 0 ? double(decode_bytes) / double(steps) : 0.0;
+            }
             std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
         } else {
             std::printf("\n");

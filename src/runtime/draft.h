@@ -1,6 +1,6 @@
 // Draft tokens for speculative decoding: what a drafter proposes to follow a context, and prompt lookup, the
 // drafter that needs no model (the tokens that followed the most recent earlier occurrence of the context's longest
-// suffix n-gram). The engine verifies drafts; a draft model will be a second Drafter.
+// suffix n-gram). The engine verifies drafts; runtime/draft_model.h is the second Drafter, a smaller model.
 #pragma once
 
 #include <cstdint>
