@@ -122,14 +122,16 @@ public:
     std::string finish();
     bool stopped() const { return stopped_; }
     const std::string& text() const { return text_; }  // everything returned so far
-    // Bytes decoded so far, held-back text included: where the next token's text starts (completions text_offset).
-    size_t offset() const { return text_.size() + held_.size(); }
+    // The raw bytes of the tokens pushed so far: where the next token starts (completions text_offset), counted as
+    // the whole answer counts it (each token's bytes), also while a partial UTF-8 character is still held back.
+    size_t offset() const { return raw_bytes_; }
 
 private:
     const tok::Tokenizer* tok_;
     std::unique_ptr<tok::StreamDecoder> dec_;
     std::vector<std::string> stop_;
     std::string held_, text_;
+    size_t raw_bytes_ = 0;
     bool stopped_ = false;
 };
 

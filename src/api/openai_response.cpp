@@ -98,7 +98,10 @@ ChoiceText::~ChoiceText() = default;
 std::string ChoiceText::push(int32_t id) {
     if (stopped_) return {};
     // ids past the tokenizer's vocabulary (padding rows of the embedding) decode to nothing, as in HF
-    if (id >= 0 && id < tok_->vocab_size()) held_ += dec_->push(id);
+    if (id >= 0 && id < tok_->vocab_size()) {
+        held_ += dec_->push(id);
+        raw_bytes_ += tok_->decode_bytes({id}, false).size();
+    }
     std::string out = release(held_, stop_, stopped_, false);
     text_ += out;
     return out;

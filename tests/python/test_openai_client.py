@@ -172,6 +172,16 @@ class OpenAIClientTest(unittest.TestCase):
         # the server is still fine after all that
         self.assertEqual(len(client().models.list().data), 1)
 
+    def test_streamed_logprobs_match_whole(self):
+        # byte-fallback tokens that hold partial UTF-8 characters: text_offset counts each token's bytes either way
+        body = dict(model="m", max_tokens=10, temperature=0, logprobs=3,
+                    prompt="token memory drive drive token stream shadow memory north expert quiet cloud north")
+        whole = client().completions.create(**body)
+        offsets = [o for c in client().completions.create(stream=True, **body) for ch in c.choices
+                   if ch.logprobs for o in ch.logprobs.text_offset]
+        self.assertEqual(offsets, whole.choices[0].logprobs.text_offset)
+        self.assertEqual(len(offsets), 10)
+
     def test_prefix_cache_and_speculation(self):
         # the server speculates (--speculative 3) on greedy requests and keeps prompt states: the same request
         # twice gives the same text, the second computing only the prompt's last token
