@@ -91,8 +91,13 @@ private:
     std::chrono::steady_clock::time_point last_sync_{};
 };
 
+// What earlier runs of a resumed job left: lines and the usage their responses report.
+struct Earlier {
+    int64_t lines = 0, input_tokens = 0, output_tokens = 0;
+};
+
 // The custom_ids already answered in a results file; an unterminated last line (a crash mid-write) is cut off.
-void read_done_ids(const std::string& path, std::set<std::string>& done) {
+void read_done_ids(const std::string& path, std::set<std::string>& done, Earlier& earlier) {
     if (!fs::exists(path)) return;
     std::string all;
     {
@@ -113,7 +118,16 @@ void read_done_ids(const std::string& path, std::set<std::string>& done) {
         json j = json::parse(line, nullptr, false);
         SLUICE_CHECK(!j.is_discarded() && j.is_object() && j.contains("custom_id") && j["custom_id"].is_string(), path,
                      ":", n, ": not a batch result line (remove the file or choose another output to start over)");
-        done.insert(j["custom_id"].get<std::string>());
+        if (!done.insert(j["custom_id"].get<std::string>()).second) continue;
+        ++earlier.lines;
+        const json* u = nullptr;
+        if (auto r = j.find("response"); r != j.end() && r->is_object())
+            if (auto b = r->find("body"); b != r->end() && b->is_object())
+                if (auto it = b->find("usage"); it != b->end() && it->is_object()) u = &*it;
+        if (u) {
+            earlier.input_tokens += u->value("prompt_tokens", int64_t(0));
+            earlier.output_tokens += u->value("completion_tokens", int64_t(0));
+        }
     }
 }
 
@@ -229,12 +243,15 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
                    {"completion_window", "24h"},
                    {"created_at", created_at},
                    {"errors", nullptr}};
+    Earlier done_before, failed_before;  // of earlier runs, when resuming: the status counts the whole job
     auto write_status = [&](const std::string& state) {
         status["status"] = state;
-        status["request_counts"] = {{"total", sum.total}, {"completed", sum.completed}, {"failed", sum.failed}};
-        status["usage"] = {{"input_tokens", sum.input_tokens},
-                           {"output_tokens", sum.output_tokens},
-                           {"total_tokens", sum.input_tokens + sum.output_tokens}};
+        const int64_t in = sum.input_tokens + done_before.input_tokens + failed_before.input_tokens;
+        const int64_t out = sum.output_tokens + done_before.output_tokens + failed_before.output_tokens;
+        status["request_counts"] = {{"total", sum.total},
+                                    {"completed", sum.completed + done_before.lines},
+                                    {"failed", sum.failed + failed_before.lines}};
+        status["usage"] = {{"input_tokens", in}, {"output_tokens", out}, {"total_tokens", in + out}};
         if (!status.contains(state + "_at")) status[state + "_at"] = int64_t(std::time(nullptr));
         if (!errors_data.empty()) status["errors"] = {{"object", "list"}, {"data", errors_data}};
         const std::string tmp = status_path + ".tmp";
@@ -263,8 +280,8 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
                          o.input_path.c_str(), o.output_path.c_str());
     }
     if (o.resume) {
-        read_done_ids(o.output_path, done);
-        read_done_ids(error_path, done);
+        read_done_ids(o.output_path, done, done_before);
+        read_done_ids(error_path, done, failed_before);
     } else {
         for (const auto& p : {o.output_path, error_path}) fs::remove(p, ec);
     }

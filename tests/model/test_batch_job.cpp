@@ -238,6 +238,11 @@ TEST(BatchJob, ResumeSkipsDoneLinesAndDropsACutOffLine) {
     const auto lines = read_lines(d / "out.jsonl");  // parses: the cut-off line is gone
     EXPECT_EQ(lines.size(), 6u);
     EXPECT_EQ(bodies(d / "out.jsonl"), want);
+    // the status counts the whole job, the earlier run's lines and usage included
+    const json st = json::parse(read(d / "out.status.json")), st_ref = json::parse(read(ref / "out.status.json"));
+    EXPECT_EQ(st["request_counts"]["completed"], 6);
+    EXPECT_EQ(st["request_counts"]["total"], 6);
+    EXPECT_EQ(st["usage"], st_ref["usage"]);
 
     // --restart semantics: resume off runs everything again
     api::BatchOptions o;
@@ -263,6 +268,7 @@ TEST(BatchJob, CancelStopsAndLeavesTheRestForAResume) {
     EXPECT_EQ(s2.status, "completed");
     EXPECT_EQ(s2.completed + s2.skipped, 6);
     EXPECT_EQ(read_lines(d / "out.jsonl").size(), 6u);
+    EXPECT_EQ(json::parse(read(d / "out.status.json"))["request_counts"]["completed"], 6);
 }
 
 TEST(BatchJob, WholeJobErrors) {
