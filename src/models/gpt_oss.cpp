@@ -152,8 +152,7 @@ public:
         }
         fill_info();
         // The expert biases are named like experts (counted as routed) but stay resident: plan them as spine.
-        const uint64_t state = uint64_t(c.num_hidden_layers) * uint64_t(2 * kv_width()) * 4 *
-                               uint64_t(opt.max_context_tokens);
+        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences);
         SpineLayers spine;
         for (Layer& L : layers_) spine.push_back({&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj});
         experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes + resident_bias_bytes, state,
@@ -270,17 +269,12 @@ private:
             std::vector<int64_t> pos(static_cast<size_t>(m));
             for (int64_t j = 0; j < m; ++j) {
                 const int64_t r = rows[size_t(j)], p = positions[r];
-                const size_t need = size_t(p + 1) * size_t(kvw);
-                if (cache.k.size() < need) {
-                    cache.k.resize(need);
-                    cache.v.resize(need);
-                }
-                std::copy_n(k.data() + r * kvw, kvw, cache.k.data() + p * kvw);
-                std::copy_n(v.data() + r * kvw, kvw, cache.v.data() + p * kvw);
+                std::copy_n(k.data() + r * kvw, kvw, cache.k.write_row(p));
+                std::copy_n(v.data() + r * kvw, kvw, cache.v.write_row(p));
                 std::copy_n(q.data() + r * H * hd, H * hd, qs.data() + j * H * hd);
                 pos[size_t(j)] = p;
             }
-            ops::attention(ap, qs.data(), m, pos.data(), cache.k.data(), kvw, cache.v.data(), kvw, os.data(), pool_);
+            ops::attention(ap, qs.data(), m, pos.data(), cache.k.view(), cache.v.view(), os.data(), pool_);
             for (int64_t j = 0; j < m; ++j)
                 std::copy_n(os.data() + j * H * hd, H * hd, o.data() + rows[size_t(j)] * H * hd);
         }

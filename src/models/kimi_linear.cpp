@@ -85,10 +85,7 @@ public:
         // state reserve: the fixed KDA state of each of max_sequences sequences plus the MLA latent cache for
         // max_context_tokens tokens in all
         SLUICE_CHECK(opt.max_sequences >= 1, "LoadOptions::max_sequences must be >= 1, got ", opt.max_sequences);
-        int64_t n_mla = 0;
-        for (bool m : cfg_.is_mla) n_mla += m ? 1 : 0;
-        const uint64_t state = layout_->recurrent_bytes() * uint64_t(opt.max_sequences) +
-                               uint64_t(n_mla) * uint64_t(mla_.cache_width()) * 4 * uint64_t(opt.max_context_tokens);
+        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());

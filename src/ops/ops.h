@@ -48,13 +48,29 @@ void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float
 // out[i] = silu(gate[i]) * up[i] for i < n.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 
+// The rows of a per-token cache: row t at pages[t >> page_shift] + (t & (2^page_shift - 1)) * stride. A contiguous
+// buffer is one page (state/caches.h keeps caches in pages of PagedRows::k_page_rows rows).
+struct RowView {
+    const float* const* pages = nullptr;  // null: contiguous from `first`
+    const float* first = nullptr;
+    int64_t page_shift = 0, stride = 0;
+    const float* row(int64_t t) const {
+        return pages ? pages[t >> page_shift] + (t & ((int64_t(1) << page_shift) - 1)) * stride : first + t * stride;
+    }
+    static RowView contiguous(const float* p, int64_t stride) { return {nullptr, p, 0, stride}; }
+};
+
 // Causal attention of query rows over one sequence's keys/values.
 //   q:   [n_rows, n_heads, head_dim_k]
-//   k:   key t, kv head g at k + t*k_stride + g*head_dim_k ; v likewise with v_stride and head_dim_v
+//   k:   key t, kv head g at k.row(t) + g*head_dim_k ; v likewise with head_dim_v
 //   pos: [n_rows] position of each query row; row r sees keys t <= pos[r] (and t > pos[r]-window)
 //   out: [n_rows, n_heads, head_dim_v]
-void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, const float* k,
-               int64_t k_stride, const float* v, int64_t v_stride, float* out, ThreadPool& pool);
+void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, RowView k, RowView v,
+               float* out, ThreadPool& pool);
+inline void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, const float* k,
+                      int64_t k_stride, const float* v, int64_t v_stride, float* out, ThreadPool& pool) {
+    attention(p, q, n_rows, pos, RowView::contiguous(k, k_stride), RowView::contiguous(v, v_stride), out, pool);
+}
 
 }  // namespace ops
 

@@ -7,6 +7,31 @@
 
 namespace sluice {
 
+float* PagedRows::write_row(int64_t t) {
+    SLUICE_ASSERT(t >= 0 && t <= rows_ && width_ > 0, "PagedRows: write of row ", t, " with ", rows_, " rows");
+    const size_t p = size_t(t / k_page_rows);
+    const size_t page_floats = size_t(k_page_rows * width_);
+    if (p == pages_.size()) {
+        pages_.emplace_back(new float[page_floats]);
+        ptrs_.push_back(pages_.back().get());
+    } else if (pages_[p].use_count() > 1) {
+        // shared with a fork or a cached prefix: this sequence gets its own copy before it writes
+        std::shared_ptr<float[]> own(new float[page_floats]);
+        std::copy_n(pages_[p].get(), page_floats, own.get());
+        pages_[p] = std::move(own);
+        ptrs_[p] = pages_[p].get();
+    }
+    rows_ = std::max(rows_, t + 1);
+    return pages_[p].get() + (t % k_page_rows) * width_;
+}
+
+void PagedRows::truncate(int64_t n) {
+    rows_ = std::min(rows_, std::max<int64_t>(n, 0));
+    const size_t keep = size_t((rows_ + k_page_rows - 1) / k_page_rows);
+    pages_.resize(keep);
+    ptrs_.resize(keep);
+}
+
 void KdaState::reset(int64_t heads, int64_t dim, int64_t kernel) {
     n_heads = heads;
     head_dim = dim;

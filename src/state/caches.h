@@ -4,18 +4,44 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "ops/ops.h"
 
 namespace sluice {
 
+// A per-token cache of one layer: rows of `width` floats in pages of k_page_rows rows. Copies share pages; a write
+// into a shared page copies that page first (copy-on-write), so fork() and the prefix cache cost no copies of the
+// rows they have in common, and memory grows a page at a time (no vector doubling past the plan).
+class PagedRows {
+public:
+    static constexpr int64_t k_page_shift = 6;
+    static constexpr int64_t k_page_rows = int64_t(1) << k_page_shift;
+    void init(int64_t width) { width_ = width; }
+    int64_t width() const { return width_; }
+    int64_t rows() const { return rows_; }
+    // Row t (t <= rows()) to write; rows() becomes at least t + 1.
+    float* write_row(int64_t t);
+    const float* row(int64_t t) const { return pages_[size_t(t / k_page_rows)].get() + (t % k_page_rows) * width_; }
+    void truncate(int64_t n);  // keeps rows < n
+    ops::RowView view() const { return {ptrs_.data(), nullptr, k_page_shift, width_}; }
+    uint64_t size_bytes() const { return pages_.size() * uint64_t(k_page_rows * width_) * sizeof(float); }
+
+private:
+    int64_t width_ = 0, rows_ = 0;
+    std::vector<std::shared_ptr<float[]>> pages_;
+    std::vector<const float*> ptrs_;  // pages_[i].get(), for views
+};
+
 // MLA: per token the normalised latent c_kv followed by the rope key: [n_tokens, cache_width] f32.
 struct MlaCache {
-    std::vector<float> data;
+    PagedRows data;
 };
 
 // GQA: k and v as [n_tokens, n_kv_heads, head_dim] f32 (k after norm and RoPE).
 struct KvCache {
-    std::vector<float> k, v;
+    PagedRows k, v;
 };
 
 // KDA: the last conv_kernel-1 raw inputs of the q, k and v convolutions and the delta-rule state of every head.

@@ -31,6 +31,11 @@ uint64_t StateLayout::recurrent_bytes() const {
     return b * sizeof(float);
 }
 
+uint64_t StateLayout::reserve_bytes(int64_t max_context_tokens, int64_t max_sequences) const {
+    const uint64_t rows = uint64_t(max_context_tokens) + uint64_t(max_sequences) * uint64_t(PagedRows::k_page_rows);
+    return bytes_per_token() * rows + recurrent_bytes() * uint64_t(max_sequences);
+}
+
 SequenceState::SequenceState(std::shared_ptr<const StateLayout> layout) : layout_(std::move(layout)) {
     SLUICE_ASSERT(layout_, "SequenceState without a layout");
     const size_t L = layout_->layers.size();
@@ -40,6 +45,11 @@ SequenceState::SequenceState(std::shared_ptr<const StateLayout> layout) : layout
     for (size_t l = 0; l < L; ++l) {
         const auto& d = layout_->layers[l];
         if (d.kind == StateLayout::Kind::kda) kda_[l].reset(d.kda_heads, d.kda_head_dim, d.conv_kernel);
+        if (d.kind == StateLayout::Kind::latent) latent_[l].data.init(d.width);
+        if (d.kind == StateLayout::Kind::kv) {
+            kv_[l].k.init(d.width);
+            kv_[l].v.init(d.width);
+        }
     }
 }
 
@@ -95,14 +105,13 @@ void SequenceState::truncate(int64_t n) {
                  " or later, or to 0");
     for (size_t l = 0; l < layout_->layers.size(); ++l) {
         const auto& d = layout_->layers[l];
-        const size_t keep = size_t(n) * size_t(d.width);
         switch (d.kind) {
             case StateLayout::Kind::latent:
-                latent_[l].data.resize(keep);
+                latent_[l].data.truncate(n);
                 break;
             case StateLayout::Kind::kv:
-                kv_[l].k.resize(keep);
-                kv_[l].v.resize(keep);
+                kv_[l].k.truncate(n);
+                kv_[l].v.truncate(n);
                 break;
             case StateLayout::Kind::kda:
                 if (n == 0)
@@ -124,8 +133,8 @@ std::unique_ptr<SequenceState> SequenceState::fork() const {
 
 uint64_t SequenceState::size_bytes() const {
     uint64_t b = tokens_.capacity() * sizeof(int32_t);
-    for (const auto& c : latent_) b += c.data.capacity() * sizeof(float);
-    for (const auto& c : kv_) b += (c.k.capacity() + c.v.capacity()) * sizeof(float);
+    for (const auto& c : latent_) b += c.data.size_bytes();
+    for (const auto& c : kv_) b += c.k.size_bytes() + c.v.size_bytes();
     for (const auto& k : kda_) b += k.size_bytes();
     return b;
 }

@@ -40,6 +40,9 @@ struct StateLayout {
     bool has_recurrent() const;
     uint64_t bytes_per_token() const;   // per-token caches of all layers
     uint64_t recurrent_bytes() const;   // fixed state of all layers, without a snapshot
+    // What the memory plan reserves for max_sequences sequences holding max_context_tokens tokens in all: the
+    // per-token caches (each sequence's last page partly empty) and each sequence's fixed state.
+    uint64_t reserve_bytes(int64_t max_context_tokens, int64_t max_sequences) const;
     bool operator==(const StateLayout&) const = default;
 };
 bool operator==(const StateLayout::Layer& a, const StateLayout::Layer& b);

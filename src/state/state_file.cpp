@@ -28,6 +28,10 @@ void put(std::string& out, const T& v) {
 void put_floats(std::string& out, const std::vector<float>& v) {
     out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
+void put_rows(std::string& out, const PagedRows& r) {
+    for (int64_t t = 0; t < r.rows(); ++t)
+        out.append(reinterpret_cast<const char*>(r.row(t)), size_t(r.width()) * sizeof(float));
+}
 
 json layout_json(const StateLayout& l) {
     json layers = json::array();
@@ -60,6 +64,14 @@ struct Cursor {
         std::memcpy(v.data(), bytes.data() + at, size_t(count) * sizeof(float));
         at += size_t(count) * sizeof(float);
     }
+    void rows(PagedRows& r, int64_t n, const char* what) {
+        SLUICE_CHECK(uint64_t(n) * uint64_t(r.width()) <= (end - at) / sizeof(float), path, ": state file truncated: ",
+                     what, " needs ", n, " rows at offset ", at);
+        for (int64_t t = 0; t < n; ++t) {
+            std::memcpy(r.write_row(t), bytes.data() + at, size_t(r.width()) * sizeof(float));
+            at += size_t(r.width()) * sizeof(float);
+        }
+    }
 };
 
 }  // namespace
@@ -82,11 +94,11 @@ void save_state(const SequenceState& s, const StateFileModel& model, const std::
     for (size_t l = 0; l < L.layers.size(); ++l) {
         switch (L.layers[l].kind) {
             case StateLayout::Kind::latent:
-                put_floats(out, s.latent(int64_t(l)).data);
+                put_rows(out, s.latent(int64_t(l)).data);
                 break;
             case StateLayout::Kind::kv:
-                put_floats(out, s.kv(int64_t(l)).k);
-                put_floats(out, s.kv(int64_t(l)).v);
+                put_rows(out, s.kv(int64_t(l)).k);
+                put_rows(out, s.kv(int64_t(l)).v);
                 break;
             case StateLayout::Kind::kda: {
                 const KdaState& k = s.kda(int64_t(l));
@@ -176,14 +188,13 @@ void load_state(const std::string& path, const StateFileModel& model, SequenceSt
     c.at += size_t(n) * 4;
     for (size_t l = 0; l < L.layers.size(); ++l) {
         const auto& d = L.layers[l];
-        const uint64_t per_token = uint64_t(n) * uint64_t(d.width);
         switch (d.kind) {
             case StateLayout::Kind::latent:
-                c.floats(s->latent(int64_t(l)).data, per_token, "a latent cache");
+                c.rows(s->latent(int64_t(l)).data, n, "a latent cache");
                 break;
             case StateLayout::Kind::kv:
-                c.floats(s->kv(int64_t(l)).k, per_token, "a key cache");
-                c.floats(s->kv(int64_t(l)).v, per_token, "a value cache");
+                c.rows(s->kv(int64_t(l)).k, n, "a key cache");
+                c.rows(s->kv(int64_t(l)).v, n, "a value cache");
                 break;
             case StateLayout::Kind::kda: {
                 KdaState& k = s->kda(int64_t(l));

@@ -145,6 +145,31 @@ TEST_P(StateTest, SaveLoadRoundTrip) {
     }
 }
 
+// Pages: copies share them until one side writes (copy-on-write); truncate drops whole pages past the end.
+TEST(PagedRows, CopyOnWriteAndTruncate) {
+    const int64_t W = 3, P = PagedRows::k_page_rows;
+    PagedRows a;
+    a.init(W);
+    for (int64_t t = 0; t < P + 5; ++t)
+        for (int64_t j = 0; j < W; ++j) a.write_row(t)[j] = float(t * 10 + j);
+    EXPECT_EQ(a.rows(), P + 5);
+    EXPECT_EQ(a.size_bytes(), uint64_t(2 * P * W) * sizeof(float));
+    PagedRows b = a;  // shares both pages
+    EXPECT_EQ(b.row(P + 1), a.row(P + 1));
+    b.truncate(P + 2);
+    b.write_row(P + 2)[0] = -1.0f;  // b's second page is copied first
+    EXPECT_NE(b.row(P + 1), a.row(P + 1));
+    EXPECT_EQ(a.row(P + 2)[0], float((P + 2) * 10));
+    EXPECT_EQ(b.row(P + 2)[0], -1.0f);
+    EXPECT_EQ(b.row(3), a.row(3)) << "the untouched first page stays shared";
+    EXPECT_EQ(b.view().row(P + 1)[1], float((P + 1) * 10 + 1));
+    a.truncate(P);
+    EXPECT_EQ(a.rows(), P);
+    EXPECT_EQ(a.size_bytes(), uint64_t(P * W) * sizeof(float));
+    a.truncate(0);
+    EXPECT_EQ(a.size_bytes(), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, StateTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
 
 // Bad state files: each refused with the file named, the target left empty.

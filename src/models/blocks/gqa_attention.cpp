@@ -42,13 +42,8 @@ void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, cons
     }
     for (const auto& s : seqs) {
         for (int64_t r : s.rows) {
-            const size_t need = size_t(positions[r] + 1) * size_t(kw);
-            if (s.cache->k.size() < need) {
-                s.cache->k.resize(need);
-                s.cache->v.resize(need);
-            }
-            std::copy_n(k.data() + r * kw, kw, s.cache->k.data() + positions[r] * kw);
-            std::copy_n(v.data() + r * kw, kw, s.cache->v.data() + positions[r] * kw);
+            std::copy_n(k.data() + r * kw, kw, s.cache->k.write_row(positions[r]));
+            std::copy_n(v.data() + r * kw, kw, s.cache->v.write_row(positions[r]));
         }
     }
 
@@ -73,7 +68,7 @@ void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, cons
             std::copy_n(q.data() + s.rows[size_t(j)] * qw, qw, qs.data() + j * qw);
             pos[size_t(j)] = positions[s.rows[size_t(j)]];
         }
-        ops::attention(ap, qs.data(), m, pos.data(), s.cache->k.data(), kw, s.cache->v.data(), kw, os.data(), pool);
+        ops::attention(ap, qs.data(), m, pos.data(), s.cache->k.view(), s.cache->v.view(), os.data(), pool);
         for (int64_t j = 0; j < m; ++j) std::copy_n(os.data() + j * qw, qw, o.data() + s.rows[size_t(j)] * qw);
     }
     ops::matmul(w.o_proj, o.data(), n, out, pool);

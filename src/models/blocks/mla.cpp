@@ -43,11 +43,7 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     }
     // append to caches
     for (const auto& s : seqs) {
-        for (int64_t r : s.rows) {
-            const size_t need = size_t(positions[r] + 1) * size_t(cw);
-            if (s.cache->data.size() < need) s.cache->data.resize(need);
-            std::copy_n(kva.data() + r * cw, cw, s.cache->data.data() + positions[r] * cw);
-        }
+        for (int64_t r : s.rows) std::copy_n(kva.data() + r * cw, cw, s.cache->data.write_row(positions[r]));
     }
 
     // absorb: q_cat[n, H, cw] = [W_UK^h^T q_nope^h ; q_pe^h]
@@ -89,8 +85,8 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
             std::copy_n(q_cat.data() + s.rows[size_t(j)] * H * cw, H * cw, qs.data() + j * H * cw);
             pos[size_t(j)] = positions[s.rows[size_t(j)]];
         }
-        const float* cache = s.cache->data.data();
-        ops::attention(ap, qs.data(), m, pos.data(), cache, cw, cache, cw, ls.data(), pool);
+        const ops::RowView cache = s.cache->data.view();
+        ops::attention(ap, qs.data(), m, pos.data(), cache, cache, ls.data(), pool);
         for (int64_t j = 0; j < m; ++j)
             std::copy_n(ls.data() + j * H * r_kv, H * r_kv, lat.data() + s.rows[size_t(j)] * H * r_kv);
     }

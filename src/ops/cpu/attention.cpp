@@ -8,8 +8,8 @@
 
 namespace sluice::ops {
 
-void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, const float* k,
-               int64_t k_stride, const float* v, int64_t v_stride, float* out, ThreadPool& pool) {
+void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, RowView k, RowView v,
+               float* out, ThreadPool& pool) {
     const int64_t group = p.n_heads / p.n_kv_heads;
     pool.parallel_for(n_rows * p.n_heads, [&](int64_t b, int64_t e) {
         std::vector<float> s;
@@ -22,7 +22,7 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
             s.resize(size_t(hi - lo));
             float mx = p.sinks ? p.sinks[h] : -INFINITY;
             for (int64_t t = lo; t < hi; ++t) {
-                float d = cpu::dot_f32(qh, k + t * k_stride + g * p.head_dim_k, p.head_dim_k) * p.scale;
+                float d = cpu::dot_f32(qh, k.row(t) + g * p.head_dim_k, p.head_dim_k) * p.scale;
                 s[size_t(t - lo)] = d;
                 mx = std::max(mx, d);
             }
@@ -31,7 +31,7 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
             std::fill(acc.begin(), acc.end(), 0.0f);
             for (int64_t t = lo; t < hi; ++t) {
                 const float pt = s[size_t(t - lo)];
-                const float* vt = v + t * v_stride + g * p.head_dim_v;
+                const float* vt = v.row(t) + g * p.head_dim_v;
                 for (int64_t j = 0; j < p.head_dim_v; ++j) acc[size_t(j)] += pt * vt[j];
             }
             float* oh = out + task * p.head_dim_v;
