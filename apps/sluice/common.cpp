@@ -99,6 +99,13 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
                     "merged into it at exit");
 }
 
+void add_trace_arg(CLI::App* sub, ModelArgs& a) {
+    sub->add_option("--trace-experts", a.trace_experts,
+                    "write each MoE layer's routed experts per row, cache hits and look-ahead reads to FILE "
+                    "(binary; docs/routing.md; tools/routing/analyze_trace.py reads it); needs streamed experts "
+                    "(--memory SIZE or --stream)");
+}
+
 LoadOptions ModelArgs::to_options() const {
     LoadOptions o;
     o.n_threads = threads;
@@ -125,6 +132,7 @@ LoadOptions ModelArgs::to_options() const {
     SLUICE_CHECK(!verify_reads || !o.streaming.experts_dirs.empty(), "--verify-reads needs --experts-dir");
     o.streaming.verify_reads = verify_reads;
     o.streaming.usage_stats_path = usage_stats;
+    o.streaming.trace_path = trace_experts;
     return o;
 }
 
