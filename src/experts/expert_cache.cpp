@@ -1,5 +1,7 @@
 #include "experts/expert_cache.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -65,14 +67,87 @@ private:
     uint64_t clock_ = 0;
 };
 
+class NextUsePolicy : public CachePolicy {
+public:
+    explicit NextUsePolicy(size_t n) : key_(n), last_(n, 0) {}
+    std::string name() const override { return "next-use"; }
+    void on_insert(size_t s, ExpertKey k) override {
+        key_[s] = k;
+        touch(s);
+    }
+    void on_hit(size_t s, ExpertKey) override { touch(s); }
+    void on_evict(size_t s) override { last_[s] = 0; }
+    size_t victim(const std::vector<uint8_t>& ok) override {
+        size_t best = SIZE_MAX;
+        double best_visits = -1;
+        const double n_layers = double(layers_.size());
+        const int64_t cur = position(current_layer_);
+        for (size_t s = 0; s < key_.size(); ++s) {
+            if (!ok[s]) continue;
+            const ExpertKey k = key_[s];
+            const Use& u = use_[k.packed()];
+            const double p = std::clamp(k_weight * u.average * std::pow(1.0 - k_weight, double(visits(k.layer) - u.visit)),
+                                        1e-4, 1.0);
+            int64_t d = (position(k.layer) - cur + int64_t(layers_.size())) % int64_t(layers_.size());
+            if (d == 0) d = int64_t(layers_.size());  // the layer being run: its unpinned experts wait a whole cycle
+            const double expected = double(d) + n_layers * (1.0 - p) / p;
+            if (best == SIZE_MAX || expected > best_visits || (expected == best_visits && last_[s] < last_[best])) {
+                best = s;
+                best_visits = expected;
+            }
+        }
+        return best;
+    }
+
+private:
+    static constexpr double k_weight = 0.1;
+    struct Use {
+        double average = 0;  // moving-average count of the visits that chose the expert, as of visit `visit`
+        uint64_t visit = 0;
+    };
+    void touch(size_t s) {
+        last_[s] = ++clock_;
+        const ExpertKey k = key_[s];
+        if (k.layer != current_layer_ || visit_.empty()) {  // a new visit to k's layer
+            current_layer_ = k.layer;
+            if (std::find(layers_.begin(), layers_.end(), k.layer) == layers_.end()) {
+                layers_.insert(std::upper_bound(layers_.begin(), layers_.end(), k.layer), k.layer);
+            }
+            ++visit_[k.layer];
+        }
+        const uint64_t v = visits(k.layer);
+        Use& u = use_[k.packed()];
+        if (u.visit != v || u.average == 0) {  // counted once per visit
+            u.average = u.average * std::pow(1.0 - k_weight, double(v - u.visit)) + 1.0;
+            u.visit = v;
+        }
+    }
+    uint64_t visits(int32_t layer) const {
+        auto it = visit_.find(layer);
+        return it == visit_.end() ? 0 : it->second;
+    }
+    int64_t position(int32_t layer) const {
+        return std::lower_bound(layers_.begin(), layers_.end(), layer) - layers_.begin();
+    }
+    std::vector<ExpertKey> key_;
+    std::vector<uint64_t> last_;
+    std::vector<int32_t> layers_;  // MoE layers seen, ascending
+    std::unordered_map<int32_t, uint64_t> visit_;
+    std::unordered_map<uint64_t, Use> use_;
+    int32_t current_layer_ = -1;
+    uint64_t clock_ = 0;
+};
+
 }  // namespace
 
+std::unique_ptr<CachePolicy> make_next_use_policy(size_t n) { return std::make_unique<NextUsePolicy>(n); }
 std::unique_ptr<CachePolicy> make_lru_policy(size_t n) { return std::make_unique<LruPolicy>(n); }
 std::unique_ptr<CachePolicy> make_lfu_policy(size_t n) { return std::make_unique<LfuPolicy>(n); }
 std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n) {
     if (name == "lru") return make_lru_policy(n);
     if (name == "lfu") return make_lfu_policy(n);
-    fail("unknown expert cache policy '", name, "' (lru, lfu)");
+    if (name == "next-use") return make_next_use_policy(n);
+    fail("unknown expert cache policy '", name, "' (lru, lfu, next-use)");
 }
 
 ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_layers,

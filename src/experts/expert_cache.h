@@ -34,7 +34,14 @@ std::unique_ptr<CachePolicy> make_lru_policy(size_t n_slots);
 // Least-frequently-used with periodic halving of counts (aging), ties broken by recency. Counts survive eviction
 // (keyed by expert), so an expert that keeps coming back wins its slot back.
 std::unique_ptr<CachePolicy> make_lfu_policy(size_t n_slots);
-std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n_slots);  // "lru" | "lfu"
+// Expected next use (docs/routing.md): the forward pass visits the MoE layers in a cycle, so an expert's next use is
+// at best when its layer comes round again, d layer visits away, and on average d + L (1 - p) / p visits away where
+// p is how often its layer's visits chose it (a per-visit moving average, weight 0.1 to the newest visit) and L the
+// number of MoE layers seen. Evicts the largest; ties: least recent. Unlike LRU it keeps the experts the next layers
+// need over the ones the layer just run used, which LRU evicts every token once the cache is smaller than a
+// token's working set (L * top_k experts).
+std::unique_ptr<CachePolicy> make_next_use_policy(size_t n_slots);
+std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n_slots);  // "lru" | "lfu" | "next-use"
 
 struct LayerCacheStats {
     uint64_t hits = 0, misses = 0, evictions = 0;

@@ -203,6 +203,16 @@ TEST(ExpertTraceRun, RecordsEveryLayerOfEveryPassAsTheCacheSawIt) {
         config_xxh3 = m->info().config_xxh3;
         weights_xxh3 = m->info().weights_xxh3;
     }  // the trace is closed with the model
+    {
+        // the policy only changes what is read: every policy generates the same tokens
+        for (const char* policy : {"lfu", "next-use"}) {
+            LoadOptions po = opt;
+            po.streaming.trace_path.clear();
+            po.streaming.policy = policy;
+            auto m = load_model(o.out_dir, po);
+            EXPECT_EQ(generate(*m, prompt, g).ids, want.ids) << policy;
+        }
+    }
     const ExpertTrace t = read_expert_trace(path);
     check_trace_model(t, path, config_xxh3, weights_xxh3, 32);
     EXPECT_EQ(t.header.cache_slots, 20u);

@@ -77,7 +77,7 @@ def cache_curves(traces, n_experts, out, name, plt):
     sizes = sorted({s for s in [2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, total] if s <= total})
     acc = [a for t in traces for a in accesses_of(t)]
     n_access = sum(len(a) for a in acc)
-    curves = {p: [replay(acc, s, p)[0] / n_access for s in sizes] for p in POLICIES}
+    curves = {p: [replay(acc, s, p, n_experts)[0] / n_access for s in sizes] for p in POLICIES}
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for p, style in zip(POLICIES, ["o-", "s-", "^-", "d-"]):
         ax.plot(sizes, [100 * h for h in curves[p]], style, ms=4, label=p)

@@ -5,15 +5,17 @@ hits first (each touched), then the misses inserted in order. Experts of the fet
 with no unpinned slot left is read into staging and not cached, as in the engine. Read-aheads are not replayed: a
 replay is the policy alone, the engine's run (look-ahead on) is shown beside it.
 
-Policies: lru and lfu mirror src/experts/expert_cache.cpp (LFU: counts per expert that survive eviction, halved
-every 16 * slots + 1024 touches, ties broken by recency); belady is the offline optimum (evict the resident, or skip
-caching the newcomer, whose next use is farthest away).
+Policies: lru, lfu and next-use mirror src/experts/expert_cache.cpp (LFU: counts per expert that survive eviction,
+halved every 16 * slots + 1024 touches, ties broken by recency; next-use: evict the largest expected next use in layer
+visits, d + L (1 - p) / p); belady is the offline optimum (evict the resident, or skip caching the newcomer, whose
+next use is farthest away).
 """
 from __future__ import annotations
 
 import trace_format as tf
 
-POLICIES = ["lru", "lfu", "belady"]
+POLICIES = ["lru", "lfu", "next-use", "belady"]
+NEXT_USE_WEIGHT = 0.1
 INF = float("inf")
 
 
@@ -33,8 +35,8 @@ def _next_uses(acc: list) -> list:
     return nxt
 
 
-def replay(acc: list, n_slots: int, policy: str) -> tuple:
-    """(hits, misses) of the fetches in acc with a cache of n_slots experts."""
+def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536) -> tuple:
+    """(hits, misses) of the fetches in acc (keys layer * n_experts + expert) with a cache of n_slots experts."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy}")
     resident = {}  # key -> policy state: last touch (lru), next use (belady)
@@ -42,6 +44,15 @@ def replay(acc: list, n_slots: int, policy: str) -> tuple:
     period = 16 * n_slots + 1024
     nxt = _next_uses(acc) if policy == "belady" else None
     hits = misses = 0
+    layers, visit, use, cur = [], {}, {}, [None]  # next-use: MoE layers seen, visits per layer, (average, visit)
+    w = NEXT_USE_WEIGHT
+
+    def expected_next_use(r):
+        layer = r // n_experts
+        avg, v = use[r]
+        p = min(1.0, max(1e-4, w * avg * (1 - w) ** (visit[layer] - v)))
+        d = (layers.index(layer) - layers.index(cur[0])) % len(layers) or len(layers)
+        return d + len(layers) * (1 - p) / p
 
     def touch(k, i, j):
         nonlocal clock
@@ -50,6 +61,17 @@ def replay(acc: list, n_slots: int, policy: str) -> tuple:
             resident[k] = nxt[i][j]
             return
         resident[k] = clock
+        if policy == "next-use":
+            layer = k // n_experts
+            if layer != cur[0]:
+                cur[0] = layer
+                if layer not in layers:
+                    layers.append(layer)
+                    layers.sort()
+                visit[layer] = visit.get(layer, 0) + 1
+            avg, v = use.get(k, (0.0, 0))
+            if v != visit[layer] or avg == 0:
+                use[k] = (avg * (1 - w) ** (visit[layer] - v) + 1.0, visit[layer])
         if policy == "lfu":
             freq[k] = freq.get(k, 0) + 1
             if clock % period == 0:
@@ -79,6 +101,8 @@ def replay(acc: list, n_slots: int, policy: str) -> tuple:
                     victim = min(cands, key=lambda r: resident[r])
                 elif policy == "lfu":
                     victim = min(cands, key=lambda r: (freq.get(r, 0), resident[r]))
+                elif policy == "next-use":
+                    victim = max(cands, key=lambda r: (expected_next_use(r), -resident[r]))
                 else:
                     victim = max(cands, key=lambda r: resident[r])
                     if resident[victim] <= nxt[i][j]:
