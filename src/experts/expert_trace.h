@@ -13,7 +13,8 @@
 //           n_distinct x (u16 expert, u8 flags) with flags bit 0 = cache hit, bit 1 = read ahead by a look-ahead
 //           hint for this layer since its last fetch, n_hints x (u16 expert, u8 outcome): the look-ahead's guess
 //           for this layer (made while the previous layer ran), outcome 0 = already cached or in flight,
-//           1 = read issued, 2 = hint skipped (recent guesses mostly wrong), 3 = no free cache slot
+//           1 = read issued, 2 = hint skipped (recent guesses mostly wrong), 3 = no cache slot
+//           (every slot pinned, or the policy did not admit it; the hint's later experts are not tried)
 //   end:    u8 'E', u64 n_records, "SLTREND\0" (8 bytes): written when the run finishes; without it the file is
 //           truncated.
 // A pass begins whenever a layer is not above the previous record's layer.

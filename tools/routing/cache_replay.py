@@ -7,7 +7,7 @@ replay is the policy alone, the engine's run (look-ahead on) is shown beside it.
 
 Policies: lru, lfu and next-use mirror src/experts/expert_cache.cpp (LFU: counts per expert that survive eviction,
 halved every 16 * slots + 1024 touches, ties broken by recency; next-use: evict the largest expected next use in layer
-visits, d + L (1 - p) / p); belady is the offline optimum (evict the resident, or skip caching the newcomer, whose
+visits, d + L (1 - p) / p, and do not cache a newcomer whose own is farther than the victim's); belady is the offline optimum (evict the resident, or skip caching the newcomer, whose
 next use is farthest away).
 """
 from __future__ import annotations
@@ -62,21 +62,24 @@ def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536) -> tupl
             return
         resident[k] = clock
         if policy == "next-use":
-            layer = k // n_experts
-            if layer != cur[0]:
-                cur[0] = layer
-                if layer not in layers:
-                    layers.append(layer)
-                    layers.sort()
-                visit[layer] = visit.get(layer, 0) + 1
-            avg, v = use.get(k, (0.0, 0))
-            if v != visit[layer] or avg == 0:
-                use[k] = (avg * (1 - w) ** (visit[layer] - v) + 1.0, visit[layer])
+            note(k)
         if policy == "lfu":
             freq[k] = freq.get(k, 0) + 1
             if clock % period == 0:
                 for key in freq:
                     freq[key] //= 2
+
+    def note(k):  # next-use: count k's use in this visit of its layer (once per visit)
+        layer = k // n_experts
+        if layer != cur[0]:
+            cur[0] = layer
+            if layer not in layers:
+                layers.append(layer)
+                layers.sort()
+            visit[layer] = visit.get(layer, 0) + 1
+        avg, v = use.get(k, (0.0, 0))
+        if v != visit[layer] or avg == 0:
+            use[k] = (avg * (1 - w) ** (visit[layer] - v) + 1.0, visit[layer])
 
     for i, keys in enumerate(acc):
         pinned = set()
@@ -89,6 +92,8 @@ def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536) -> tupl
             else:
                 misses += 1
                 missed.append(j)
+                if policy == "next-use":
+                    note(k)  # the cache's on_miss
         for j in missed:
             k = keys[j]
             if n_slots == 0:
@@ -103,6 +108,8 @@ def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536) -> tupl
                     victim = min(cands, key=lambda r: (freq.get(r, 0), resident[r]))
                 elif policy == "next-use":
                     victim = max(cands, key=lambda r: (expected_next_use(r), -resident[r]))
+                    if expected_next_use(k) > expected_next_use(victim):
+                        continue  # not admitted: staging
                 else:
                     victim = max(cands, key=lambda r: resident[r])
                     if resident[victim] <= nxt[i][j]:
