@@ -69,6 +69,7 @@ void register_bench(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("bench", "Cold decode with experts streamed under --memory, next to the drive's raw rate");
     add_model_args(sub, a->m);
+    add_trace_arg(sub, a->m);  // traces the B = 1 run (the --parallel reload is not traced)
     sub->add_option("--tokens", a->tokens, "tokens to decode")->check(positive())->capture_default_str();
     sub->add_option("--prompt-tokens", a->prompt_tokens, "random prompt length (prefilled in --chunk rows)")
         ->check(positive())->capture_default_str();
@@ -217,6 +218,7 @@ void register_bench(CLI::App& app) {
         if (B > 1) {
             const int64_t vocab = info.vocab_size;
             model.reset();  // cold again: the B = 1 run must not warm the cache for this one
+            lo.streaming.trace_path.clear();  // the trace (closed just now) is the B = 1 run's
             model = load_model(a->m.model, lo);
             Engine engine(*model, {.max_batch_rows = std::max(a->chunk, B), .max_sequences = B,
                                    .max_context_tokens = lo.max_context_tokens});

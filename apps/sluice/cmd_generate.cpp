@@ -45,6 +45,7 @@ void register_generate(CLI::App& app) {
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("generate", "Generate tokens from a prompt");
     add_model_args(sub, a->m);
+    add_trace_arg(sub, a->m);
     auto* ids =
         sub->add_option("--ids", a->ids, "prompt as token ids: 5,17,3 or [5, 17, 3] (as sluice tokenize prints)");
     auto* prompt = sub->add_option("-p,--prompt", a->prompt, "prompt text (needs a tokenizer in the model folder)");

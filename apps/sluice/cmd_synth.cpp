@@ -77,6 +77,8 @@ void register_synth(CLI::App& app) {
     sub->add_option("--layers", args->opts.layers, "Number of layers (num_hidden_layers)")->required();
     sub->add_option("--experts", args->opts.experts, "Routed experts per MoE layer (top-k is clamped to it)")
         ->required();
+    sub->add_option("--top-k", args->opts.top_k,
+                    "Experts per token (kimi-k2, deepseek-v3 layouts; default: the layout's, clamped to --experts)");
     sub->add_option("--expert-dtype", args->opts.expert_dtype,
                     "Expert dtype: " + synth_dtype_names() + " (default bf16; gpt-oss: mxfp4)");
     sub->add_option("--scale-down", args->opts.scale_down, "Divide widths, heads and ranks by K")

@@ -75,7 +75,7 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
                     "memory budget for everything (e.g. 48G; default 80% of available memory; 0: no budget, weights "
                     "served from the memory map); what does not fit streams from SSD");
     sub->add_flag("--stream", a.stream, "stream routed experts from SSD even without a budget");
-    sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu")->capture_default_str();
+    sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu, next-use (docs/routing.md)")->capture_default_str();
     sub->add_option("--io", a.io_backend, "read backend: auto, uring, pread, buffered")->capture_default_str();
     sub->add_option("--qd", a.queue_depth, "reads in flight")->check(positive())->capture_default_str();
     sub->add_option("--ctx", a.ctx,
@@ -106,8 +106,9 @@ void add_engine_args(CLI::App* sub, EngineArgs& a) {
                     "auto: an eighth of --memory, at most 512M")
         ->capture_default_str();
     sub->add_option("--speculative", a.speculative,
-                    "greedy requests draft this many tokens per step by prompt lookup and verify them in the same "
-                    "pass (same output; a request turns it off with \"speculative\": false); 0: off")
+                    "requests draft this many tokens per step by prompt lookup and verify them in the same pass "
+                    "(greedy: same output; sampled: same distribution; a request turns it off with "
+                    "\"speculative\": false); 0: off")
         ->check(non_negative())
         ->capture_default_str();
 }
@@ -120,6 +121,13 @@ uint64_t EngineArgs::prefix_cache_bytes(uint64_t memory_budget_bytes) const {
     } catch (const Error& e) {
         throw Error(cat("--prefix-cache: ", e.what()));
     }
+}
+
+void add_trace_arg(CLI::App* sub, ModelArgs& a) {
+    sub->add_option("--trace-experts", a.trace_experts,
+                    "write each MoE layer's routed experts per row, cache hits and look-ahead reads to FILE "
+                    "(binary; docs/routing.md; tools/routing/analyze_trace.py reads it); needs streamed experts "
+                    "(--memory SIZE or --stream)");
 }
 
 LoadOptions ModelArgs::to_options() const {
@@ -148,6 +156,7 @@ LoadOptions ModelArgs::to_options() const {
     SLUICE_CHECK(!verify_reads || !o.streaming.experts_dirs.empty(), "--verify-reads needs --experts-dir");
     o.streaming.verify_reads = verify_reads;
     o.streaming.usage_stats_path = usage_stats;
+    o.streaming.trace_path = trace_experts;
     return o;
 }
 

@@ -31,6 +31,7 @@ struct ModelArgs {
     std::string experts_dir;    // packed expert store folder(s), comma-separated
     bool verify_reads = false;
     std::string usage_stats;    // expert usage statistics file: pins the most-used experts, updated at exit
+    std::string trace_experts;  // expert trace file (generate, bench: add_trace_arg)
 
     LoadOptions to_options() const;
 };
@@ -44,6 +45,8 @@ struct EngineArgs {
     uint64_t prefix_cache_bytes(uint64_t memory_budget_bytes) const;
 };
 void add_engine_args(CLI::App* sub, EngineArgs& a);
+// --trace-experts FILE (generate, bench): record every MoE layer's routing, cache hits and read-aheads.
+void add_trace_arg(CLI::App* sub, ModelArgs& a);
 // The residency plan and what it implies: cold bytes a token reads, bytes per token with the expert cache and with
 // batches of rows (distinct experts per layer for B rows = E(1 - (1 - k/E)^B)), and the tokens/s a drive allows.
 void print_plan(const Model& model, double drive_gbps, FILE* out);

@@ -1,5 +1,7 @@
 #include "experts/expert_cache.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 
@@ -65,14 +67,101 @@ private:
     uint64_t clock_ = 0;
 };
 
+class NextUsePolicy : public CachePolicy {
+public:
+    explicit NextUsePolicy(size_t n) : key_(n), last_(n, 0) {}
+    std::string name() const override { return "next-use"; }
+    // Use is counted from the fetches' lookups (on_hit, on_miss), which also say which layer runs; an insert is
+    // either a miss already counted or a read-ahead for a coming layer, counted when its fetch asks for it.
+    void on_insert(size_t s, ExpertKey k) override {
+        key_[s] = k;
+        last_[s] = ++clock_;
+    }
+    void on_hit(size_t s, ExpertKey) override { touch(s); }
+    void on_evict(size_t s) override { last_[s] = 0; }
+    void on_miss(ExpertKey k) override { note(k); }
+    bool admit(ExpertKey k, size_t victim) override {
+        // A read-ahead for a coming layer (a fetch's misses were noted by on_miss, which made their layer the
+        // current one): the look-ahead's hint is itself the prediction that it is needed next, so it is admitted.
+        // (With admission refused, StreamingExpertSource::prefetch would also stop trying the hint's other experts.)
+        if (k.layer != current_layer_) return true;
+        return expected_next_use(k) <= expected_next_use(key_[victim]);
+    }
+    size_t victim(const std::vector<uint8_t>& ok) override {
+        size_t best = SIZE_MAX;
+        double best_visits = -1;
+        for (size_t s = 0; s < key_.size(); ++s) {
+            if (!ok[s]) continue;
+            const double expected = expected_next_use(key_[s]);
+            if (best == SIZE_MAX || expected > best_visits || (expected == best_visits && last_[s] < last_[best])) {
+                best = s;
+                best_visits = expected;
+            }
+        }
+        return best;
+    }
+
+private:
+    static constexpr double k_weight = 0.1;
+    struct Use {
+        double average = 0;  // moving-average count of the visits that chose the expert, as of visit `visit`
+        uint64_t visit = 0;
+    };
+    // Layer visits until k is next used, expected: d + L (1 - p) / p.
+    double expected_next_use(ExpertKey k) {
+        const Use& u = use_[k.packed()];
+        const double p =
+            std::clamp(k_weight * u.average * std::pow(1.0 - k_weight, double(visits(k.layer) - u.visit)), 1e-4, 1.0);
+        const int64_t n = std::max<int64_t>(1, int64_t(layers_.size()));
+        int64_t d = ((position(k.layer) - position(current_layer_)) % n + n) % n;
+        if (d == 0) d = n;  // the layer being run: its unpinned experts wait a whole cycle
+        return double(d) + double(n) * (1.0 - p) / p;
+    }
+    void touch(size_t s) {
+        last_[s] = ++clock_;
+        note(key_[s]);
+    }
+    void note(ExpertKey k) {
+        if (k.layer != current_layer_ || visit_.empty()) {  // a new visit to k's layer
+            current_layer_ = k.layer;
+            if (std::find(layers_.begin(), layers_.end(), k.layer) == layers_.end()) {
+                layers_.insert(std::upper_bound(layers_.begin(), layers_.end(), k.layer), k.layer);
+            }
+            ++visit_[k.layer];
+        }
+        const uint64_t v = visits(k.layer);
+        Use& u = use_[k.packed()];
+        if (u.visit != v || u.average == 0) {  // counted once per visit
+            u.average = u.average * std::pow(1.0 - k_weight, double(v - u.visit)) + 1.0;
+            u.visit = v;
+        }
+    }
+    uint64_t visits(int32_t layer) const {
+        auto it = visit_.find(layer);
+        return it == visit_.end() ? 0 : it->second;
+    }
+    int64_t position(int32_t layer) const {
+        return std::lower_bound(layers_.begin(), layers_.end(), layer) - layers_.begin();
+    }
+    std::vector<ExpertKey> key_;
+    std::vector<uint64_t> last_;
+    std::vector<int32_t> layers_;  // MoE layers seen, ascending
+    std::unordered_map<int32_t, uint64_t> visit_;
+    std::unordered_map<uint64_t, Use> use_;
+    int32_t current_layer_ = -1;
+    uint64_t clock_ = 0;
+};
+
 }  // namespace
 
+std::unique_ptr<CachePolicy> make_next_use_policy(size_t n) { return std::make_unique<NextUsePolicy>(n); }
 std::unique_ptr<CachePolicy> make_lru_policy(size_t n) { return std::make_unique<LruPolicy>(n); }
 std::unique_ptr<CachePolicy> make_lfu_policy(size_t n) { return std::make_unique<LfuPolicy>(n); }
 std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n) {
     if (name == "lru") return make_lru_policy(n);
     if (name == "lfu") return make_lfu_policy(n);
-    fail("unknown expert cache policy '", name, "' (lru, lfu)");
+    if (name == "next-use") return make_next_use_policy(n);
+    fail("unknown expert cache policy '", name, "' (lru, lfu, next-use)");
 }
 
 ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_layers,
@@ -102,6 +191,7 @@ uint8_t* ExpertCache::acquire(ExpertKey key) {
     auto it = where_.find(key.packed());
     if (it == where_.end()) {
         ++st.misses;
+        policy_->on_miss(key);
         return nullptr;
     }
     ++st.hits;
@@ -127,6 +217,7 @@ uint8_t* ExpertCache::insert(ExpertKey key) {
         if (!any) return nullptr;
         slot = policy_->victim(evictable);
         SLUICE_ASSERT(slot < n_slots_ && evictable[slot], "policy chose a pinned slot");
+        if (!policy_->admit(key, slot)) return nullptr;
         ++stats_.at(size_t(key_of_[slot].layer)).evictions;
         where_.erase(key_of_[slot].packed());
         policy_->on_evict(slot);

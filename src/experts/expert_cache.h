@@ -26,6 +26,10 @@ public:
     virtual void on_insert(size_t slot, ExpertKey key) = 0;
     virtual void on_hit(size_t slot, ExpertKey key) = 0;
     virtual void on_evict(size_t slot) = 0;
+    virtual void on_miss(ExpertKey key) {}  // key was asked for and is not cached (it may be inserted next)
+    // Whether key, arriving when the cache is full, may take `victim`'s slot; if not, insert() returns nullptr and
+    // the caller reads key into staging (used once, not cached).
+    virtual bool admit(ExpertKey key, size_t victim) { return true; }
     // The slot to evict among those with evictable[slot] == true (at least one is).
     virtual size_t victim(const std::vector<uint8_t>& evictable) = 0;
 };
@@ -34,7 +38,15 @@ std::unique_ptr<CachePolicy> make_lru_policy(size_t n_slots);
 // Least-frequently-used with periodic halving of counts (aging), ties broken by recency. Counts survive eviction
 // (keyed by expert), so an expert that keeps coming back wins its slot back.
 std::unique_ptr<CachePolicy> make_lfu_policy(size_t n_slots);
-std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n_slots);  // "lru" | "lfu"
+// Expected next use (docs/routing.md): the forward pass visits the MoE layers in a cycle, so an expert's next use is
+// at best when its layer comes round again, d layer visits away, and on average d + L (1 - p) / p visits away where
+// p is how often its layer's visits chose it (a per-visit moving average, weight 0.1 to the newest visit) and L the
+// number of MoE layers seen. Evicts the largest; ties: least recent. Unlike LRU it keeps the experts the next layers
+// need over the ones the layer just run used, which LRU evicts every token once the cache is smaller than a
+// token's working set (L * top_k experts). Admission: a newcomer whose own expected next use is farther than the
+// victim's is not cached (Belady's optimum declines such experts too); its use is still counted.
+std::unique_ptr<CachePolicy> make_next_use_policy(size_t n_slots);
+std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n_slots);  // "lru" | "lfu" | "next-use"
 
 struct LayerCacheStats {
     uint64_t hits = 0, misses = 0, evictions = 0;
@@ -55,7 +67,8 @@ public:
 
     // The slot holding key (counted as a hit and pinned), or nullptr (counted as a miss).
     uint8_t* acquire(ExpertKey key);
-    // A slot for key's bytes, evicting an unpinned victim; pinned. nullptr if every slot is pinned (or none exist).
+    // A slot for key's bytes, evicting an unpinned victim; pinned. nullptr if every slot is pinned (or none exist),
+    // or when the policy does not admit key over the victim.
     // The caller fills it and must call unpin() when done; if the fill fails, call drop(key).
     uint8_t* insert(ExpertKey key);
     void unpin(ExpertKey key);

@@ -31,9 +31,11 @@ public:
     // A hint that these experts of `layer` are likely needed soon: a streaming source starts reading them now.
     // Never changes results; a wrong guess only costs bandwidth.
     virtual void prefetch(int64_t layer, std::span<const int32_t> experts) {}
-    // How many token rows were routed to each of experts[i] (called before the fetch that serves them); a
-    // streaming source keeps these as usage statistics. Never changes results.
-    virtual void note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows) {}
+    // How many token rows were routed to each of experts[i] (called before the fetch that serves them), and the
+    // experts each row chose (row_choices [rows, top_k]); a streaming source keeps these as usage statistics and,
+    // when tracing (--trace-experts), records them with that fetch. Never changes results.
+    virtual void note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows,
+                          std::span<const int32_t> row_choices = {}, int64_t top_k = 0) {}
 };
 
 // Every expert's weights are already addressable (memory-mapped checkpoint).

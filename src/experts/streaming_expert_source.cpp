@@ -55,6 +55,39 @@ StreamingExpertSource::StreamingExpertSource(ExpertLayout layout, const Streamin
     log_debug("expert streaming from ", layout_.origin, ": backend ", io::backend_name(reader_->backend()), ", slot ",
               slot_bytes_, " bytes, ", cache_->n_slots(), " cache slots, ", staging_.size(), " staging slots");
     load_usage();
+    if (!options.trace_path.empty()) {
+        TraceHeader h;
+        h.n_layers = uint32_t(n_layers);
+        for (const auto& bank : layout_.where) h.n_experts = std::max(h.n_experts, uint32_t(bank.size()));
+        h.cache_slots = uint32_t(cache_->n_slots());
+        h.config_xxh3 = options.fingerprint.config_hash;
+        h.weights_xxh3 = options.fingerprint.weights_hash;
+        h.prefetch = options.prefetch;
+        h.architecture = options.fingerprint.architecture;
+        h.policy = cache_->policy_name();
+        trace_ = std::make_unique<ExpertTraceWriter>(options.trace_path, h);
+    }
+}
+
+void StreamingExpertSource::trace_fetch(int64_t layer, std::span<const int32_t> experts,
+                                        const std::vector<uint8_t>& hit, const std::vector<int32_t>& read_ahead) {
+    std::vector<std::pair<uint16_t, uint8_t>> distinct;
+    distinct.reserve(experts.size());
+    for (size_t i = 0; i < experts.size(); ++i) {
+        const bool ahead = std::find(read_ahead.begin(), read_ahead.end(), experts[i]) != read_ahead.end();
+        distinct.emplace_back(uint16_t(experts[i]), uint8_t((hit[i] ? k_trace_hit : 0) | (ahead ? k_trace_read_ahead : 0)));
+    }
+    std::vector<std::pair<uint16_t, uint8_t>> hints;
+    if (auto h = trace_hints_.find(layer); h != trace_hints_.end()) {
+        hints = std::move(h->second);
+        trace_hints_.erase(h);
+    }
+    // the routing this fetch serves was noted just before it (moe_forward_with); a fetch without one is not traced
+    if (trace_layer_ == layer) {
+        trace_->write(uint16_t(layer), uint8_t(trace_top_k_), uint32_t(trace_choices_.size() / size_t(trace_top_k_)),
+                      trace_choices_, distinct, hints);
+    }
+    trace_layer_ = -1;
 }
 
 StreamingExpertSource::~StreamingExpertSource() {
@@ -78,17 +111,32 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
     if (!options_.prefetch) return;
     reap_prefetches();
     ++hint_calls_;
+    std::vector<std::pair<uint16_t, uint8_t>>* hints = trace_ ? &trace_hints_[layer] : nullptr;
+    if (hints) hints->clear();
+    auto note = [&](size_t from, uint8_t outcome) {
+        if (hints)
+            for (size_t i = from; i < experts.size(); ++i) hints->emplace_back(uint16_t(experts[i]), outcome);
+    };
     const double seen = guess_used_ + guess_wasted_;
     if (seen > 16 && guess_used_ < 0.4 * seen && hint_calls_ % 16 != 0) {
         ++stats_.prefetch_skipped;
+        note(0, k_hint_skipped);
         return;
     }
     const auto& bank = layout_.where.at(size_t(layer));
-    for (int32_t e : experts) {
+    for (size_t i = 0; i < experts.size(); ++i) {
+        const int32_t e = experts[i];
         const ExpertKey key{int32_t(layer), e};
-        if (cache_->contains(key) || prefetching_.count(key.packed())) continue;
+        if (cache_->contains(key) || prefetching_.count(key.packed())) {
+            if (hints) hints->emplace_back(uint16_t(e), k_hint_resident);
+            continue;
+        }
         uint8_t* slot = cache_->insert(key);  // pinned until finished
-        if (!slot) return;                     // every slot is pinned: nothing to read ahead into
+        if (!slot) {                           // every slot is pinned: nothing to read ahead into
+            note(i, k_hint_no_slot);
+            return;
+        }
+        if (hints) hints->emplace_back(uint16_t(e), k_hint_read);
         auto p = std::make_shared<Prefetch>();
         p->key = key;
         p->slot = slot;
@@ -210,7 +258,9 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
         const uint64_t k = ExpertKey{int32_t(layer), experts[i]}.packed();
         if (prefetching_.count(k)) finish_prefetch(k, true);
     }
+    std::vector<int32_t> read_ahead;  // for the trace: this layer's read-aheads since its last fetch
     if (auto g = guesses_.find(layer); g != guesses_.end()) {
+        if (trace_) read_ahead = g->second;
         guess_used_ *= 0.85;
         guess_wasted_ *= 0.85;
         for (int32_t e : g->second) {
@@ -228,6 +278,11 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
             hits.push_back({i, p, true});
         else
             misses.push_back(i);
+    }
+    if (trace_) {
+        std::vector<uint8_t> hit(experts.size(), 0);
+        for (const auto& h : hits) hit[h.i] = 1;
+        trace_fetch(layer, experts, hit, read_ahead);
     }
 
     std::mutex mu;

@@ -15,6 +15,7 @@
 
 #include "experts/expert_cache.h"
 #include "experts/expert_location.h"
+#include "experts/expert_trace.h"
 #include "experts/expert_source.h"
 #include "experts/usage_stats.h"
 #include "formats/checkpoint.h"
@@ -41,6 +42,9 @@ struct StreamingOptions {
     ModelFingerprint fingerprint;  // architecture and hashes; the layout's shape fills in the rest
     double pin_share = 0.5;
     int64_t pin_check_fetches = 64;
+    // Expert trace file (empty: none; experts/expert_trace.h): every fetch's routing, hits and read-aheads are
+    // written to it, tied to `fingerprint`; the file is closed (end marker) when the source is destroyed.
+    std::string trace_path;
 };
 
 struct UsagePinStats {
@@ -78,7 +82,8 @@ public:
                const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
                const std::function<void()>& while_reading = {}) override;
     void prefetch(int64_t layer, std::span<const int32_t> experts) override;
-    void note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows) override;
+    void note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows,
+                  std::span<const int32_t> row_choices = {}, int64_t top_k = 0) override;
 
     const ExpertIoStats& stats() const { return stats_; }
     const UsagePinStats& pin_stats() const { return pin_stats_; }
@@ -111,6 +116,13 @@ private:
     double guess_used_ = 0, guess_wasted_ = 0;
     std::unordered_map<int64_t, std::vector<int32_t>> guesses_;  // layer -> experts read ahead, not yet judged
     uint64_t hint_calls_ = 0;
+    // Tracing (--trace-experts): the row choices noted for the coming fetch, and the look-ahead's hints per layer.
+    std::unique_ptr<ExpertTraceWriter> trace_;
+    int64_t trace_layer_ = -1, trace_top_k_ = 0;
+    std::vector<int32_t> trace_choices_;
+    std::unordered_map<int64_t, std::vector<std::pair<uint16_t, uint8_t>>> trace_hints_;
+    void trace_fetch(int64_t layer, std::span<const int32_t> experts, const std::vector<uint8_t>& hit,
+                     const std::vector<int32_t>& read_ahead);
     // Empty when the landed bytes match the location's checksum (or it has none), else the error text.
     std::string check_landed(const Location& loc, const uint8_t* slot) const;
 

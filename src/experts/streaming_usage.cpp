@@ -108,8 +108,14 @@ void StreamingExpertSource::preload(const std::vector<ExpertKey>& keys) {
                  landing.size() - pin_stats_.pinned_at_load, " of them (", first_error, ")");
 }
 
-void StreamingExpertSource::note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows) {
+void StreamingExpertSource::note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows,
+                                     std::span<const int32_t> row_choices, int64_t top_k) {
     if (layer < 0 || size_t(layer) >= use_rows_.size()) return;
+    if (trace_ && top_k > 0) {
+        trace_layer_ = layer;
+        trace_top_k_ = top_k;
+        trace_choices_.assign(row_choices.begin(), row_choices.end());
+    }
     auto& live = use_rows_[size_t(layer)];
     auto& window = window_rows_[size_t(layer)];
     for (size_t i = 0; i < experts.size() && i < rows.size(); ++i) {

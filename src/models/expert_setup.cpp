@@ -36,10 +36,13 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
         }
     }
     if ((!opt.stream_experts && opt.memory_budget_bytes == 0 && !packed) || s.expert_bytes == 0) {
+        SLUICE_CHECK(so.trace_path.empty(), ck.dir(), s.expert_bytes == 0 ? ": the model has no routed experts to trace"
+                     : ": --trace-experts records cache hits and read-aheads of streamed experts: give --memory "
+                       "SIZE or --stream");
         s.source = std::make_unique<ResidentExpertSource>(std::move(experts));
         return s;
     }
-    if (!so.usage_stats_path.empty()) so.fingerprint = model_fingerprint(ck, 0, 0, s.expert_bytes);
+    if (!so.usage_stats_path.empty() || !so.trace_path.empty()) so.fingerprint = model_fingerprint(ck, 0, 0, s.expert_bytes);
     // One read path: the locations come from the packed store's manifest or from the checkpoint itself.
     ExpertLayout layout = packed ? bind_packed_store(open_packed_store(so.experts_dirs), ck, experts)
                                  : locate_in_checkpoint(ck, experts);

@@ -91,6 +91,10 @@ SynthDims resolve_dims(const ModelInfo& info, const SynthOptions& o) {
     d.num_hidden_layers = o.layers;
     d.n_routed_experts = o.experts;
     d.num_experts_per_tok = std::min(d.num_experts_per_tok, o.experts);
+    if (o.top_k > 0) {
+        SLUICE_CHECK(o.top_k <= o.experts, "synth: --top-k ", o.top_k, " is more than the ", o.experts, " experts");
+        d.num_experts_per_tok = o.top_k;
+    }
     // At least one MoE layer whenever there are two or more layers.
     d.first_k_dense_replace = std::min(d.first_k_dense_replace, std::max<int64_t>(o.layers - 1, 0));
     // Group-limited routing needs E divisible by n_group, groups of >= 2 experts (the group score is the sum of

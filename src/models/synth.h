@@ -35,6 +35,7 @@ struct SynthOptions {
     std::string like = "kimi-k2";
     int64_t layers = 2;
     int64_t experts = 8;        // routed experts per MoE layer; top-k is clamped to it
+    int64_t top_k = 0;          // > 0: experts per token (DeepSeek-V3 layouts: kimi-k2, deepseek-v3); 0: the layout's
     std::string expert_dtype;   // empty: the model's default (bf16; gpt-oss: mxfp4)
     int64_t scale_down = 1;     // divide widths, heads and ranks by this (kept valid)
     int64_t vocab_size = 0;     // 0: the synthetic tokenizer's 512 ids, so every id decodes; else >= 512 rows

@@ -75,3 +75,33 @@ TEST(ExpertCache, ZeroBudgetAndDrop) {
     EXPECT_NE(c.insert({0, 6}), nullptr);
     EXPECT_THROW(make_cache_policy("mru", 1), Error);
 }
+
+namespace {
+// Each "token" visits layers 1..3 in order and uses experts 0 and 1 of each: a working set of 6 experts cycled
+// through a cache of 4. Returns the hits after the first token.
+uint64_t cyclic_hits(std::unique_ptr<CachePolicy> policy) {
+    ExpertCache c(4 * 4096, 4096, 4, std::move(policy));
+    uint64_t hits = 0;
+    for (int token = 0; token < 20; ++token)
+        for (int32_t layer = 1; layer <= 3; ++layer)
+            for (int32_t e = 0; e < 2; ++e) {
+                const ExpertKey k{layer, e};
+                if (c.acquire(k)) {
+                    hits += token > 0 ? 1 : 0;
+                    c.unpin(k);
+                } else if (c.insert(k)) {  // nullptr: not admitted (next-use), read into staging
+                    c.unpin(k);
+                }
+            }
+    return hits;
+}
+}  // namespace
+
+TEST(ExpertCache, NextUseKeepsTheExpertsOfTheComingLayersInALayerCycle) {
+    // LRU evicts exactly the expert needed next, every time: no hit at all once the cycle is larger than the cache
+    EXPECT_EQ(cyclic_hits(make_lru_policy(4)), 0u);
+    // next-use evicts from the layer just run (its experts are needed last) and keeps the rest: of each token's 6
+    // fetches, 4 - 2 = 2 at least hit (the experts kept for the next layers)
+    EXPECT_GE(cyclic_hits(make_next_use_policy(4)), 19u * 2u);
+    EXPECT_EQ(make_cache_policy("next-use", 4)->name(), "next-use");
+}

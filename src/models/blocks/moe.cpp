@@ -141,7 +141,7 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
         experts.push_back(e);
         rows.push_back(uint32_t(s.size()));
     }
-    source.note_use(layer, experts, rows);
+    source.note_use(layer, experts, rows, routing.experts, K);
 
     std::vector<float> y_slots(static_cast<size_t>(n * K * hidden));
     std::vector<float> xs, ys;

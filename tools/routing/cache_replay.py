@@ -1,0 +1,120 @@
+"""Offline replay of an expert trace through cache policies, as the engine's ExpertCache runs them.
+
+One cache for all layers, keyed (layer, expert); each record is one fetch: its distinct experts in ascending id,
+hits first (each touched), then the misses inserted in order. Experts of the fetch in progress are pinned, so a miss
+with no unpinned slot left is read into staging and not cached, as in the engine. Read-aheads are not replayed: a
+replay is the policy alone, the engine's run (look-ahead on) is shown beside it.
+
+Policies: lru, lfu and next-use mirror src/experts/expert_cache.cpp (LFU: counts per expert that survive eviction,
+halved every 16 * slots + 1024 touches, ties broken by recency; next-use: evict the largest expected next use in layer
+visits, d + L (1 - p) / p, and do not cache a newcomer whose own is farther than the victim's); belady is the offline optimum (evict the resident, or skip caching the newcomer, whose
+next use is farthest away).
+"""
+from __future__ import annotations
+
+import trace_format as tf
+
+POLICIES = ["lru", "lfu", "next-use", "belady"]
+NEXT_USE_WEIGHT = 0.1
+INF = float("inf")
+
+
+def accesses_of(trace: tf.Trace) -> list:
+    """Per record, the fetched experts as keys layer * n_experts + expert, ascending."""
+    return [[r.layer * trace.n_experts + e for e, _ in r.distinct] for r in trace.records]
+
+
+def _next_uses(acc: list) -> list:
+    """nxt[i][j]: index of the next record after i that fetches acc[i][j] (INF if none)."""
+    last = {}
+    nxt = [None] * len(acc)
+    for i in range(len(acc) - 1, -1, -1):
+        nxt[i] = [last.get(k, INF) for k in acc[i]]
+        for k in acc[i]:
+            last[k] = i
+    return nxt
+
+
+def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536) -> tuple:
+    """(hits, misses) of the fetches in acc (keys layer * n_experts + expert) with a cache of n_slots experts."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy}")
+    resident = {}  # key -> policy state: last touch (lru), next use (belady)
+    freq, clock = {}, 0
+    period = 16 * n_slots + 1024
+    nxt = _next_uses(acc) if policy == "belady" else None
+    hits = misses = 0
+    layers, visit, use, cur = [], {}, {}, [None]  # next-use: MoE layers seen, visits per layer, (average, visit)
+    w = NEXT_USE_WEIGHT
+
+    def expected_next_use(r):
+        layer = r // n_experts
+        avg, v = use[r]
+        p = min(1.0, max(1e-4, w * avg * (1 - w) ** (visit[layer] - v)))
+        d = (layers.index(layer) - layers.index(cur[0])) % len(layers) or len(layers)
+        return d + len(layers) * (1 - p) / p
+
+    def touch(k, i, j):
+        nonlocal clock
+        clock += 1
+        if policy == "belady":
+            resident[k] = nxt[i][j]
+            return
+        resident[k] = clock
+        if policy == "next-use":
+            note(k)
+        if policy == "lfu":
+            freq[k] = freq.get(k, 0) + 1
+            if clock % period == 0:
+                for key in freq:
+                    freq[key] //= 2
+
+    def note(k):  # next-use: count k's use in this visit of its layer (once per visit)
+        layer = k // n_experts
+        if layer != cur[0]:
+            cur[0] = layer
+            if layer not in layers:
+                layers.append(layer)
+                layers.sort()
+            visit[layer] = visit.get(layer, 0) + 1
+        avg, v = use.get(k, (0.0, 0))
+        if v != visit[layer] or avg == 0:
+            use[k] = (avg * (1 - w) ** (visit[layer] - v) + 1.0, visit[layer])
+
+    for i, keys in enumerate(acc):
+        pinned = set()
+        missed = []
+        for j, k in enumerate(keys):
+            if k in resident:
+                hits += 1
+                touch(k, i, j)
+                pinned.add(k)
+            else:
+                misses += 1
+                missed.append(j)
+                if policy == "next-use":
+                    note(k)  # the cache's on_miss
+        for j in missed:
+            k = keys[j]
+            if n_slots == 0:
+                continue
+            if len(resident) >= n_slots:
+                cands = [r for r in resident if r not in pinned]
+                if not cands:
+                    continue  # staging: read, used, not cached
+                if policy == "lru":
+                    victim = min(cands, key=lambda r: resident[r])
+                elif policy == "lfu":
+                    victim = min(cands, key=lambda r: (freq.get(r, 0), resident[r]))
+                elif policy == "next-use":
+                    victim = max(cands, key=lambda r: (expected_next_use(r), -resident[r]))
+                    if expected_next_use(k) > expected_next_use(victim):
+                        continue  # not admitted: staging
+                else:
+                    victim = max(cands, key=lambda r: resident[r])
+                    if resident[victim] <= nxt[i][j]:
+                        continue  # the newcomer is needed last: the optimum does not cache it
+                del resident[victim]
+            touch(k, i, j)
+            pinned.add(k)
+    return hits, misses
