@@ -208,6 +208,7 @@ struct Engine::Pass {
     std::vector<std::vector<int32_t>> drafts;  // sequence index -> its draft tokens (decode rows only)
     std::vector<int64_t> first_row;            // sequence index -> its first batch row
     std::vector<uint8_t> decoding;             // sequence index -> its first row is a decode row
+    std::vector<std::string> draft_error;      // sequence index -> why its drafter failed (ends it after the pass)
     int64_t n_prompt_rows = 0, n_sampled = 0, n_decode = 0;
     std::vector<float> logits;
     double ms = 0;
@@ -253,6 +254,7 @@ void Engine::schedule(Pass& p) {
         p.drafts.emplace_back();
         p.first_row.push_back(b.size());
         p.decoding.push_back(decoding ? 1 : 0);
+        p.draft_error.emplace_back();
         return int32_t(p.seqs.size() - 1);
     };
     for (auto& r : running_) {
@@ -278,7 +280,8 @@ void Engine::schedule(Pass& p) {
             for (int32_t t : d)
                 SLUICE_CHECK(t >= 0 && t < V, "draft token ", t, " is outside the vocabulary [0, ", V, ")");
         } catch (const std::exception& e) {
-            end_with(r, FinishReason::error, cat("speculative decoding: ", e.what()));
+            // its decode row is in this pass already: the request ends after it, not now
+            p.draft_error[si] = cat("speculative decoding: ", e.what());
             continue;
         }
         if (d.empty()) continue;
@@ -339,6 +342,10 @@ void Engine::postprocess(Pass& p) {
     for (size_t si = 0; si < p.in_batch.size(); ++si) {
         Request& r = *p.in_batch[si];
         if (r.done) continue;
+        if (!p.draft_error[si].empty()) {
+            end_with(r, FinishReason::error, p.draft_error[si]);
+            continue;
+        }
         if (p.decoding[si]) {
             sample_rows(r, p, rows_of[si], p.drafts[si]);
             continue;

@@ -189,6 +189,27 @@ class EngineTest : public ::testing::Test {
     std::vector<int32_t> ids;
 };
 
+// A drafter that throws ends its own request with an error after the pass its decode row is in; the others go on.
+TEST_F(EngineTest, AFailingDrafterEndsOnlyItsRequest) {
+    Engine engine(*model, {.max_batch_rows = 16, .max_sequences = 4, .max_context_tokens = 512});
+    auto bad = greedy(cut(ids, 0, 6), 8);
+    bad.draft_tokens = 3;
+    int calls = 0;
+    bad.drafter = [&calls](std::span<const int32_t>, int64_t) -> std::vector<int32_t> {
+        if (++calls == 2) throw Error("the draft model is gone");
+        return {1, 2};
+    };
+    const auto good = greedy(cut(ids, 3, 9), 8);
+    Got g_bad, g_good;
+    engine.submit(bad, collect(g_bad));
+    engine.submit(good, collect(g_good));
+    engine.run_until_idle();
+    EXPECT_EQ(g_bad.finish(), FinishReason::error);
+    EXPECT_NE(g_bad.error.find("the draft model is gone"), std::string::npos) << g_bad.error;
+    EXPECT_EQ(g_good.ids, alone(*model, good).ids);
+    EXPECT_EQ(g_good.finish(), FinishReason::length);
+}
+
 TEST_F(EngineTest, NeverMoreThanMaxSequencesRunning) {
     Engine engine(*model, {.max_batch_rows = 16, .max_sequences = 2, .max_context_tokens = 4096});
     std::vector<Got> got(5);

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""A multi-turn chat against `sluice serve`, with the prefix cache on and off: each turn's time to first token.
+
+Issue 22's benchmark: with the cache, a turn should cost about what prefilling only its new tokens costs. For every
+turn this prints the turn's prompt tokens, how many came from the cache (usage.prompt_tokens_details.cached_tokens),
+its time to first token with the cache on and off, and the time to first token of a fresh request whose prompt is
+only as long as the turn's new tokens (no reuse possible: the ratio's denominator), all measured in one run.
+
+Usage: bench/prefix_cache.py --sluice build/release/bin/sluice --model DIR [--turns 10] [--user-words 60]
+Needs the openai package (scripts/python-env.sh puts it in .venv).
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import openai
+
+WORDS = ("river stone memory north light quiet engine garden thunder market copper window harbor lantern "
+         "meadow signal winter orchard").split()
+
+
+def start(sluice, model, extra):
+    proc = subprocess.Popen([sluice, "serve", "-m", model, "--port", "0", "--threads", "2", "--parallel", "1",
+                             "--ctx", "8192"] + extra, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            return proc, openai.OpenAI(base_url=f"http://127.0.0.1:{m.group(1)}/v1", api_key="x", max_retries=0,
+                                       timeout=600)
+    raise RuntimeError("sluice serve did not start")
+
+
+def ttft(client, messages, max_tokens):
+    t0 = time.perf_counter()
+    first, text, usage = None, "", None
+    for chunk in client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, temperature=0,
+                                                stream=True, stream_options={"include_usage": True}):
+        if chunk.choices and chunk.choices[0].delta.content is not None and first is None:
+            first = time.perf_counter() - t0
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        if chunk.usage:
+            usage = chunk.usage
+    return first, text, usage
+
+
+def ttft_ids(client, ids):
+    t0 = time.perf_counter()
+    for chunk in client.completions.create(model="m", prompt=ids, max_tokens=1, temperature=0, stream=True):
+        if chunk.choices:
+            return time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--user-words", type=int, default=60)
+    ap.add_argument("--reply-tokens", type=int, default=8)
+    a = ap.parse_args()
+
+    def user(turn):
+        return " ".join(WORDS[(turn * 7 + i * 3) % len(WORDS)] for i in range(a.user_words))
+
+    rows = []
+    runs = {}
+    for label, extra in (("on", ["--prefix-cache", "256M"]), ("off", ["--prefix-cache", "0"])):
+        proc, client = start(a.sluice, a.model, extra)
+        try:
+            ttft(client, [{"role": "user", "content": "warm up"}], 1)
+            msgs, out = [], []
+            for turn in range(a.turns):
+                msgs.append({"role": "user", "content": user(turn)})
+                t, text, usage = ttft(client, msgs, a.reply_tokens)
+                out.append((t, usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens))
+                msgs.append({"role": "assistant", "content": text})
+            if label == "on":
+                # the denominator: a fresh prompt of exactly the turn's new tokens (ids nothing has seen before)
+                fresh = []
+                for turn, (t, n, cached) in enumerate(out):
+                    ids = [3 + (turn * 131 + j * 17) % 500 for j in range(n - cached)]
+                    fresh.append((ttft_ids(client, ids), n - cached))
+                runs["fresh"] = fresh
+            runs[label] = out
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    print("turn  prompt  cached  new   ttft_on_s  ttft_off_s  fresh_ttft_s  on/fresh")
+    ratios = []
+    for i, ((t_on, n, cached), (t_off, _, _), (t_f, _)) in enumerate(zip(runs["on"], runs["off"], runs["fresh"])):
+        ratio = t_on / t_f if t_f else float("nan")
+        ratios.append(ratio)
+        print(f"{i + 1:4d}  {n:6d}  {cached:6d}  {n - cached:4d}  {t_on:9.3f}  {t_off:10.3f}  {t_f:12.3f}  "
+              f"{ratio:8.2f}")
+    print(f"median on/fresh over turns 2..{a.turns}: {statistics.median(ratios[1:]):.2f}; "
+          f"total ttft on {sum(r[0] for r in runs['on']):.2f} s, off {sum(r[0] for r in runs['off']):.2f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
