@@ -95,9 +95,10 @@ TEST_P(PrefixCacheTest, ConcurrentRequestsAndATinyCache) {
     const std::vector<int32_t> pa(ids.begin(), ids.begin() + 10), pb(ids.begin() + 2, ids.begin() + 9);
     for (int round = 0; round < 2; ++round) {
         Outcome ra, rb;
-        for (auto [prompt, out] : {std::pair<const std::vector<int32_t>*, Outcome*>{&pa, &ra}, {&pb, &rb}}) {
+        for (const auto& pair : {std::pair<const std::vector<int32_t>*, Outcome*>{&pa, &ra}, {&pb, &rb}}) {
+            Outcome* out = pair.second;  // a plain variable: clang 14 cannot capture structured bindings
             RequestParams p;
-            p.prompt = *prompt;
+            p.prompt = *pair.first;
             p.max_new_tokens = 5;
             p.stop_at_eos = false;
             e.submit(p, [out](const TokenEvent& ev) {
