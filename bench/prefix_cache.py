@@ -39,7 +39,7 @@ def ttft(client, messages, max_tokens):
     first, text, usage = None, "", None
     for chunk in client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, temperature=0,
                                                 stream=True, stream_options={"include_usage": True}):
-        if chunk.choices and chunk.choices[0].delta.content is not None and first is None:
+        if chunk.choices and chunk.choices[0].delta.content and first is None:
             first = time.perf_counter() - t0
         if chunk.choices and chunk.choices[0].delta.content:
             text += chunk.choices[0].delta.content
