@@ -61,7 +61,7 @@ struct Cursor {
         SLUICE_CHECK(count <= (end - at) / sizeof(float), path, ": state file truncated: ", what, " needs ", count,
                      " floats at offset ", at);
         v.resize(size_t(count));
-        std::memcpy(v.data(), bytes.data() + at, size_t(count) * sizeof(float));
+        if (count > 0) std::memcpy(v.data(), bytes.data() + at, size_t(count) * sizeof(float));  // empty: null data
         at += size_t(count) * sizeof(float);
     }
     void rows(PagedRows& r, int64_t n, const char* what) {
@@ -184,7 +184,7 @@ void load_state(const std::string& path, const StateFileModel& model, SequenceSt
     SLUICE_CHECK(uint64_t(n) <= (c.end - c.at) / 4, path, ": state file truncated: ", n, " token ids at offset ",
                  c.at);
     std::vector<int32_t> tokens(static_cast<size_t>(n));
-    std::memcpy(tokens.data(), bytes.data() + c.at, size_t(n) * 4);
+    if (n > 0) std::memcpy(tokens.data(), bytes.data() + c.at, size_t(n) * 4);
     c.at += size_t(n) * 4;
     for (size_t l = 0; l < L.layers.size(); ++l) {
         const auto& d = L.layers[l];
