@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
     build-essential cmake ninja-build pkg-config git ccache
     nlohmann-json3-dev libcli11-dev liburing-dev libxxhash-dev libpcre2-dev zlib1g-dev
-    libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+    libgtest-dev libgmock-dev libbenchmark-dev
     clang-14 libclang-rt-14-dev python3-venv
 )
 missing=()

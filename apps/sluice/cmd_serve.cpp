@@ -42,11 +42,13 @@ void register_serve(CLI::App& app) {
     struct Args {
         ModelArgs m;
         EngineArgs e;
-        std::string host = "127.0.0.1", alias, api_key_file;
+        std::string host = "127.0.0.1", alias, api_key_file, max_body = "16M";
         std::vector<std::string> api_keys, cors_origins;
         int port = 8080;
         int64_t batch_rows = 512, max_tokens = 2048, timeout_s = 3600, ping_s = 15, max_waiting = 256;
-        int http_threads = 16;
+        double drain_s = 20;
+        int64_t header_timeout_s = 10, body_timeout_s = 60;
+        int http_threads = 64, max_connections = 512;
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions)");
@@ -87,13 +89,33 @@ void register_serve(CLI::App& app) {
         ->check(positive())
         ->capture_default_str();
     sub->add_option("--http-threads", a->http_threads,
-                    "threads answering HTTP connections (at least --parallel + 4: each open request holds one)")
-        ->check(CLI::Range(2, 1024))
+                    "POST requests handled at once, each on a thread of its own (at least --parallel + 4; more wait "
+                    "in order; GETs and slow clients hold no thread)")
+        ->check(CLI::Range(2, 4096))
+        ->capture_default_str();
+    sub->add_option("--max-connections", a->max_connections,
+                    "open connections (idle and slow ones included); one more is answered 503")
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    sub->add_option("--max-body", a->max_body,
+                    "largest request body (e.g. 16M), for every transfer encoding; larger ones get 413")
+        ->capture_default_str();
+    sub->add_option("--header-timeout", a->header_timeout_s,
+                    "seconds a client may take to send a request's line and headers (then 408)")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--body-timeout", a->body_timeout_s, "seconds a client may take to send a request's body")
+        ->check(positive())
+        ->capture_default_str();
+    sub->add_option("--drain-timeout", a->drain_s,
+                    "on SIGTERM/SIGINT: seconds requests in progress may finish before they are cut (streams get an "
+                    "error event and [DONE])")
+        ->check(CLI::Range(0.0, 86400.0))
         ->capture_default_str();
     sub->callback([a] {
         // SIGINT/SIGTERM go to one watcher thread: blocked here, before any other thread exists (the worker pool,
-        // the engine, HTTP), so every thread inherits the block. Before the server runs a signal just exits (a long
-        // model load stays interruptible); after, it stops the server, which returns from serve().
+        // the engine, HTTP), so every thread inherits the block. Before the server exists a signal just exits 0 (a
+        // long model load stays interruptible); after, it stops the server (a drain), which returns from serve().
         sigset_t set;
         sigemptyset(&set);
         sigaddset(&set, SIGINT);
@@ -107,7 +129,10 @@ void register_serve(CLI::App& app) {
             sigwait(&set, &sig);
             if (finished) return;
             api::Server* s = running.load();
-            if (!s) std::_Exit(128 + sig);
+            if (!s) {
+                std::fprintf(stderr, "sluice: stopped by signal %d before serving\n", sig);
+                std::_Exit(0);
+            }
             // A stop() that lands before the server started listening would be lost: repeat until serve() returned.
             while (!finished) {
                 s->stop();
@@ -157,14 +182,26 @@ void register_serve(CLI::App& app) {
         // a waiting non-streamed request or an open stream holds an HTTP thread: never fewer than --parallel + 4
         so.http_threads = std::max<int>(a->http_threads, int(std::min<int64_t>(a->m.parallel, 4096)) + 4);
 
+        so.max_connections = a->max_connections;
+        so.max_body_bytes = parse_size(a->max_body);
+        SLUICE_CHECK(so.max_body_bytes > 0, "--max-body: must be more than 0 bytes, got ", a->max_body);
+        so.header_timeout_s = a->header_timeout_s;
+        so.body_timeout_s = a->body_timeout_s;
+        so.drain_timeout_s = a->drain_s;
+
         api::Server server(engine, *text.tokenizer, text.chat_template.get(), so);
-        server.bind();
+        running = &server;  // from here a signal drains the server (stop() before serve() is kept)
+        try {
+            server.bind();
+        } catch (...) {
+            running = nullptr;
+            throw;
+        }
         std::fprintf(stderr, "sluice: serving %s (%lld sequences at once, %lld context tokens) on http://%s:%d%s\n",
                      so.model_id.c_str(), (long long)eo.max_sequences, (long long)eo.max_context_tokens,
                      so.host.c_str(), server.port(), keys.empty() ? "" : " (API key required)");
         std::fprintf(stderr, "sluice: listening on http://%s:%d\n", so.host.c_str(), server.port());
         std::fflush(stderr);
-        running = &server;
         server.serve();
         join_watcher.join();  // before the server is destroyed: the watcher may be calling stop() on it
         std::fprintf(stderr, "sluice: server stopped\n");

@@ -164,7 +164,8 @@ Usage CompletionJob::usage() const {
     return u;
 }
 
-nlohmann::json CompletionJob::wait_result(std::chrono::steady_clock::time_point deadline) {
+nlohmann::json CompletionJob::wait_result(std::chrono::steady_clock::time_point deadline,
+                                          const std::function<std::optional<ApiError>()>& abort) {
     std::vector<ChoiceResult> choices(size_t(req_.n));
     std::vector<nlohmann::json> entries(size_t(req_.n), nlohmann::json::array());
     while (!done()) {
@@ -173,8 +174,13 @@ nlohmann::json CompletionJob::wait_result(std::chrono::steady_clock::time_point 
             cancel();
             throw ApiError(504, "timeout_error", "the request did not finish within the server's timeout");
         }
+        if (abort)
+            if (std::optional<ApiError> why = abort()) {
+                cancel();
+                throw *why;
+            }
         std::vector<ChoiceDelta> ds;
-        if (!wait(ds, std::min(left, std::chrono::milliseconds(1000)))) continue;
+        if (!wait(ds, std::min(left, std::chrono::milliseconds(kAbortPollMs)))) continue;
         for (auto& d : ds) {
             if (!d.error.empty()) {
                 cancel();

@@ -8,8 +8,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -55,7 +57,11 @@ public:
 
     // Waits until every choice has ended (or the deadline passes: the job is then cancelled and ApiError 504
     // thrown) and returns the non-streaming response body. A choice the engine failed throws ApiError 500.
-    nlohmann::json wait_result(std::chrono::steady_clock::time_point deadline);
+    // `abort` is asked every kAbortPollMs; an error it returns cancels the job and is thrown (the client went
+    // away, the server is shutting down).
+    nlohmann::json wait_result(std::chrono::steady_clock::time_point deadline,
+                               const std::function<std::optional<ApiError>()>& abort = {});
+    static constexpr int64_t kAbortPollMs = 200;
 
     Usage usage() const;
     const ParsedRequest& request() const { return req_; }

@@ -1,16 +1,16 @@
 #include "api/server.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "api/completion_job.h"
+#include "api/http/server.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tokenizer/chat_template.h"
@@ -22,12 +22,11 @@ using nlohmann::json;
 
 namespace {
 
-void send_json(httplib::Response& res, int status, const json& body) {
-    res.status = status;
-    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+void send_json(http::Exchange& ex, int status, const json& body) {
+    ex.respond(status, "application/json", body.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_json(e)); }
+void send_error(http::Exchange& ex, const ApiError& e) { send_json(ex, e.status, error_json(e)); }
 
 // Constant-time comparison, so a wrong key's timing says nothing about the right one.
 bool same_key(const std::string& a, const std::string& b) {
@@ -55,7 +54,7 @@ bool is_loopback(const std::string& host) {
 std::string sse(const json& j) { return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n"; }
 
 // ordered_json keeps the client's key order (tool schemas reach the chat template as written).
-nlohmann::ordered_json parse_body(const httplib::Request& req) {
+nlohmann::ordered_json parse_body(const http::Request& req) {
     nlohmann::ordered_json body = nlohmann::ordered_json::parse(req.body, nullptr, false);
     if (body.is_discarded()) throw ApiError(400, "invalid_request_error", "the request body is not valid JSON");
     if (!body.is_object()) throw ApiError(400, "invalid_request_error", "the request body must be a JSON object");
@@ -70,7 +69,7 @@ struct Server::Impl {
     const ChatTemplate* chat_template;
     ServerOptions opt;
     ModelContext ctx;
-    httplib::Server http;
+    std::unique_ptr<http::Server> http;
     std::atomic<bool> stop_engine{false};
     std::thread engine_thread;
     int64_t started_unix_s = int64_t(std::time(nullptr));
@@ -79,129 +78,129 @@ struct Server::Impl {
         : engine(e), tok(t), chat_template(ct), opt(std::move(o)) {
         ctx = make_model_context(engine, tok, chat_template, opt.model_id, opt.default_max_tokens);
         ctx.speculative_tokens = opt.speculative_tokens;
-        routes();
+        http::ServerOptions h;
+        h.host = opt.host;
+        h.port = opt.port;
+        h.limits.max_body_bytes = opt.max_body_bytes;
+        h.max_connections = opt.max_connections;
+        h.max_handlers = std::max(2, opt.http_threads);
+        h.header_timeout_ms = opt.header_timeout_s * 1000;
+        h.body_timeout_ms = opt.body_timeout_s * 1000;
+        h.error_body = [](int status, const std::string& message) {
+            const char* type = status == 404 ? "not_found_error"
+                               : status == 408 ? "timeout_error"
+                               : status >= 500 ? "server_error"
+                                               : "invalid_request_error";
+            return std::pair<std::string, std::string>{
+                "application/json", error_json(ApiError(status, type, message)).dump(-1, ' ', false,
+                                                                                      json::error_handler_t::replace)};
+        };
+        h.on_response = [this](const std::string& path, int status) { count(path, status); };
+        // GETs and preflights are cheap: they never wait behind completions for a thread
+        http = std::make_unique<http::Server>(
+            std::move(h), [this](http::Exchange& ex) { handle(ex); },
+            [](const http::Request& r) { return r.method == "GET" || r.method == "OPTIONS"; });
     }
 
-    // CORS: an allowed Origin gets Access-Control-Allow-Origin on whatever answers the request (set here, before
-    // routing, it stays on the response). True when the request was a preflight, answered here: browsers send
-    // those without credentials, so they come before the API key check.
-    bool cors(const httplib::Request& req, httplib::Response& res) const {
-        const std::string origin = req.get_header_value("Origin");
+    // CORS: an allowed Origin gets Access-Control-Allow-Origin on whatever answers the request. True when the
+    // request was a preflight, answered here: browsers send those without credentials, so they come before the
+    // API key check.
+    bool cors(http::Exchange& ex) const {
+        const http::Request& req = ex.request();
+        const std::string origin = req.header_or("origin");
         const bool any = std::find(opt.cors_origins.begin(), opt.cors_origins.end(), "*") != opt.cors_origins.end();
         const bool allowed = !origin.empty() && (any || std::find(opt.cors_origins.begin(), opt.cors_origins.end(),
                                                                   origin) != opt.cors_origins.end());
         if (allowed) {
-            res.set_header("Access-Control-Allow-Origin", any ? "*" : origin);
-            if (!any) res.set_header("Vary", "Origin");
+            ex.add_header("Access-Control-Allow-Origin", any ? "*" : origin);
+            if (!any) ex.add_header("Vary", "Origin");
         }
         if (req.method != "OPTIONS") return false;
         if (!allowed) {
-            send_error(res,
+            send_error(ex,
                        ApiError(403, "permission_error",
                                 origin.empty() ? "OPTIONS is answered only as a CORS preflight (with Origin)"
                                                : "origin " + origin + " may not call this server (--cors-origin)"));
             return true;
         }
-        res.status = 204;
-        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-        res.set_header("Access-Control-Allow-Headers",
-                       asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
-        res.set_header("Access-Control-Max-Age", "600");
+        ex.add_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.header_or("access-control-request-headers");
+        ex.add_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type, X-Api-Key" : asked);
+        ex.add_header("Access-Control-Max-Age", "600");
+        ex.respond(204, "", "");
         return true;
     }
 
-    void routes() {
-        const int threads = std::max(2, opt.http_threads);
-        http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-        http.set_payload_max_length(opt.max_body_bytes);
-        http.set_read_timeout(std::chrono::seconds(60));
-        http.set_write_timeout(std::chrono::seconds(60));
-        http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-            // DNS rebinding: a page on evil.example that resolves to 127.0.0.1 reaches a loopback server with
-            // Host: evil.example. A loopback server answers only to loopback names.
-            if (is_loopback(opt.host) && req.has_header("Host") &&
-                !is_loopback(host_name(req.get_header_value("Host")))) {
-                send_error(res, ApiError(403, "permission_error",
-                                         "the Host header names another host; this server answers to localhost only"));
-                return httplib::Server::HandlerResponse::Handled;
-            }
-            if (cors(req, res)) return httplib::Server::HandlerResponse::Handled;
-            if (opt.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-            std::string key = req.get_header_value("X-Api-Key");
-            const std::string auth = req.get_header_value("Authorization");
+    // Host check, CORS, API key; then the route.
+    void handle(http::Exchange& ex) {
+        const http::Request& req = ex.request();
+        // DNS rebinding: a page on evil.example that resolves to 127.0.0.1 reaches a loopback server with
+        // Host: evil.example. A loopback server answers only to loopback names.
+        if (const std::string* host = req.header("host"); is_loopback(opt.host) && host && !is_loopback(host_name(*host)))
+            return send_error(ex, ApiError(403, "permission_error",
+                                           "the Host header names another host; this server answers to localhost only"));
+        if (cors(ex)) return;
+        if (!opt.api_keys.empty() && req.path != "/health") {
+            std::string key = req.header_or("x-api-key");
+            const std::string auth = req.header_or("authorization");
             if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
             bool ok = false;
             for (const auto& k : opt.api_keys) ok = same_key(key, k) || ok;
-            if (ok) return httplib::Server::HandlerResponse::Unhandled;
-            send_error(res, ApiError(401, "authentication_error",
-                                     key.empty() ? "missing API key: send Authorization: Bearer KEY"
-                                                 : "incorrect API key provided",
-                                     "", "invalid_api_key"));
-            return httplib::Server::HandlerResponse::Handled;
-        });
-        // Statuses httplib sets itself (404 no route, 413 body too large, 400 bad request line) get our envelope.
-        http.set_error_handler(
-            httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-                if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-                const int s = res.status;
-                const char* type = s == 404 ? "not_found_error" : s >= 500 ? "server_error" : "invalid_request_error";
-                std::string msg = s == 404   ? "no such route: " + req.method + " " + req.path
-                                  : s == 413 ? "the request body is too large"
-                                  : s == 405 ? "method not allowed"
-                                             : "bad request";
-                send_json(res, s, error_json(ApiError(s, type, msg)));
-                return httplib::Server::HandlerResponse::Handled;
-            }));
-        http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-            std::string msg = "internal error";
-            try {
-                std::rethrow_exception(ep);
-            } catch (const std::exception& e) {
-                msg = e.what();
-            } catch (...) {
-            }
-            send_error(res, ApiError(500, "server_error", msg));
-        });
+            if (!ok)
+                return send_error(ex, ApiError(401, "authentication_error",
+                                               key.empty() ? "missing API key: send Authorization: Bearer KEY"
+                                                           : "incorrect API key provided",
+                                               "", "invalid_api_key"));
+        }
+        try {
+            route(ex);
+        } catch (const ApiError& e) {
+            send_error(ex, e);
+        } catch (const std::exception& e) {
+            send_error(ex, ApiError(500, "server_error", e.what()));
+        }
+    }
 
-        http.set_logger([this](const httplib::Request& req, const httplib::Response& res) { count(req, res); });
-        http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-            res.set_content(metrics_text(), "text/plain; version=0.0.4");
-        });
-        http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-            send_json(res, 200, {{"status", "ok"}});
-        });
-        http.Get("/v1/models",
-                 [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, models_json()); });
-        http.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
-            if (req.matches[1] != opt.model_id)
-                return send_error(res, ApiError(404, "not_found_error",
-                                                "the model '" + std::string(req.matches[1]) + "' does not exist",
-                                                "model", "model_not_found"));
-            send_json(res, 200, models_json()["data"][0]);
-        });
-        http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-            completion(Endpoint::chat_completions, req, res);
-        });
-        http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-            completion(Endpoint::completions, req, res);
-        });
-        http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
-        http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
+    void route(http::Exchange& ex) {
+        const http::Request& req = ex.request();
+        const std::string& p = req.path;
+        const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
+        const bool get_route = p == "/metrics" || p == "/health" || p == "/v1/models" || p.rfind("/v1/models/", 0) == 0;
+        const bool post_route = p == "/v1/chat/completions" || p == "/v1/completions" || p == "/tokenize" ||
+                                p == "/detokenize";
+        if ((get_route && !get) || (post_route && !post)) {
+            ex.add_header("Allow", get_route ? "GET, HEAD" : "POST");
+            throw ApiError(405, "invalid_request_error", "method " + req.method + " is not allowed on " + p);
+        }
+        if (p == "/metrics") return ex.respond(200, "text/plain; version=0.0.4", metrics_text());
+        if (p == "/health") return send_json(ex, 200, {{"status", "ok"}});
+        if (p == "/v1/models") return send_json(ex, 200, models_json());
+        if (get_route) {
+            const std::string id = p.substr(std::string("/v1/models/").size());
+            if (id != opt.model_id)
+                throw ApiError(404, "not_found_error", "the model '" + id + "' does not exist", "model",
+                               "model_not_found");
+            return send_json(ex, 200, models_json()["data"][0]);
+        }
+        if (p == "/v1/chat/completions") return completion(Endpoint::chat_completions, ex);
+        if (p == "/v1/completions") return completion(Endpoint::completions, ex);
+        if (p == "/tokenize") return tokenize(ex);
+        if (p == "/detokenize") return detokenize(ex);
+        throw ApiError(404, "not_found_error", "no such route: " + req.method + " " + p);
     }
 
     // HTTP responses by route and status, for /metrics (routes outside ours count as "other": no unbounded labels).
     std::mutex counts_mu;
     std::map<std::pair<std::string, int>, uint64_t> http_counts;
-    void count(const httplib::Request& req, const httplib::Response& res) {
+    void count(const std::string& path, int status) {
         static const char* known[] = {
             "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize"};
         std::string route = "other";
         for (const char* k : known)
-            if (req.path == k) route = k;
-        if (req.path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
+            if (path == k) route = k;
+        if (path.rfind("/v1/models/", 0) == 0) route = "/v1/models/{id}";
         std::lock_guard lk(counts_mu);
-        ++http_counts[{route, res.status}];
+        ++http_counts[{route, status}];
     }
 
     // Prometheus text format: engine queue and throughput counters, expert reads, HTTP responses.
@@ -264,91 +263,89 @@ struct Server::Impl {
         return {{"object", "list"}, {"data", json::array({m})}};
     }
 
-    void completion(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+    // Why a request in progress must end now: its client went away, or the server's drain deadline passed.
+    std::optional<ApiError> abort_reason(const http::Exchange& ex) const {
+        if (ex.client_gone()) return ApiError(499, "invalid_request_error", "the client closed the connection");
+        if (ex.draining() && http::Clock::now() >= ex.drain_deadline())
+            return ApiError(503, "server_error", "the server is shutting down; the request was cancelled");
+        return std::nullopt;
+    }
+
+    void completion(Endpoint endpoint, http::Exchange& ex) {
+        if (ex.draining()) throw ApiError(503, "server_error", "the server is shutting down");
+        ParsedRequest parsed = parse_request(endpoint, parse_body(ex.request()), ctx);
+        if (!parsed.ignored_fields.empty()) {
+            std::string names;
+            for (const auto& f : parsed.ignored_fields) names += (names.empty() ? "" : ", ") + f;
+            log_info("ignored request fields: ", names);
+        }
+        if (engine.stats().waiting >= opt.max_waiting)
+            throw ApiError(503, "server_error", "the server is busy: too many requests are waiting; retry later");
         std::shared_ptr<CompletionJob> job;
         try {
-            ParsedRequest parsed = parse_request(endpoint, parse_body(req), ctx);
-            if (!parsed.ignored_fields.empty()) {
-                std::string names;
-                for (const auto& f : parsed.ignored_fields) names += (names.empty() ? "" : ", ") + f;
-                log_info("ignored request fields: ", names);
-            }
-            if (engine.stats().waiting >= opt.max_waiting)
-                throw ApiError(503, "server_error", "the server is busy: too many requests are waiting; retry later");
-            try {
-                job = std::make_shared<CompletionJob>(engine, tok, std::move(parsed));
-            } catch (const Error& e) {
-                throw ApiError(400, "invalid_request_error", e.what());
-            }
-            if (!job->request().stream) {
-                const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt.request_timeout_s);
-                send_json(res, 200, job->wait_result(deadline));
-                return;
-            }
-        } catch (const ApiError& e) {
-            return send_error(res, e);
+            job = std::make_shared<CompletionJob>(engine, tok, std::move(parsed));
+        } catch (const Error& e) {
+            throw ApiError(400, "invalid_request_error", e.what());
         }
-        stream(job, res);
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt.request_timeout_s);
+        if (!job->request().stream)
+            return send_json(ex, 200, job->wait_result(deadline, [&] { return abort_reason(ex); }));
+        stream(*job, ex, deadline);
     }
 
     // Server-sent events: the first chunk goes out at once (headers committed, role announced), then deltas as they
     // come, `: ping` comments while nothing does, the usage chunk if asked, and [DONE]. An error after the headers
-    // is sent in-band as data: {"error": ...}, which the openai client raises as APIError.
-    void stream(std::shared_ptr<CompletionJob> job, httplib::Response& res) {
-        res.set_header("Cache-Control", "no-cache");
-        res.set_header("X-Accel-Buffering", "no");
-        auto started = std::make_shared<bool>(false);
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opt.request_timeout_s);
+    // (a timeout, a failed generation, the server's drain deadline) is sent in-band as data: {"error": ...}, which
+    // the openai client raises as APIError, followed by [DONE]. A client that goes away cancels the job.
+    void stream(CompletionJob& job, http::Exchange& ex, std::chrono::steady_clock::time_point deadline) {
+        const ParsedRequest& r = job.request();
+        ex.add_header("Cache-Control", "no-cache");
+        ex.add_header("X-Accel-Buffering", "no");
+        const auto fail = [&](const ApiError& e) {
+            job.cancel();
+            ex.write(sse(error_json(e)));
+            ex.write("data: [DONE]\n\n");
+        };
+        if (!ex.start_stream(200, "text/event-stream")) return job.cancel();
+        if (r.endpoint == Endpoint::chat_completions)
+            for (int i = 0; i < r.n; ++i)
+                if (!ex.write(sse(chunk_json(r, job.id(), job.created(), i, "", "", true)))) return job.cancel();
         const auto ping = std::chrono::milliseconds(std::max<int64_t>(1, opt.ping_interval_s) * 1000);
-        res.set_chunked_content_provider(
-            "text/event-stream",
-            [job, started, deadline, ping](size_t, httplib::DataSink& sink) {
-                const ParsedRequest& r = job->request();
-                auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-                if (!*started) {
-                    *started = true;
-                    if (r.endpoint == Endpoint::chat_completions)
-                        for (int i = 0; i < r.n; ++i)
-                            if (!write(sse(chunk_json(r, job->id(), job->created(), i, "", "", true)))) return false;
-                    return true;
+        auto last_write = std::chrono::steady_clock::now();
+        while (true) {
+            if (job.done()) {
+                if (r.include_usage) ex.write(sse(usage_chunk_json(r, job.id(), job.created(), job.usage())));
+                ex.write("data: [DONE]\n\n");
+                return;
+            }
+            const auto now = std::chrono::steady_clock::now();
+            if (now > deadline) return fail(ApiError(504, "timeout_error", "the request did not finish in time"));
+            if (std::optional<ApiError> why = abort_reason(ex)) {
+                if (ex.client_gone()) return job.cancel();
+                return fail(*why);
+            }
+            std::vector<ChoiceDelta> ds;
+            if (!job.wait(ds, std::chrono::milliseconds(CompletionJob::kAbortPollMs))) {
+                if (now - last_write >= ping) {
+                    if (!ex.write(": ping\n\n")) return job.cancel();
+                    last_write = now;
                 }
-                if (job->done()) {
-                    if (r.include_usage) write(sse(usage_chunk_json(r, job->id(), job->created(), job->usage())));
-                    write("data: [DONE]\n\n");
-                    sink.done();
-                    return true;
-                }
-                if (std::chrono::steady_clock::now() > deadline) {
-                    job->cancel();
-                    write(sse(error_json(ApiError(504, "timeout_error", "the request did not finish in time"))));
-                    write("data: [DONE]\n\n");
-                    sink.done();
-                    return true;
-                }
-                std::vector<ChoiceDelta> ds;
-                if (!job->wait(ds, ping)) return write(": ping\n\n");
-                for (auto& d : ds) {
-                    if (!d.error.empty()) {
-                        job->cancel();
-                        write(sse(error_json(ApiError(500, "server_error", "generation failed: " + d.error))));
-                        write("data: [DONE]\n\n");
-                        sink.done();
-                        return true;
-                    }
-                    json lp = nullptr;
-                    if (r.logprobs) lp = logprobs_object(r, d.logprobs, d.text_offset);
-                    if (!write(
-                            sse(chunk_json(r, job->id(), job->created(), d.index, d.text, d.finish_reason, false, lp))))
-                        return false;  // the client went away: the releaser cancels the job
-                }
-                return true;
-            },
-            [job](bool) { job->cancel(); });
+                continue;
+            }
+            for (auto& d : ds) {
+                if (!d.error.empty()) return fail(ApiError(500, "server_error", "generation failed: " + d.error));
+                json lp = nullptr;
+                if (r.logprobs) lp = logprobs_object(r, d.logprobs, d.text_offset);
+                if (!ex.write(sse(chunk_json(r, job.id(), job.created(), d.index, d.text, d.finish_reason, false, lp))))
+                    return job.cancel();  // the client went away
+            }
+            last_write = std::chrono::steady_clock::now();
+        }
     }
 
-    void tokenize(const httplib::Request& req, httplib::Response& res) {
+    void tokenize(http::Exchange& ex) {
         try {
-            auto body = parse_body(req);
+            auto body = parse_body(ex.request());
             if (!body.contains("content") || !body["content"].is_string())
                 throw ApiError(400, "invalid_request_error", "'content' must be a string", "content");
             bool add_special = false;
@@ -357,15 +354,15 @@ struct Server::Impl {
                     throw ApiError(400, "invalid_request_error", "'add_special' must be a boolean", "add_special");
                 add_special = body["add_special"].get<bool>();
             }
-            send_json(res, 200, {{"tokens", tok.encode(body["content"].get<std::string>(), add_special)}});
+            send_json(ex, 200, {{"tokens", tok.encode(body["content"].get<std::string>(), add_special)}});
         } catch (const ApiError& e) {
-            send_error(res, e);
+            send_error(ex, e);
         }
     }
 
-    void detokenize(const httplib::Request& req, httplib::Response& res) {
+    void detokenize(http::Exchange& ex) {
         try {
-            auto body = parse_body(req);
+            auto body = parse_body(ex.request());
             if (!body.contains("tokens") || !body["tokens"].is_array())
                 throw ApiError(400, "invalid_request_error", "'tokens' must be an array of token ids", "tokens");
             std::vector<int32_t> ids;
@@ -378,9 +375,9 @@ struct Server::Impl {
                         "tokens[" + std::to_string(i) + "]");
                 ids.push_back(int32_t(t.get<int64_t>()));
             }
-            send_json(res, 200, {{"content", tok.decode(ids)}});
+            send_json(ex, 200, {{"content", tok.decode(ids)}});
         } catch (const ApiError& e) {
-            send_error(res, e);
+            send_error(ex, e);
         }
     }
 };
@@ -409,27 +406,19 @@ Server::~Server() {
 }
 
 void Server::bind() {
-    const auto& o = impl_->opt;
-    if (o.port == 0) {
-        port_ = impl_->http.bind_to_any_port(o.host);
-        SLUICE_CHECK(port_ > 0, "cannot listen on ", o.host, " (any port)");
-    } else {
-        SLUICE_CHECK(impl_->http.bind_to_port(o.host, o.port), "cannot listen on ", o.host, ":", o.port,
-                     " (address in use, or not an address of this machine)");
-        port_ = o.port;
-    }
+    impl_->http->bind();
+    port_ = impl_->http->port();
 }
 
 void Server::serve() {
     impl_->engine_thread = std::thread([this] { impl_->engine.run(impl_->stop_engine); });
-    impl_->http.listen_after_bind();
+    impl_->http->run();  // returns once stopped and every request in progress has ended
     impl_->stop_engine = true;
     if (impl_->engine_thread.joinable()) impl_->engine_thread.join();
 }
 
 void Server::stop() {
-    impl_->http.stop();
-    impl_->stop_engine = true;
+    impl_->http->stop(std::chrono::milliseconds(int64_t(impl_->opt.drain_timeout_s * 1000)));
 }
 
 }  // namespace sluice::api

@@ -6,8 +6,11 @@
 //
 // Safe defaults: binds 127.0.0.1 and then answers only requests whose Host is a loopback name (DNS rebinding); with
 // API keys set every route but /health needs `Authorization: Bearer KEY` (or
-// `X-Api-Key`); request bodies are capped; streams send `: ping` comments while the first token is slow (experts
-// stream from SSD) and a client that goes away cancels its request.
+// `X-Api-Key`); request bodies are capped for every transfer encoding, headers and bodies have deadlines, open
+// connections are capped apart from the threads that answer (api/http/server.h); streams send `: ping` comments
+// while the first token is slow (experts stream from SSD); a client that goes away cancels its request, streamed
+// or not, within CompletionJob::kAbortPollMs. stop() drains: no new connections, requests in progress may finish
+// for drain_timeout_s, then streams end with an error event and [DONE] and waiting requests get 503.
 #pragma once
 
 #include <atomic>
@@ -39,8 +42,12 @@ struct ServerOptions {
     int64_t request_timeout_s = 3600;   // a request still running after this is cancelled
     int64_t ping_interval_s = 15;       // SSE keep-alive comment while nothing else is sent
     int64_t max_waiting = 256;          // requests queued beyond the running ones; more get 503
-    uint64_t max_body_bytes = 16u << 20;
-    int http_threads = 16;
+    uint64_t max_body_bytes = 16u << 20;  // for every transfer encoding (api/http/request_parser.h)
+    int http_threads = 64;                 // requests handled at once (GETs have threads of their own)
+    int max_connections = 512;             // open connections; one more is answered 503
+    int64_t header_timeout_s = 10;         // a request's line and headers must arrive within this (else 408)
+    int64_t body_timeout_s = 60;           // and its body within this after the headers
+    double drain_timeout_s = 20;           // stop(): requests in progress may finish for this long
     // Browser origins (scheme://host[:port]) whose pages may call the API, "*" for any; empty: no CORS headers,
     // so browsers refuse cross-origin calls. Preflight OPTIONS requests are answered without an API key.
     std::vector<std::string> cors_origins;
@@ -58,9 +65,10 @@ class Server {
     // Binds the address; throws Error naming it when that fails (port taken, bad host).
     void bind();
     int port() const { return port_; }
-    // Starts the engine thread and serves until stop() (from another thread or a signal handler's watcher).
+    // Starts the engine thread and serves until stop() (from another thread or a signal handler's watcher) and
+    // its drain are done.
     void serve();
-    void stop();
+    void stop();  // thread-safe; may come before serve()
 
   private:
     struct Impl;

@@ -1,0 +1,165 @@
+"""Shared helpers for the server tests that speak raw HTTP (robustness and soak): start `sluice serve`, send bytes,
+read one response. Standard library only."""
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+
+
+def start_server(sluice, model, extra_args, log_path):
+    """Starts `sluice serve --port 0 ...`; returns (process, port) once it prints "listening on"."""
+    log = open(log_path, "w+")
+    proc = subprocess.Popen([sluice, "serve", "-m", model, "--port", "0", "--threads", "2"] + list(extra_args),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    port = None
+    lines = []
+    timer = threading.Timer(120, proc.kill)
+    timer.start()
+    for line in proc.stderr:
+        lines.append(line)
+        log.write(line)
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    timer.cancel()
+    if port is None:
+        proc.kill()
+        raise RuntimeError("sluice serve did not start:\n" + "".join(lines))
+
+    def drain():
+        for l in proc.stderr:
+            log.write(l)
+            log.flush()
+    threading.Thread(target=drain, daemon=True).start()
+    return proc, port
+
+
+def connect(port, timeout=10):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+_pending = {}  # bytes read past a response, by socket (the start of a pipelined response)
+
+
+def read_response(sock, timeout=10):
+    """Reads one HTTP/1.1 response (Content-Length, chunked, or until close), skipping interim 1xx answers.
+    Returns (status, headers, body bytes); status None when the connection closed before a status line."""
+    sock.settimeout(timeout)
+    buf = _pending.pop(id(sock), b"")
+
+    def more():
+        try:
+            return sock.recv(65536)
+        except ConnectionResetError:
+            return b""
+    while True:
+        while b"\r\n\r\n" not in buf:
+            d = more()
+            if not d:
+                return None, {}, buf
+            buf += d
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        if status >= 200:
+            break
+    headers = {}
+    for l in lines[1:]:
+        k, v = l.split(":", 1)
+        headers[k.strip().lower()] = v.strip()
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(buf) < n:
+            d = more()
+            if not d:
+                break
+            buf += d
+        _pending[id(sock)] = buf[n:]
+        return status, headers, buf[:n]
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            while b"\r\n" not in buf:
+                d = more()
+                if not d:
+                    return status, headers, body
+                buf += d
+            size_line, buf = buf.split(b"\r\n", 1)
+            size = int(size_line.split(b";")[0], 16)
+            while len(buf) < size + 2:
+                d = more()
+                if not d:
+                    return status, headers, body + buf
+                buf += d
+            body += buf[:size]
+            buf = buf[size + 2:]
+            if size == 0:
+                _pending[id(sock)] = buf
+                return status, headers, body
+    while True:
+        d = more()
+        if not d:
+            return status, headers, buf
+        buf += d
+
+
+def request_bytes(method, path, body=None, headers=None):
+    h = {"Host": "127.0.0.1", "Content-Type": "application/json"}
+    h.update(headers or {})
+    if body is not None and "Transfer-Encoding" not in h:
+        h["Content-Length"] = str(len(body))
+    out = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
+    return out.encode() + (body or b"")
+
+
+def call(port, method, path, obj=None, timeout=30):
+    """One request on its own connection; returns (status, parsed JSON or raw text)."""
+    s = connect(port, timeout)
+    try:
+        body = None if obj is None else json.dumps(obj).encode()
+        s.sendall(request_bytes(method, path, body, {"Connection": "close"}))
+        status, headers, data = read_response(s, timeout)
+    finally:
+        s.close()
+    try:
+        return status, json.loads(data)
+    except ValueError:
+        return status, data.decode("utf-8", "replace")
+
+
+def metrics(port):
+    status, text = call(port, "GET", "/metrics")
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            k, v = line.split(" ")
+            out[k] = float(v)
+    return out
+
+
+def wait_for(pred, timeout, step=0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def model_dir():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, "..", "..", "models", "sluice-k2-tiny")
