@@ -221,6 +221,11 @@ struct Server::Impl {
         metric("sluice_prefix_cache_bytes", "gauge", "Bytes of states in the prefix cache.",
                double(st.prefix_cache.bytes));
         metric("sluice_prefix_cache_entries", "gauge", "States in the prefix cache.", double(st.prefix_cache.entries));
+        metric("sluice_preemptions_total", "counter",
+               "Running requests put back in the queue to make room in the context (recomputed later).",
+               double(st.preemptions));
+        metric("sluice_recomputed_tokens_total", "counter", "Rows run again for preempted requests.",
+               double(st.recomputed_tokens));
         metric("sluice_draft_tokens_total", "counter", "Speculative draft tokens verified.", double(st.drafted));
         metric("sluice_draft_tokens_accepted_total", "counter", "Speculative draft tokens kept.", double(st.accepted));
         metric("sluice_decode_passes_total", "counter", "Forward passes with at least one decode row.",

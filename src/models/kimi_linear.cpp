@@ -98,6 +98,7 @@ public:
     }
 
     const ModelInfo& info() const override { return info_; }
+    bool recompute_is_exact() const override { return form_ == KdaForm::Recurrent; }
     const StreamingExpertSource* streaming() const override { return experts_.streaming; }
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }

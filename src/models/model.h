@@ -73,6 +73,10 @@ public:
     // Runs every row of `batch`; appends each row to its sequence's state. logits receives
     // [batch.n_logits(), vocab_size] f32, rows in batch order of the rows that want logits.
     virtual void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) = 0;
+    // True when running a sequence's tokens again as one prefill gives the same state and logits, bit for bit, as
+    // the passes they first ran in (whatever their chunking). The engine preempts a request by dropping its state
+    // and recomputing it later only then. (False for Kimi's KDA layers in the chunked prefill form.)
+    virtual bool recompute_is_exact() const { return true; }
     // The streaming expert source when experts are streamed (for statistics), else null.
     virtual const StreamingExpertSource* streaming() const { return nullptr; }
     // The residency plan when a memory budget was given, else null.

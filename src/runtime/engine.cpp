@@ -37,7 +37,12 @@ struct Engine::Request {
     std::unique_ptr<SequenceState> seq;  // created at admission, freed as soon as the request ends
     int64_t n_prompt = 0, n_prefilled = 0, n_generated = 0, n_cached = 0;
     int64_t need_tokens = 0;                      // prompt + max_new_tokens
-    int64_t reserved_tokens = 0;                  // need_tokens while running, else 0
+    int64_t reserved_tokens = 0;                  // its share of max_context_tokens while running, else 0
+    int64_t n_resume = 0;                         // generated tokens to prefill again after a preemption
+    std::vector<int32_t> generated;               // every generated id (a preempted request prefills them again)
+    int64_t computed = 0;                         // rows its states held before preemptions (recomputed later)
+    bool preempted = false;                       // between preempt() and its return to the queue
+    bool was_preempted = false;
     int32_t pending = -1;                         // the last sampled id, to be fed back as the next decode row
     std::vector<int32_t> context;                 // prompt + generated (only when drafting)
     std::unordered_map<int32_t, int64_t> counts;  // generated id -> count (only with penalties)
@@ -47,6 +52,14 @@ struct Engine::Request {
     Request(RequestParams params, TokenCallback cb)
         : p(std::move(params)), on_event(std::move(cb)), sampler(p.sampling), n_prompt(int64_t(p.prompt.size())) {
         adjusts = p.frequency_penalty != 0 || p.presence_penalty != 0 || !p.logit_bias.empty();
+    }
+    // Rows to prefill: the prompt, then after a preemption the tokens generated before it.
+    int64_t n_feed() const { return n_prompt + n_resume; }
+    int32_t feed(int64_t i) const { return i < n_prompt ? p.prompt[size_t(i)] : generated[size_t(i - n_prompt)]; }
+    std::vector<int32_t> fed_tokens() const {
+        std::vector<int32_t> t = p.prompt;
+        t.insert(t.end(), generated.begin(), generated.begin() + n_resume);
+        return t;
     }
 };
 
@@ -139,7 +152,7 @@ bool Engine::emit(Request& r, const TokenEvent& ev) {
 void Engine::finish(Request& r, bool keep_state) {
     r.done = true;
     // what it ran (prompt + all but the last generated token) can serve a later request's prompt
-    if (keep_state && prefix_cache_ && r.seq && r.n_prefilled == r.n_prompt) prefix_cache_->insert(std::move(r.seq));
+    if (keep_state && prefix_cache_ && r.seq && r.n_prefilled == r.n_feed()) prefix_cache_->insert(std::move(r.seq));
     r.seq.reset();
     reserved_tokens_ -= r.reserved_tokens;
     r.reserved_tokens = 0;
@@ -178,26 +191,94 @@ void Engine::admit_and_cancel() {
             end_with(*r, FinishReason::cancelled);
     std::erase_if(running_, [](const auto& r) { return r->done; });
 
+    grow_reservations();
+
     std::lock_guard lock(mu_);
     // FIFO: the head waits until it fits; later requests never overtake it
     while (!waiting_.empty() && int64_t(running_.size()) < opt_.max_sequences &&
-           reserved_tokens_ + waiting_.front()->need_tokens <= opt_.max_context_tokens) {
+           reserved_tokens_ + initial_reservation(*waiting_.front()) <= opt_.max_context_tokens) {
         auto r = std::move(waiting_.front());
         waiting_.pop_front();
-        // the longest prefix some earlier request ran (at least the last prompt token is computed: its logits)
-        if (prefix_cache_ && !r->p.prompt_logits) r->seq = prefix_cache_->lookup(r->p.prompt, r->n_prompt - 1);
+        // the longest prefix some earlier request ran (at least the last token to feed is computed: its logits)
+        if (prefix_cache_ && !r->p.prompt_logits) r->seq = prefix_cache_->lookup(r->fed_tokens(), r->n_feed() - 1);
         if (r->seq) {
-            r->n_cached = r->n_prefilled = r->seq->n_past();
-            stats_.cached_prompt_tokens += r->n_cached;
+            r->n_prefilled = r->seq->n_past();
+            if (r->n_resume == 0) {
+                r->n_cached = r->n_prefilled;
+                stats_.cached_prompt_tokens += r->n_cached;
+            }
         } else {
             r->seq = model_.new_sequence();
         }
-        r->reserved_tokens = r->need_tokens;
+        r->reserved_tokens = initial_reservation(*r);
         reserved_tokens_ += r->reserved_tokens;
         running_.push_back(std::move(r));
     }
     stats_.waiting = int64_t(waiting_.size());
     stats_.running = int64_t(running_.size());
+}
+
+int64_t Engine::initial_reservation(const Request& r) const {
+    // a preempted request comes back with all it may need, so it never grows (nor preempts) again: no thrashing
+    if (r.p.prompt_logits || !model_.recompute_is_exact() || r.was_preempted) return r.need_tokens;
+    return std::min(r.need_tokens, r.n_feed() + std::max<int64_t>(1, opt_.reserve_step_tokens));
+}
+
+// Every decoding request's reservation must hold what its state holds after this step's pass (the pending row and
+// its draft rows). Growth that does not fit preempts the most recently admitted preemptable request, the grower
+// itself included; the oldest request always fits (its need_tokens <= max_context_tokens).
+void Engine::grow_reservations() {
+    bool any = false;
+    for (size_t i = 0; i < running_.size(); ++i) {
+        Request& r = *running_[i];
+        if (r.done || r.preempted || r.pending < 0) continue;
+        const int64_t need_now = std::min(r.need_tokens, r.n_prompt + r.n_generated + r.p.draft_tokens);
+        if (need_now <= r.reserved_tokens) continue;
+        const int64_t grown = std::min(r.need_tokens, std::max(need_now, r.reserved_tokens + opt_.reserve_step_tokens));
+        while (!r.preempted && reserved_tokens_ + grown - r.reserved_tokens > opt_.max_context_tokens) {
+            Request* victim = nullptr;
+            for (size_t j = running_.size(); j-- > 0 && !victim;)
+                if (!running_[j]->done && !running_[j]->preempted && !running_[j]->p.prompt_logits)
+                    victim = running_[j].get();
+            SLUICE_ASSERT(victim, "no request to preempt while growing a reservation");
+            preempt(*victim);
+            any = true;
+        }
+        if (r.preempted) continue;
+        reserved_tokens_ += grown - r.reserved_tokens;
+        r.reserved_tokens = grown;
+    }
+    if (!any) return;
+    // preempted requests go back to the head of the queue, in admission order
+    std::vector<std::unique_ptr<Request>> back;
+    for (auto& r : running_)
+        if (r->preempted) back.push_back(std::move(r));
+    std::erase_if(running_, [](const auto& r) { return !r; });
+    std::lock_guard lock(mu_);
+    for (auto it = back.rbegin(); it != back.rend(); ++it) {
+        (*it)->preempted = false;
+        waiting_.push_front(std::move(*it));
+    }
+    stats_.preemptions += int64_t(back.size());
+    stats_.waiting = int64_t(waiting_.size());
+    stats_.running = int64_t(running_.size());
+}
+
+// Drops the request's state (into the prefix cache when there is one) and its reservation; when it is admitted
+// again it prefills its prompt and the tokens it generated (the pending one last: that row gives the next logits).
+void Engine::preempt(Request& r) {
+    if (r.seq) r.computed = std::max(r.computed, r.seq->n_past());
+    if (r.pending >= 0) {
+        r.n_resume = r.n_generated;
+        r.pending = -1;
+    }  // else preempted while prefilling: it starts its feed over
+    if (prefix_cache_ && r.seq && r.seq->n_past() > 0) prefix_cache_->insert(std::move(r.seq));
+    r.seq.reset();
+    r.n_prefilled = 0;
+    reserved_tokens_ -= r.reserved_tokens;
+    r.reserved_tokens = 0;
+    r.preempted = true;
+    r.was_preempted = true;
 }
 
 // One step's work: the batch, which request each sequence index is, and per request the rows whose logits it samples.
@@ -209,7 +290,7 @@ struct Engine::Pass {
     std::vector<int64_t> first_row;            // sequence index -> its first batch row
     std::vector<uint8_t> decoding;             // sequence index -> its first row is a decode row
     std::vector<std::string> draft_error;      // sequence index -> why its drafter failed (ends it after the pass)
-    int64_t n_prompt_rows = 0, n_sampled = 0, n_decode = 0;
+    int64_t n_prompt_rows = 0, n_recomputed_rows = 0, n_sampled = 0, n_decode = 0;
     std::vector<float> logits;
     double ms = 0;
 };
@@ -229,6 +310,7 @@ int64_t Engine::step() {
     stats_.rows += pass.batch.size();
     if (pass.n_decode > 0) stats_.decode_steps++;
     stats_.prompt_tokens += pass.n_prompt_rows;
+    stats_.recomputed_tokens += pass.n_recomputed_rows;
     stats_.generated_tokens += pass.n_sampled;
     stats_.forward_ms += pass.ms;
     if (prefix_cache_) stats_.prefix_cache = prefix_cache_->stats();
@@ -292,24 +374,28 @@ void Engine::schedule(Pass& p) {
     }
     SLUICE_ASSERT(b.size() <= opt_.max_batch_rows, b.size(), " decode and draft rows exceed max_batch_rows");
     for (auto& r : running_) {
-        if (r->done || r->n_prefilled == r->n_prompt || b.size() >= opt_.max_batch_rows) continue;
-        int64_t i1 = std::min(r->n_prompt, r->n_prefilled + opt_.max_batch_rows - b.size());
-        if (i1 == r->n_prompt && r->p.max_new_tokens > 0) {
+        const int64_t n_feed = r->n_feed();
+        if (r->done || r->n_prefilled == n_feed || b.size() >= opt_.max_batch_rows) continue;
+        int64_t i1 = std::min(n_feed, r->n_prefilled + opt_.max_batch_rows - b.size());
+        if (i1 == n_feed && r->p.max_new_tokens > 0) {
             // its last row makes it a decoder: only if its rows fit the next pass beside the others'
             if (reserved_next + 1 + r->p.draft_tokens > opt_.max_batch_rows)
-                i1 = r->n_prompt - 1;
+                i1 = n_feed - 1;
             else
                 reserved_next += 1 + r->p.draft_tokens;
         }
         if (i1 <= r->n_prefilled) continue;
         const int32_t si = add_seq(r.get(), false);
         // the prompt's end will be cached: recurrent state keeps a restore point for the rows of this last chunk
-        if (prefix_cache_ && i1 == r->n_prompt && r->seq->layout().has_recurrent()) r->seq->snapshot();
+        if (prefix_cache_ && i1 == n_feed && r->seq->layout().has_recurrent()) r->seq->snapshot();
         for (int64_t i = r->n_prefilled; i < i1; ++i) {
-            const bool last = i + 1 == r->n_prompt;
-            b.add(r->p.prompt[size_t(i)], i, si, r->p.prompt_logits || (last && r->p.max_new_tokens > 0));
+            const bool last = i + 1 == n_feed;
+            b.add(r->feed(i), i, si, r->p.prompt_logits || (last && r->p.max_new_tokens > 0));
         }
-        p.n_prompt_rows += i1 - r->n_prefilled;
+        // prompt rows no earlier state of it held are prompt tokens; the rest run again after a preemption
+        const int64_t fresh = std::max<int64_t>(0, std::min(i1, r->n_prompt) - std::max(r->n_prefilled, r->computed));
+        p.n_prompt_rows += fresh;
+        p.n_recomputed_rows += i1 - r->n_prefilled - fresh;
         r->n_prefilled = i1;
     }
 }
@@ -366,7 +452,7 @@ void Engine::postprocess(Pass& p) {
                 }
             }
         }
-        if (!alive || r.n_prefilled < r.n_prompt) continue;
+        if (!alive || r.n_prefilled < r.n_feed()) continue;
         if (prefix_cache_) {
             prefix_cache_->insert(r.seq->fork());
             r.seq->drop_snapshot();
@@ -422,6 +508,7 @@ void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_row
 // Reports one sampled token; false when the request ends with it (the caller finishes it).
 bool Engine::take_token(Request& r, int32_t id, std::span<const float> dist) {
     ++r.n_generated;
+    r.generated.push_back(id);
     if (r.p.frequency_penalty != 0 || r.p.presence_penalty != 0) ++r.counts[id];
     if (r.p.draft_tokens > 0) r.context.push_back(id);
     TokenEvent ev;

@@ -8,9 +8,17 @@
 // A request's tokens are bit-identical to running it alone (generate()): the forward pass gives every row the same
 // bits whatever else is in the batch, and each request owns its sampler, penalties and seed.
 //
-// Memory: the engine admits a request only while the tokens reserved by all admitted requests (prompt +
-// max_new_tokens each) fit max_context_tokens, and at most max_sequences requests run at once; the model's memory
-// plan reserves sequence state for exactly that (LoadOptions::max_context_tokens and ::max_sequences).
+// Memory: the tokens reserved by all running requests fit max_context_tokens, and at most max_sequences requests run
+// at once; the model's memory plan reserves sequence state for exactly that (LoadOptions::max_context_tokens and
+// ::max_sequences). A request is admitted (FIFO) with its prompt and reserve_step_tokens more (at most prompt +
+// max_new_tokens) reserved, and its reservation grows by reserve_step_tokens as it generates. When growth does not
+// fit, the most recently admitted request is preempted: its state is dropped (kept in the prefix cache when there
+// is one), it goes back to the head of the queue, and when it runs again (with prompt + max_new_tokens reserved, so
+// it never grows again) its prompt and generated tokens are prefilled again before it goes on, with the same
+// sampler, so its tokens are exactly those it would have produced
+// (Model::recompute_is_exact; a model where that is false, and prompt_logits requests, reserve prompt +
+// max_new_tokens at admission and are never preempted). So one long request cannot hold the context that shorter
+// ones could use.
 //
 // Threads: submit() and cancel() may be called from any thread; step() and run() from one engine thread, which is
 // also the thread that calls the callbacks (keep them short: queue the event and return).
@@ -84,6 +92,8 @@ struct EngineOptions {
     int64_t max_sequences = 16;        // requests running at once
     int64_t max_context_tokens = 4096; // tokens reserved by all running requests together
     uint64_t prefix_cache_bytes = 0;   // > 0: keep finished prompts' states for reuse (runtime/prefix_cache.h)
+    // A running request's share of max_context_tokens grows by this many tokens at a time (see Memory above).
+    int64_t reserve_step_tokens = 64;
 };
 
 struct EngineStats {
@@ -91,6 +101,8 @@ struct EngineStats {
     int64_t decode_steps = 0;          // steps that ran at least one decode row
     int64_t drafted = 0, accepted = 0; // draft tokens verified, and kept
     int64_t cached_prompt_tokens = 0;  // prompt tokens taken from the prefix cache instead of computed
+    int64_t preemptions = 0;           // running requests put back in the queue to make room (see Memory)
+    int64_t recomputed_tokens = 0;     // rows run again for preempted requests (not in prompt_tokens)
     PrefixCacheStats prefix_cache;
     int64_t running = 0, waiting = 0;  // now
     double forward_ms = 0;
@@ -138,6 +150,9 @@ private:
     std::vector<std::unique_ptr<Request>> running_;  // engine thread only
     std::unique_ptr<PrefixCache> prefix_cache_;      // engine thread only
     int64_t reserved_tokens_ = 0;                    // engine thread only
+    void grow_reservations();                        // engine thread: before admission, may preempt
+    void preempt(Request& r);
+    int64_t initial_reservation(const Request& r) const;
     EngineStats stats_;                              // guarded by mu_
 
     // engine thread only

@@ -177,6 +177,60 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineMix, ::testing::ValuesIn(mix_cases()),
                              return info.param.fixture + "_rows" + std::to_string(info.param.max_batch_rows);
                          });
 
+// ---- admission that grows reservations, and preemption by recompute
+
+struct PreemptCase {
+    std::string fixture;
+    bool prefix_cache = false;
+};
+void PrintTo(const PreemptCase& c, std::ostream* os) { *os << c.fixture << (c.prefix_cache ? " +cache" : ""); }
+class EnginePreempt : public ::testing::TestWithParam<PreemptCase> {};
+
+// Four requests whose completions cannot all fit the context at once: they are admitted with small reservations,
+// grow, and the youngest are preempted and recomputed; every request's tokens still equal running it alone (greedy,
+// sampled with a seed, and speculating).
+TEST_P(EnginePreempt, PreemptedRequestsMatchGenerateAlone) {
+    const PreemptCase& c = GetParam();
+    auto model = load_model(fixture_dir(c.fixture), {.n_threads = 2});
+    ASSERT_TRUE(model->recompute_is_exact());
+    const auto ids = fixture_ids(c.fixture);
+    EngineOptions o{.max_batch_rows = 32, .max_sequences = 4, .max_context_tokens = 100,
+                    .prefix_cache_bytes = c.prefix_cache ? uint64_t(8) << 20 : 0, .reserve_step_tokens = 8};
+    Engine engine(*model, o);
+    std::vector<RequestParams> reqs;
+    for (int i = 0; i < 4; ++i) {
+        RequestParams p = greedy(cut(ids, size_t(i) * 3, 8), 40);  // 48 tokens each, 192 against 100
+        if (i % 2 == 1) {
+            p.sampling.temperature = 0.9f;
+            p.sampling.seed = 11 + uint64_t(i);
+        }
+        reqs.push_back(p);
+    }
+    reqs[2].draft_tokens = 2;
+    std::vector<Got> got(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) engine.submit(reqs[i], collect(got[i]));
+    engine.run_until_idle();
+    const EngineStats s = engine.stats();
+    EXPECT_GT(s.preemptions, 0);
+    EXPECT_GT(s.recomputed_tokens + s.prefix_cache.hits, 0);
+    reqs[2].draft_tokens = 0;  // greedy with drafts gives the tokens of greedy without them
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        EXPECT_EQ(got[i].finish(), FinishReason::length) << i << " " << got[i].error;
+        EXPECT_EQ(got[i].ids, alone(*model, reqs[i]).ids) << "request " << i;
+        ASSERT_FALSE(got[i].finals.empty());
+        EXPECT_EQ(got[i].finals.back().n_prompt, 8) << "usage counts the prompt once";
+    }
+    EXPECT_EQ(s.prompt_tokens + s.cached_prompt_tokens, 4 * 8) << "recomputed rows are not prompt tokens";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EnginePreempt,
+                         ::testing::Values(PreemptCase{"qwen3_moe_norm_dense"}, PreemptCase{"qwen3_moe_norm_dense", true},
+                                           PreemptCase{"kimi_linear_noqlora"}, PreemptCase{"kimi_linear_noqlora", true},
+                                           PreemptCase{"kimi_k3_attnres_mxfp4"}, PreemptCase{"dsv3_fp8_block128"}),
+                         [](const ::testing::TestParamInfo<PreemptCase>& info) {
+                             return info.param.fixture + (info.param.prefix_cache ? "_cache" : "");
+                         });
+
 // ---- behaviour, on one small model
 
 class EngineTest : public ::testing::Test {
@@ -259,6 +313,47 @@ TEST_F(EngineTest, AdmissionByTokensIsFifo) {
     engine.run_until_idle();
     EXPECT_EQ(first_event_order, (std::vector<int>{0, 1, 2}));
     EXPECT_EQ(got[1].ids, alone(*model, greedy(cut(ids, 5, 10), 15)).ids);
+}
+
+// A request with a long completion reserves only what it has used (plus a step), so a short request submitted after
+// it runs beside it instead of waiting for the whole long completion.
+TEST_F(EngineTest, ALongRequestDoesNotHoldTheContext) {
+    Engine engine(*model, {.max_batch_rows = 64, .max_sequences = 4, .max_context_tokens = 120,
+                           .reserve_step_tokens = 8});
+    std::vector<int> finished;
+    auto note = [&](int who) {
+        return [&, who](const TokenEvent& ev) {
+            if (ev.finish != FinishReason::none) finished.push_back(who);
+            return true;
+        };
+    };
+    Got longer, shorter;
+    engine.submit(greedy(cut(ids, 0, 10), 100), collect(longer, note(0)));  // 110 of 120
+    engine.submit(greedy(cut(ids, 3, 6), 6), collect(shorter, note(1)));    // + 12: admitted at once all the same
+    engine.step();
+    EXPECT_EQ(engine.stats().running, 2);
+    engine.run_until_idle();
+    EXPECT_EQ(finished, (std::vector<int>{1, 0}));
+    EXPECT_EQ(engine.stats().preemptions, 0);
+    EXPECT_EQ(longer.ids, alone(*model, greedy(cut(ids, 0, 10), 100)).ids);
+    EXPECT_EQ(shorter.ids, alone(*model, greedy(cut(ids, 3, 6), 6)).ids);
+}
+
+// Cancelling a request while it waits after a preemption ends it with one cancelled event.
+TEST_F(EngineTest, CancelAPreemptedRequest) {
+    Engine engine(*model, {.max_batch_rows = 64, .max_sequences = 4, .max_context_tokens = 60,
+                           .reserve_step_tokens = 4});
+    Got a, b;
+    engine.submit(greedy(cut(ids, 0, 6), 50), collect(a));
+    const uint64_t id_b = engine.submit(greedy(cut(ids, 2, 6), 50), collect(b));
+    while (engine.stats().preemptions == 0 && !engine.idle()) engine.step();
+    ASSERT_GT(engine.stats().preemptions, 0);
+    EXPECT_EQ(engine.stats().waiting, 1);
+    engine.cancel(id_b);
+    engine.run_until_idle();
+    EXPECT_EQ(b.finish(), FinishReason::cancelled);
+    EXPECT_EQ(b.finals.size(), 1u);
+    EXPECT_EQ(a.ids, alone(*model, greedy(cut(ids, 0, 6), 50)).ids);
 }
 
 TEST_F(EngineTest, MaxNewTokensClampedToContextAndPositions) {
