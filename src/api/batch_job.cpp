@@ -67,12 +67,18 @@ nlohmann::ordered_json result_line(const std::string& custom_id, int status, con
 }  // namespace
 
 ParsedRequest parse_batch_line(const std::string& text, const ModelContext& ctx, std::string& custom_id) {
+    return *parse_batch_line(text, ctx, custom_id, ShardSpec{});
+}
+
+std::optional<ParsedRequest> parse_batch_line(const std::string& text, const ModelContext& ctx,
+                                              std::string& custom_id, const ShardSpec& only) {
     // ordered_json keeps the body's key order (tool schemas reach the chat template as written)
     nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) throw ApiError(400, "invalid_request_error", "not a JSON object");
     if (!j.contains("custom_id") || !j["custom_id"].is_string() || j["custom_id"].get<std::string>().empty())
         throw ApiError(400, "invalid_request_error", "custom_id must be a non-empty string", "custom_id");
     custom_id = j["custom_id"].get<std::string>();
+    if (!only.whole() && shard_of(custom_id, only.count) != only.index) return std::nullopt;
     if (!j.contains("method") || j["method"] != "POST")
         throw ApiError(400, "invalid_request_error", "method must be \"POST\"", "method");
     Endpoint ep;
@@ -134,9 +140,9 @@ bool BatchLineSource::next(BatchLine& out) {
         if (reader_.blank() || (next_invalid_ < invalid_.size() && invalid_[next_invalid_] == n)) continue;
         std::string custom_id;
         try {
-            ParsedRequest req = parse_batch_line(reader_.text(), ctx_, custom_id);
-            if (!shard_.whole() && shard_of(custom_id, shard_.count) != shard_.index) continue;
-            out = {n, std::move(custom_id), std::move(req)};
+            std::optional<ParsedRequest> req = parse_batch_line(reader_.text(), ctx_, custom_id, shard_);
+            if (!req) continue;  // another shard's line
+            out = {n, std::move(custom_id), std::move(*req)};
             return true;
         } catch (const ApiError& e) {
             fail("line ", n, ": ", e.what(), " (the input changed after it was validated)");
@@ -252,10 +258,10 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
         const json shard_before = before.is_object() && before.contains("shard") ? before["shard"] : json(nullptr);
         const json shard_now = status.contains("shard") ? status["shard"] : json(nullptr);
         const auto spec = [](const json& sh) {
-            return sh.is_object() ? sh.value("index", json()).dump() + "/" + sh.value("count", json()).dump()
+            return sh.is_object() ? "shard " + sh.value("index", json()).dump() + "/" + sh.value("count", json()).dump()
                                   : std::string("the whole input (no --shard)");
         };
-        SLUICE_CHECK(!before.is_object() || shard_before == shard_now, o.output_path, " holds the results of shard ",
+        SLUICE_CHECK(!before.is_object() || shard_before == shard_now, o.output_path, " holds the results of ",
                      spec(shard_before), ", not of ", spec(shard_now),
                      "; choose another output, or --restart to start it over");
         if (before.is_object() && before.contains("input_xxh3") && before["input_xxh3"] != status["input_xxh3"])

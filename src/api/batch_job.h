@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <istream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ struct BatchLineError {
 // read), method POST, a supported url, an object body without stream: true, and the body itself (parse_request).
 // Throws ApiError naming the field. Duplicate custom_ids are the caller's to find.
 ParsedRequest parse_batch_line(const std::string& text, const ModelContext& ctx, std::string& custom_id);
+// The same, but nullopt without parsing the body when the custom_id is not in shard `only`.
+std::optional<ParsedRequest> parse_batch_line(const std::string& text, const ModelContext& ctx,
+                                              std::string& custom_id, const ShardSpec& only);
 
 // The first pass: every line validated, none kept. Blank lines are skipped; a custom_id seen on an earlier line
 // makes the line invalid. Memory: the errors plus one IdKey per custom_id.

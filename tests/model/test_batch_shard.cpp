@@ -120,7 +120,7 @@ TEST(BatchShard, ShareIsXxh3OfTheCustomIdModN) {
 
 TEST(BatchShard, MergedShardsEqualOneRun) {
     Loaded m;
-    const fs::path one = scratch_dir("shard_one"), sh = scratch_dir("shard_three");
+    const fs::path one = test::scratch_dir("shard_one"), sh = test::scratch_dir("shard_three");
     std::vector<std::string> input = shard_input();
     input.insert(input.begin() + 3, "{not json");                                     // no custom_id: shard 0
     input.insert(input.begin() + 7, chat_line("hot", "x", 3, {{"temperature", 9}}).dump());  // its id's shard
@@ -175,7 +175,7 @@ TEST(BatchShard, MergedShardsEqualOneRun) {
 
 TEST(BatchShard, MergeRefusesWhatIsNotOneInputsShards) {
     Loaded m;
-    const fs::path d = scratch_dir("shard_bad_merge");
+    const fs::path d = test::scratch_dir("shard_bad_merge");
     write_lines(d / "in.jsonl", shard_input());
     const auto outs = run_shards(m, d, 3);
     ASSERT_EQ(merge_error(d, outs), "");
@@ -235,7 +235,7 @@ TEST(BatchShard, MergeRefusesWhatIsNotOneInputsShards) {
 
 TEST(BatchShard, ShardResumesFromItsOwnOutput) {
     Loaded m;
-    const fs::path d = scratch_dir("shard_resume"), ref = scratch_dir("shard_resume_ref");
+    const fs::path d = test::scratch_dir("shard_resume"), ref = test::scratch_dir("shard_resume_ref");
     write_lines(d / "in.jsonl", shard_input());
     write_lines(ref / "in.jsonl", shard_input());
     api::BatchOptions o;
