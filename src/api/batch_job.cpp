@@ -294,9 +294,15 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
     std::vector<InFlight> inflight;
     const size_t window = size_t(o.max_inflight > 0 ? o.max_inflight : 2 * engine.options().max_sequences);
     auto last_progress = t0, last_status = t0;
+    // refreshes the status file during the run (never after the final one: a job ended "completed" must stay so)
+    // and prints a progress line every progress_interval_s, and one at the end
     const auto progress = [&](bool final) {
         const auto now = std::chrono::steady_clock::now();
         const double s = std::chrono::duration<double>(now - t0).count();
+        if (!final && std::chrono::duration<double>(now - last_status).count() >= o.status_interval_s) {
+            last_status = now;
+            write_status("in_progress");
+        }
         if (!final && (o.progress_interval_s <= 0 || std::chrono::duration<double>(now - last_progress).count() <
                                                           o.progress_interval_s))
             return;
@@ -304,14 +310,9 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
         const int64_t finished = sum.completed + sum.failed + sum.skipped;
         const double rate = s > 0 ? double(sum.completed + sum.failed) / s : 0;
         const double eta = rate > 0 ? double(sum.total - finished) / rate : 0;
-        if (o.progress_interval_s > 0 || final)
-            std::fprintf(stderr, "batch: %lld/%lld done (%lld failed, %lld from before), %.1f generated tok/s, %.0f s%s\n",
-                         (long long)finished, (long long)sum.total, (long long)sum.failed, (long long)sum.skipped,
-                         s > 0 ? double(sum.output_tokens) / s : 0.0, final ? s : eta, final ? " elapsed" : " left");
-        if (std::chrono::duration<double>(now - last_status).count() > 5) {
-            last_status = now;
-            write_status("in_progress");
-        }
+        std::fprintf(stderr, "batch: %lld/%lld done (%lld failed, %lld from before), %.1f generated tok/s, %.0f s%s\n",
+                     (long long)finished, (long long)sum.total, (long long)sum.failed, (long long)sum.skipped,
+                     s > 0 ? double(sum.output_tokens) / s : 0.0, final ? s : eta, final ? " elapsed" : " left");
     };
     bool cancelled = false;
     while (true) {

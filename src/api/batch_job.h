@@ -45,6 +45,7 @@ struct BatchOptions {
     bool resume = true;                 // skip custom_ids already in the output or error file
     int64_t max_inflight = 0;           // requests submitted to the engine at once (0: 2 x the engine's sequences)
     double progress_interval_s = 5;     // stderr progress lines (0: none)
+    double status_interval_s = 5;       // the status file is rewritten this often while the job runs
     const std::atomic<bool>* cancel = nullptr;  // set -> stop submitting, cancel what runs, status "cancelled"
     ShardSpec shard;                    // run only the lines of this shard (api/batch_shard); 0/1: all
 };

@@ -216,3 +216,19 @@ TEST(BatchJob, ByteOrderMarkCrlfAndChangedInputOnResume) {
     EXPECT_EQ(s2.completed, 1);
     EXPECT_NE(json::parse(read(d / "out.status.json"))["input_xxh3"], st["input_xxh3"]);
 }
+
+// The status file is refreshed while the job runs, and the last write is the final state: a job that ran longer
+// than one refresh interval once ended "in_progress" (the closing progress line rewrote it).
+TEST(BatchJob, StatusRefreshedDuringTheRunEndsCompleted) {
+    Loaded m;
+    const fs::path d = test::scratch_dir("batch_status_refresh");
+    write_lines(d / "in.jsonl", mixed_input());
+    api::BatchOptions o;
+    o.status_interval_s = 0;  // every engine step
+    EXPECT_EQ(run(m, d, 2, o).status, "completed");
+    const json st = json::parse(read(d / "out.status.json"));
+    EXPECT_EQ(st["status"], "completed");
+    EXPECT_TRUE(st.contains("in_progress_at"));
+    EXPECT_TRUE(st.contains("completed_at"));
+    EXPECT_EQ(st["request_counts"]["completed"], 6);
+}
