@@ -20,7 +20,6 @@ MODEL_DIR=${MODEL_DIR:-models/kimi-k2}
 INPUT=${INPUT:-requests.jsonl}
 I=$SLURM_ARRAY_TASK_ID
 N=$SLURM_ARRAY_TASK_COUNT
-mkdir -p "shards/$I"
 
 # SIGTERM (the time limit's warning above, or preemption) makes sluice cancel what runs and exit 130; its results
 # so far are kept, and a requeued task resumes from them: the same command skips the custom_ids already answered.

@@ -89,6 +89,14 @@ void JsonlAppender::sync() {
     last_sync_ = std::chrono::steady_clock::now();
 }
 
+void create_parent_dirs(const std::string& path) {
+    const fs::path parent = fs::path(path).parent_path();
+    if (parent.empty()) return;
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    SLUICE_CHECK(!ec, path, ": cannot create its folder (", ec.message(), ")");
+}
+
 void write_file_atomically(const std::string& path, const std::string& text) {
     const std::string tmp = path + ".tmp";
     {

@@ -83,6 +83,9 @@ private:
     std::chrono::steady_clock::time_point last_sync_{};
 };
 
+// Creates the folders `path` is in (an output of a batch job), naming the path if that fails.
+void create_parent_dirs(const std::string& path);
+
 // Writes `text` to `path` through a temporary file and a rename, so readers see the old or the new file whole.
 void write_file_atomically(const std::string& path, const std::string& text);
 

@@ -175,8 +175,10 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
     const std::string error_path = o.error_path.empty() ? with_suffix(o.output_path, ".errors.jsonl") : o.error_path;
     const std::string status_path = o.status_path.empty() ? with_suffix(o.output_path, ".status.json") : o.status_path;
     std::error_code ec;
-    for (const auto& p : {o.output_path, error_path, status_path})
+    for (const auto& p : {o.output_path, error_path, status_path}) {
         SLUICE_CHECK(!fs::equivalent(o.input_path, p, ec), p, ": is the input file; choose another output path");
+        create_parent_dirs(p);  // -o shards/3/results.jsonl: one folder per shard
+    }
 
     BatchSummary sum;
     ModelContext ctx = make_model_context(engine, tok, chat_template, o.model_id, o.default_max_tokens);

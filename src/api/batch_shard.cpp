@@ -188,6 +188,7 @@ MergeSummary merge_batch_shards(const MergeOptions& o) {
     for (const auto& p : {o.output_path, error_path, status_path}) {
         SLUICE_CHECK(!fs::equivalent(o.input_path, p, ec), p, ": is the input file; choose another output path");
         for (const auto& f : files) SLUICE_CHECK(!fs::equivalent(f, p, ec), p, ": is a shard's file; choose another");
+        create_parent_dirs(p);
     }
 
     // every line of the shards' files, by custom_id (16 bytes each, not the lines)

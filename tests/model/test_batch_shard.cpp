@@ -35,13 +35,13 @@ std::vector<std::string> ids_in_order(const fs::path& p) {
     return v;
 }
 
-// Runs shards 0..n-1 of dir/in.jsonl into dir/shard-I.jsonl; returns their output paths.
+// Runs shards 0..n-1 of dir/in.jsonl into dir/I/results.jsonl; returns their output paths.
 std::vector<std::string> run_shards(Loaded& m, const fs::path& dir, int64_t n, api::BatchOptions o = {}) {
     std::vector<std::string> outs;
     for (int64_t i = 0; i < n; ++i) {
         api::BatchOptions so = o;
         so.shard = {i, n};
-        so.output_path = (dir / ("shard-" + std::to_string(i) + ".jsonl")).string();
+        so.output_path = (dir / std::to_string(i) / "results.jsonl").string();  // a folder made by the runner
         const auto s = run(m, dir, 1 + i % 3, so);  // each machine with its own number of sequences
         EXPECT_EQ(s.status, "completed") << i;
         outs.push_back(so.output_path);
