@@ -1,6 +1,8 @@
-// sluice batch -m DIR -i requests.jsonl -o results.jsonl [--parallel N] [--continue-on-invalid]
+// sluice batch -m DIR -i requests.jsonl -o results.jsonl [--parallel N] [--continue-on-invalid] [--shard I/N]
+// sluice batch --merge -i requests.jsonl -o results.jsonl SHARD_OUTPUT...
 // Runs an OpenAI Batch input file (api/batch_job): results.jsonl gets the successes, results.errors.jsonl the
 // failures, results.status.json a Batch-shaped status. Rerunning the same command resumes an interrupted job.
+// --shard I/N runs one machine's share; --merge joins the N shards' files (api/batch_shard, docs/batch-shards.md).
 // Exit status: 0 when every valid line ran (failed lines are in the error file), 1 when validation failed, 130 when
 // interrupted (SIGINT/SIGTERM: requests in flight are cancelled, the rest is left for a resume).
 #include <algorithm>
@@ -9,8 +11,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "api/batch_job.h"
+#include "api/batch_shard.h"
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
@@ -22,6 +27,18 @@ namespace sluice::cli {
 namespace {
 std::atomic<bool> g_cancel{false};
 extern "C" void on_signal(int) { g_cancel.store(true); }
+
+void merge(const api::BatchOptions& b, const std::vector<std::string>& shard_outputs) {
+    api::MergeOptions mo;
+    mo.input_path = b.input_path;
+    mo.output_path = b.output_path;
+    mo.error_path = b.error_path;
+    mo.status_path = b.status_path;
+    mo.shard_outputs = shard_outputs;
+    const api::MergeSummary s = api::merge_batch_shards(mo);
+    std::fprintf(stderr, "batch: merged %lld shards: %lld completed, %lld failed, in input order into %s\n",
+                 (long long)s.shards, (long long)s.completed, (long long)s.failed, b.output_path.c_str());
+}
 }  // namespace
 
 void register_batch(CLI::App& app) {
@@ -31,10 +48,14 @@ void register_batch(CLI::App& app) {
         api::BatchOptions b;
         int64_t batch_rows = 512;
         bool restart = false;
+        std::string shard;
+        bool merge = false;
+        std::vector<std::string> shard_outputs;
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("batch", "Run an OpenAI Batch JSONL file (chat or text completions) overnight");
     add_model_args(sub, a->m);
+    sub->get_option("--model")->required(false);  // --merge loads no model; checked in the callback
     add_engine_args(sub, a->e);
     sub->add_option("-i,--input", a->b.input_path, "input JSONL: {custom_id, method, url, body} per line")->required();
     sub->add_option("-o,--output", a->b.output_path, "results JSONL (appended as requests finish)")->required();
@@ -50,11 +71,27 @@ void register_batch(CLI::App& app) {
         ->check(positive())
         ->capture_default_str();
     sub->add_option("--alias", a->b.model_id, "model name written into responses (default: the folder's name)");
+    sub->add_option("--shard", a->shard,
+                    "run only this machine's share I/N of the input (custom_id hash mod N == I; 0 <= I < N)");
+    sub->add_flag("--merge", a->merge,
+                  "join shards: the positional arguments are the N shards' OUTPUT files (their .errors.jsonl and "
+                  ".status.json beside them); writes OUTPUT, its error and status file in input order; no model");
+    sub->add_option("shard_outputs", a->shard_outputs, "with --merge: each shard's OUTPUT file");
     sub->add_option("--progress-interval", a->b.progress_interval_s, "seconds between progress lines (0: none)")
         ->check(non_negative())
         ->capture_default_str();
     sub->callback([a] {
         namespace fs = std::filesystem;
+        if (a->merge) {
+            SLUICE_CHECK(a->m.model.empty() && a->shard.empty(), "batch --merge: takes no --model or --shard (it "
+                                                                 "joins finished shards' files)");
+            merge(a->b, a->shard_outputs);
+            return;
+        }
+        SLUICE_CHECK(a->shard_outputs.empty(), "batch: '", a->shard_outputs[0],
+                     "': shard outputs are for --merge only");
+        SLUICE_CHECK(!a->m.model.empty(), "--model is required");
+        if (!a->shard.empty()) a->b.shard = api::parse_shard_spec(a->shard);
         check_model_folder(a->m.model);
         SLUICE_CHECK(fs::exists(a->b.input_path), a->b.input_path, ": no such file");
         // without a chat template, chat lines fail validation with a message that says so

@@ -102,6 +102,7 @@ TEST(Cli, IdsTakeTheJsonArrayTokenizePrints) {
 // (2 for a bad command line, 1 for a value the engine rejects).
 TEST(Cli, BadOptionsGetOnePlainError) {
     const std::string gen = "generate -m " + kFixture + " --ids 1,2 ";
+    const std::string batch = "batch -m " + kFixture + " -i " + kFixture + "/config.json -o x.jsonl ";
     const std::vector<std::pair<std::string, std::string>> cases = {
         {gen + "-n -3", "--n-predict: must be >= 0, got -3"},
         {gen + "-n abc", "--n-predict: 'abc' is not a number"},
@@ -132,6 +133,16 @@ TEST(Cli, BadOptionsGetOnePlainError) {
         {"batch -m " + kFixture + " -o out.jsonl", "--input is required"},
         {"batch -m " + kFixture + " -i /nonexistent/in.jsonl -o out.jsonl", "/nonexistent/in.jsonl: no such file"},
         {"batch -m " + kFixture + " -i " + kFixture + "/config.json -o x.jsonl", "batch needs tokenizer.json"},
+        {batch + "--shard 3/2", "--shard '3/2': shard index 3 is out of range for 2 shards (0 to 1)"},
+        {batch + "--shard 0/0", "--shard '0/0': the number of shards must be at least 1"},
+        {batch + "--shard=-1/2", "--shard '-1/2': the shard index must be 0 or more"},
+        {batch + "--shard junk", "--shard 'junk': not I/N"},
+        {batch + "stray.jsonl", "'stray.jsonl': shard outputs are for --merge only"},
+        {"batch -i " + kFixture + "/config.json -o x.jsonl", "--model is required"},
+        {"batch --merge -i " + kFixture + "/config.json -o x.jsonl", "batch --merge: no shard outputs given"},
+        {"batch --merge -i " + kFixture + "/config.json -o x.jsonl /nonexistent/s0/results.jsonl",
+         "/nonexistent/s0/results.status.json: no such file"},
+        {"batch --merge " + batch.substr(6) + "s.jsonl", "batch --merge: takes no --model or --shard"},
     };
     for (const auto& [args, want] : cases) {
         int status = 0;
