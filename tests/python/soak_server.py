@@ -51,7 +51,8 @@ RAW_BAD = [
 
 
 class Soak:
-    def __init__(self, port, seconds, clients, seed):
+    def __init__(self, port, seconds, clients, seed, only=None):
+        self.only = only
         self.port, self.seconds, self.clients = port, seconds, clients
         self.rng = random.Random(seed)
         self.counts = collections.Counter()
@@ -172,7 +173,7 @@ class Soak:
         rng = random.Random(seed)
         actions = [(self.valid, 3), (self.valid_stream, 2), (self.bad_body, 4), (self.raw_bad, 3),
                    (self.disconnect, 2), (self.slow_headers, 1), (self.chunked_giant, 1), (self.pipelined, 2)]
-        pool = [a for a, w in actions for _ in range(w)]
+        pool = [a for a, w in actions for _ in range(w) if not self.only or a.__name__ == self.only]
         while time.monotonic() < end:
             action = rng.choice(pool)
             try:
@@ -212,10 +213,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", help="run only this kind of client action (valid, bad_body, disconnect, ...)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="sluice-soak-") as tmp:
         proc, port = su.start_server(os.path.abspath(args.sluice), su.model_dir(), ARGS, os.path.join(tmp, "log"))
-        soak = Soak(port, args.seconds, args.clients, args.seed)
+        soak = Soak(port, args.seconds, args.clients, args.seed, args.only)
         try:
             early, late = soak.run(proc.pid)
             health = su.call(port, "GET", "/health", timeout=5)[0]

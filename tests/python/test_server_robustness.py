@@ -154,6 +154,32 @@ class Limits(unittest.TestCase):
         s.close()
 
 
+class ShortConnections(unittest.TestCase):
+    def test_closed_connections_are_closed_by_the_server_too(self):
+        # many clients that pipeline quick requests and close at once: a hang-up the server sees while a handler
+        # runs must not leave the socket open (it once stayed in CLOSE-WAIT until the idle timeout)
+        base = len(os.listdir(f"/proc/{SERVER.pid}/fd"))
+        end = time.monotonic() + 2
+        bad = []
+
+        def client():
+            while time.monotonic() < end:
+                s = su.connect(PORT)
+                s.sendall(su.request_bytes("GET", "/health") + su.request_bytes("GET", "/nope"))
+                got = (su.read_response(s)[0], su.read_response(s)[0])
+                if got != (200, 404):
+                    bad.append(got)
+                s.close()
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(bad, [])
+        self.assertTrue(su.wait_for(lambda: len(os.listdir(f"/proc/{SERVER.pid}/fd")) <= base + 2, 2),
+                        f"{len(os.listdir(f'/proc/{SERVER.pid}/fd'))} descriptors open, {base} before")
+
+
 class SlowClients(unittest.TestCase):
     def test_slow_headers_never_starve_health_and_time_out(self):
         socks = []

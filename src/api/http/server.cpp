@@ -118,7 +118,8 @@ struct Server::Impl {
         epoll_event ev{};
         ev.events = events;
         ev.data.fd = c.fd;
-        ::epoll_ctl(epoll_fd, op, c.fd, &ev);
+        if (::epoll_ctl(epoll_fd, op, c.fd, &ev) != 0 && op == EPOLL_CTL_MOD && errno == ENOENT)
+            ::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c.fd, &ev);
     }
 
     void close_conn(const std::shared_ptr<Connection>& c) {
@@ -304,7 +305,9 @@ struct Server::Impl {
         }
         for (auto& [c, keep] : back) {
             --busy;
-            if (!keep || stopping) {
+            // gone is the I/O thread's own verdict (a hang-up seen while the handler ran, maybe after it decided to
+            // keep the connection): such a socket is out of epoll already and must close now
+            if (!keep || stopping || c->gone) {
                 close_conn(c);
                 continue;
             }
