@@ -104,7 +104,7 @@ void register_batch(CLI::App& app) {
         eo.max_batch_rows = a->batch_rows;
         eo.max_sequences = a->m.parallel;
         eo.max_context_tokens = a->m.ctx;
-        eo.prefix_cache_bytes = lo.prefix_cache_bytes;
+        a->e.apply(eo, lo.prefix_cache_bytes);
         a->b.speculative_tokens = a->e.speculative;
         Engine engine(*model, eo);
         a->b.resume = !a->restart;

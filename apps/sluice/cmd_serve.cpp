@@ -166,7 +166,7 @@ void register_serve(CLI::App& app) {
         eo.max_batch_rows = a->batch_rows;
         eo.max_sequences = a->m.parallel;
         eo.max_context_tokens = a->m.ctx;
-        eo.prefix_cache_bytes = lo.prefix_cache_bytes;
+        a->e.apply(eo, lo.prefix_cache_bytes);
         Engine engine(*model, eo);
         api::ServerOptions so;
         so.host = a->host;

@@ -105,12 +105,28 @@ void add_engine_args(CLI::App* sub, EngineArgs& a) {
                     "(the next chat turn, shared instructions) computes only the rest; part of --memory; 0: off; "
                     "auto: an eighth of --memory, at most 512M")
         ->capture_default_str();
+    sub->add_option("--state-dir", a.state_dir,
+                    "keep prompt states also as files in DIR (the prefix cache's SSD tier): reused after RAM evicts "
+                    "them and after restarts; bad or foreign files are skipped")
+        ->check(CLI::NonexistentPath | CLI::ExistingDirectory);
+    sub->add_option("--state-dir-size", a.state_dir_size, "most bytes of state files in --state-dir (oldest go)")
+        ->capture_default_str();
     sub->add_option("--speculative", a.speculative,
                     "requests draft this many tokens per step by prompt lookup and verify them in the same pass "
                     "(greedy: same output; sampled: same distribution; a request turns it off with "
                     "\"speculative\": false); 0: off")
         ->check(non_negative())
         ->capture_default_str();
+}
+
+void EngineArgs::apply(EngineOptions& eo, uint64_t prefix_cache_bytes) const {
+    eo.prefix_cache_bytes = prefix_cache_bytes;
+    eo.state_dir = state_dir;
+    try {
+        eo.state_dir_bytes = parse_size(state_dir_size);
+    } catch (const Error& e) {
+        throw Error(cat("--state-dir-size: ", e.what()));
+    }
 }
 
 uint64_t EngineArgs::prefix_cache_bytes(uint64_t memory_budget_bytes) const {

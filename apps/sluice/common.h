@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "models/model.h"
+#include "runtime/engine.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +42,10 @@ void add_model_args(CLI::App* sub, ModelArgs& a);
 struct EngineArgs {
     std::string prefix_cache = "auto";  // RAM for reusable prompt states, part of the memory plan; 0: off
     int64_t speculative = 0;            // draft tokens per step for greedy requests (prompt lookup); 0: off
+    std::string state_dir;              // the prefix cache's SSD tier; empty: none
+    std::string state_dir_size = "10G";
+    // Sets EngineOptions' prefix cache and state directory fields from these arguments.
+    void apply(EngineOptions& eo, uint64_t prefix_cache_bytes) const;
     // auto: an eighth of the memory budget, at most 512 MiB (512 MiB without a budget)
     uint64_t prefix_cache_bytes(uint64_t memory_budget_bytes) const;
 };

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace sluice {
 
@@ -68,7 +69,17 @@ Engine::Engine(Model& model, const EngineOptions& options) : model_(model), opt_
     SLUICE_CHECK(opt_.max_sequences >= 1, "EngineOptions::max_sequences must be >= 1, got ", opt_.max_sequences);
     SLUICE_CHECK(opt_.max_context_tokens >= 2, "EngineOptions::max_context_tokens must be >= 2, got ",
                  opt_.max_context_tokens);
-    if (opt_.prefix_cache_bytes > 0) prefix_cache_ = std::make_unique<PrefixCache>(opt_.prefix_cache_bytes);
+    std::unique_ptr<StateDir> disk;
+    if (!opt_.state_dir.empty()) {
+        disk = std::make_unique<StateDir>(opt_.state_dir, opt_.state_dir_bytes, model_.info().state_file_model(),
+                                          model_.new_sequence()->layout().has_recurrent());
+        if (!disk->enabled())
+            log_info("sluice: warning: ", disk->disabled_reason(), "; running without the SSD tier of the prefix cache");
+    }
+    if (opt_.prefix_cache_bytes > 0 || (disk && disk->enabled()))
+        prefix_cache_ = std::make_unique<PrefixCache>(opt_.prefix_cache_bytes, std::move(disk),
+                                                      [this] { return model_.new_sequence(); });
+    if (prefix_cache_) stats_.prefix_cache = prefix_cache_->stats();  // what the state directory held at start
 }
 
 Engine::~Engine() = default;

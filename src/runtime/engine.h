@@ -94,6 +94,9 @@ struct EngineOptions {
     uint64_t prefix_cache_bytes = 0;   // > 0: keep finished prompts' states for reuse (runtime/prefix_cache.h)
     // A running request's share of max_context_tokens grows by this many tokens at a time (see Memory above).
     int64_t reserve_step_tokens = 64;
+    // The prefix cache's SSD tier (runtime/state_dir.h): a directory and the bytes it may hold; empty: none.
+    std::string state_dir;
+    uint64_t state_dir_bytes = uint64_t(10) << 30;
 };
 
 struct EngineStats {

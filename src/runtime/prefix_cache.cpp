@@ -7,13 +7,25 @@ namespace sluice {
 PrefixCache::PrefixCache(uint64_t capacity_bytes, int64_t keep_journal_rows)
     : capacity_(capacity_bytes), keep_rows_(std::max<int64_t>(keep_journal_rows, 1)) {}
 
+PrefixCache::PrefixCache(uint64_t capacity_bytes, std::unique_ptr<StateDir> disk,
+                         std::function<std::unique_ptr<SequenceState>()> fresh, int64_t keep_journal_rows)
+    : PrefixCache(capacity_bytes, keep_journal_rows) {
+    if (disk && disk->enabled()) {
+        disk_ = std::move(disk);
+        fresh_ = std::move(fresh);
+    }
+}
+
+PrefixCache::~PrefixCache() = default;
+
+PrefixCacheStats PrefixCache::stats() const {
+    PrefixCacheStats s = stats_;
+    if (disk_) s.disk = disk_->stats();
+    return s;
+}
+
 int64_t PrefixCache::reusable(const SequenceState& s, std::span<const int32_t> prompt, int64_t max_tokens) {
-    const auto t = s.tokens();
-    const size_t limit = std::min({t.size(), prompt.size(), size_t(std::max<int64_t>(max_tokens, 0))});
-    const int64_t common = std::mismatch(t.begin(), t.begin() + std::ptrdiff_t(limit), prompt.begin()).first - t.begin();
-    if (common == s.n_past() || !s.layout().has_recurrent()) return common;
-    const int64_t snap = s.snapshot_position();
-    return snap >= 0 && common >= snap ? common : 0;
+    return reusable_prefix(s.tokens(), s.layout().has_recurrent(), s.snapshot_position(), prompt, max_tokens);
 }
 
 std::unique_ptr<SequenceState> PrefixCache::lookup(std::span<const int32_t> prompt, int64_t max_tokens) {
@@ -25,6 +37,22 @@ std::unique_ptr<SequenceState> PrefixCache::lookup(std::span<const int32_t> prom
         if (n > best_n || (n == best_n && n > 0 && e.last_use > best->last_use)) {
             best = &e;
             best_n = n;
+        }
+    }
+    if (disk_) {
+        const StateDir::Match m = disk_->best(prompt, max_tokens);
+        if (m.tokens > best_n) {
+            auto loaded = fresh_();
+            if (disk_->load(m, *loaded)) {
+                auto s = loaded->fork();
+                keep_in_ram(std::move(loaded));  // the next lookup finds it in RAM
+                s->truncate(m.tokens);
+                s->drop_snapshot();
+                ++stats_.hits;
+                ++stats_.disk_hits;
+                stats_.reused_tokens += m.tokens;
+                return s;
+            }
         }
     }
     if (!best) return nullptr;
@@ -46,6 +74,11 @@ void PrefixCache::insert(std::unique_ptr<SequenceState> s) {
     } else {
         s->drop_snapshot();
     }
+    if (disk_) disk_->store(*s);
+    keep_in_ram(std::move(s));
+}
+
+void PrefixCache::keep_in_ram(std::unique_ptr<SequenceState> s) {
     const uint64_t bytes = s->size_bytes();
     if (bytes > capacity_) return;
     // an entry the new one covers (same tokens, or a prefix the new one can serve as well) goes

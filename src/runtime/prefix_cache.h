@@ -8,14 +8,17 @@
 // (keep_journal_rows; state/sequence_state.h), so it serves prefixes that end in those rows or at its end.
 //
 // Entries are evicted least-recently-used by bytes. Lookup compares tokens with every entry (a linear scan; the
-// entries are few and large).
+// entries are few and large). With a state directory (runtime/state_dir.h) every kept state is also written there,
+// and a lookup that the directory serves with more tokens than RAM loads the file (and keeps it in RAM too).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "runtime/state_dir.h"
 #include "state/sequence_state.h"
 
 namespace sluice {
@@ -24,11 +27,17 @@ struct PrefixCacheStats {
     int64_t lookups = 0, hits = 0, reused_tokens = 0, inserted = 0, evicted = 0;
     uint64_t bytes = 0;
     int64_t entries = 0;
+    int64_t disk_hits = 0;  // hits served from the state directory
+    StateDirStats disk;     // the state directory's own counts (all zero without one)
 };
 
 class PrefixCache {
 public:
     explicit PrefixCache(uint64_t capacity_bytes, int64_t keep_journal_rows = 16);
+    // With an SSD tier: `fresh` makes the empty states files are loaded into.
+    PrefixCache(uint64_t capacity_bytes, std::unique_ptr<StateDir> disk,
+                std::function<std::unique_ptr<SequenceState>()> fresh, int64_t keep_journal_rows = 16);
+    ~PrefixCache();
 
     // Keeps `state` (its tokens are the key), replacing entries it makes redundant. A state larger than the whole
     // capacity is dropped.
@@ -36,7 +45,8 @@ public:
     // A fresh state holding the longest reusable prefix of `prompt` of at most max_tokens tokens, or null.
     std::unique_ptr<SequenceState> lookup(std::span<const int32_t> prompt, int64_t max_tokens);
 
-    PrefixCacheStats stats() const { return stats_; }
+    PrefixCacheStats stats() const;
+    const StateDir* disk() const { return disk_.get(); }
     uint64_t capacity_bytes() const { return capacity_; }
 
 private:
@@ -47,11 +57,14 @@ private:
     // How many of prompt's first tokens the entry can give (0: none).
     static int64_t reusable(const SequenceState& s, std::span<const int32_t> prompt, int64_t max_tokens);
     void evict_to(uint64_t bytes);
+    void keep_in_ram(std::unique_ptr<SequenceState> s);
     uint64_t capacity_;
     int64_t keep_rows_;
     uint64_t clock_ = 0;
     std::vector<Entry> entries_;
     PrefixCacheStats stats_;
+    std::unique_ptr<StateDir> disk_;
+    std::function<std::unique_ptr<SequenceState>()> fresh_;
 };
 
 }  // namespace sluice

@@ -76,16 +76,45 @@ struct Cursor {
 
 }  // namespace
 
-void save_state(const SequenceState& s, const StateFileModel& model, const std::string& path) {
-    const StateLayout& L = s.layout();
-    const int64_t n = s.n_past();
+namespace {
+
+std::string header_of(const SequenceState& s, const StateFileModel& model) {
     json h = {{"architecture", model.architecture},
               {"config_xxh3", hex64(model.config_xxh3)},
               {"weights_xxh3", hex64(model.weights_xxh3)},
-              {"n_past", n},
+              {"n_past", s.n_past()},
               {"snapshot_position", s.snapshot_position()},
-              {"layers", layout_json(L)}};
-    const std::string header = h.dump();
+              {"layers", layout_json(s.layout())}};
+    return h.dump();
+}
+
+}  // namespace
+
+uint64_t state_file_bytes(const SequenceState& s, const StateFileModel& model) {
+    const StateLayout& L = s.layout();
+    const uint64_t n = uint64_t(s.n_past());
+    uint64_t floats = 0;
+    for (size_t l = 0; l < L.layers.size(); ++l) {
+        switch (L.layers[l].kind) {
+            case StateLayout::Kind::latent: floats += n * uint64_t(s.latent(int64_t(l)).data.width()); break;
+            case StateLayout::Kind::kv:
+                floats += n * uint64_t(s.kv(int64_t(l)).k.width() + s.kv(int64_t(l)).v.width());
+                break;
+            case StateLayout::Kind::kda: {
+                const KdaState& k = s.kda(int64_t(l));
+                floats += k.conv.size() + k.state.size();
+                if (s.snapshot_position() >= 0) floats += k.snap_conv.size() + k.snap_state.size() + k.journal.size();
+                break;
+            }
+            case StateLayout::Kind::none: break;
+        }
+    }
+    return sizeof k_magic + 8 + header_of(s, model).size() + n * 4 + floats * 4 + 8;
+}
+
+void save_state(const SequenceState& s, const StateFileModel& model, const std::string& path) {
+    const StateLayout& L = s.layout();
+    const std::string header = header_of(s, model);
     std::string out(k_magic, sizeof k_magic);
     put(out, k_state_file_version);
     put(out, uint32_t(header.size()));
@@ -128,6 +157,49 @@ void save_state(const SequenceState& s, const StateFileModel& model, const std::
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
     SLUICE_CHECK(!ec, path, ": cannot rename the state file into place (", ec.message(), ")");
+}
+
+StateFileInfo peek_state(const std::string& path, const StateFileModel& model) {
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    SLUICE_CHECK(f.good(), path, ": cannot open the state file (", std::strerror(errno), ")");
+    StateFileInfo info;
+    info.file_bytes = uint64_t(f.tellg());
+    f.seekg(0);
+    char head[16];
+    f.read(head, sizeof head);
+    SLUICE_CHECK(f.gcount() == sizeof head && std::memcmp(head, k_magic, sizeof k_magic) == 0, path,
+                 ": not a sluice state file (no \"SLUICEST\" at the start)");
+    uint32_t version = 0, header_bytes = 0;
+    std::memcpy(&version, head + 8, 4);
+    std::memcpy(&header_bytes, head + 12, 4);
+    SLUICE_CHECK(version == k_state_file_version, path, ": state file version ", version, "; this sluice reads version ",
+                 k_state_file_version);
+    SLUICE_CHECK(uint64_t(header_bytes) + 16 + 8 <= info.file_bytes, path, ": state file truncated (",
+                 info.file_bytes, " bytes)");
+    std::string text(header_bytes, '\0');
+    f.read(text.data(), header_bytes);
+    const json h = json::parse(text, nullptr, false);
+    SLUICE_CHECK(h.is_object(), path, ": state file header is not a JSON object");
+    const auto field = [&](const char* key) -> const json& {
+        auto it = h.find(key);
+        SLUICE_CHECK(it != h.end(), path, ": state file header field \"", key, "\" is missing");
+        return *it;
+    };
+    SLUICE_CHECK(field("architecture") == model.architecture && field("config_xxh3") == hex64(model.config_xxh3) &&
+                     field("weights_xxh3") == hex64(model.weights_xxh3),
+                 path, ": state file is from another model");
+    SLUICE_CHECK(field("n_past").is_number_integer() && field("snapshot_position").is_number_integer(), path,
+                 ": state file header has no integer n_past and snapshot_position");
+    info.n_past = field("n_past").get<int64_t>();
+    info.snapshot_position = field("snapshot_position").get<int64_t>();
+    SLUICE_CHECK(info.n_past >= 0 && info.snapshot_position >= -1 && info.snapshot_position <= info.n_past &&
+                     uint64_t(info.n_past) <= (info.file_bytes - 16 - header_bytes - 8) / 4,
+                 path, ": state file header has n_past ", info.n_past, " and snapshot_position ",
+                 info.snapshot_position, " for ", info.file_bytes, " bytes");
+    info.tokens.resize(size_t(info.n_past));
+    f.read(reinterpret_cast<char*>(info.tokens.data()), std::streamsize(info.n_past * 4));
+    SLUICE_CHECK(f.good() || info.n_past == 0, path, ": state file truncated in its token ids");
+    return info;
 }
 
 void load_state(const std::string& path, const StateFileModel& model, SequenceState& into) {

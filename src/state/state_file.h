@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "state/sequence_state.h"
 
@@ -23,6 +24,20 @@ inline constexpr uint32_t k_state_file_version = 1;
 
 // Writes `state` to `path` (via a temporary name and a rename). Throws Error naming the file.
 void save_state(const SequenceState& state, const StateFileModel& model, const std::string& path);
+
+// What peek_state reads of a file without loading it.
+struct StateFileInfo {
+    int64_t n_past = 0, snapshot_position = -1;
+    std::vector<int32_t> tokens;
+    uint64_t file_bytes = 0;
+};
+
+// Reads only the header and token ids of `path` (for an index of many files; load_state checks the checksum and
+// the layers). Throws Error naming the file for a wrong magic, version or model, or a short or malformed head.
+StateFileInfo peek_state(const std::string& path, const StateFileModel& model);
+
+// The size of the file save_state would write for `state`.
+uint64_t state_file_bytes(const SequenceState& state, const StateFileModel& model);
 
 // Reads `path` into `into`, which must be a fresh state (n_past 0) made by the same model. Throws Error naming the
 // file and what does not match; `into` is unchanged then.

@@ -3,10 +3,15 @@
 // running alone; Kimi's recurrent state reuses the prefixes its snapshot allows; a cache too small to hold a state
 // reuses nothing and changes nothing.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "models/model.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
+#include "state/state_file.h"
 #include "../support/fixtures.h"
 #include "../support/reference_decode.h"
 
@@ -152,6 +157,141 @@ TEST_P(PrefixCacheTest, AfterSpeculation) {
     const Outcome b = run_one(e, p2, 4);
     EXPECT_EQ(b.ids, alone(p2, 4));
     EXPECT_GT(b.n_cached, 0);
+}
+
+// ---- the SSD tier (--state-dir)
+
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        path = std::filesystem::temp_directory_path() /
+               ("sluice-state-dir-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+        std::filesystem::remove_all(path);
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+    static int& counter() {
+        static int n = 0;
+        return n;
+    }
+    std::vector<std::filesystem::path> files() const {
+        std::vector<std::filesystem::path> out;
+        for (const auto& e : std::filesystem::directory_iterator(path))
+            if (e.path().extension() == ".sluicest") out.push_back(e.path());
+        return out;
+    }
+};
+
+EngineOptions disk_options(const TempDir& d, uint64_t ram_bytes = 0, uint64_t disk_bytes = uint64_t(1) << 30) {
+    EngineOptions o{.max_batch_rows = 5, .max_sequences = 2, .max_context_tokens = 512,
+                    .prefix_cache_bytes = ram_bytes};
+    o.state_dir = d.path.string();
+    o.state_dir_bytes = disk_bytes;
+    return o;
+}
+
+// A conversation's next turn after a restart: the new engine (no RAM tier at all) finds the last turn's state in
+// the directory and computes only the new tokens, with exactly the tokens of running alone.
+TEST_P(PrefixCacheTest, StateDirServesTheNextTurnAfterARestart) {
+    TempDir dir;
+    const std::vector<int32_t> p1(ids.begin(), ids.begin() + 8);
+    Outcome a;
+    {
+        Engine e(*model, disk_options(dir));
+        a = run_one(e, p1, 4);
+        EXPECT_EQ(a.ids, alone(p1, 4));
+        EXPECT_GE(e.stats().prefix_cache.disk.writes, 1);
+    }
+    ASSERT_FALSE(dir.files().empty());
+    const auto p2 = concat(concat(p1, a.ids), {ids[1], ids[2], ids[3]});
+    Engine e(*model, disk_options(dir));
+    EXPECT_GE(e.stats().prefix_cache.disk.entries, 1);
+    const Outcome b = run_one(e, p2, 4);
+    EXPECT_EQ(b.ids, alone(p2, 4));
+    EXPECT_EQ(b.n_cached, int64_t(p1.size() + a.ids.size()) - 1);
+    EXPECT_EQ(e.stats().prefix_cache.disk_hits, 1);
+}
+
+// Damaged files are never an error and never change output: a flipped byte fails the checksum at load (the file
+// is deleted and the prefix computed), a file cut short likewise; a file of another model is skipped at scan.
+TEST_P(PrefixCacheTest, StateDirSkipsBadFiles) {
+    TempDir dir;
+    const std::vector<int32_t> p1(ids.begin(), ids.begin() + 8);
+    {
+        Engine e(*model, disk_options(dir));
+        run_one(e, p1, 2);
+    }
+    auto files = dir.files();
+    ASSERT_FALSE(files.empty());  // recurrent models keep two: the prompt (with its snapshot) and the whole request
+    const auto p2 = concat(p1, {ids[4], ids[6]});
+    for (int damage = 0; damage < 2; ++damage) {
+        for (const auto& path : files) {
+            if (damage == 0) {
+                std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+                f.seekp(-20, std::ios::end);
+                f.put('\x5a');
+            } else {
+                std::filesystem::resize_file(path, std::filesystem::file_size(path) - 100);
+            }
+        }
+        Engine e(*model, disk_options(dir));
+        const Outcome b = run_one(e, p2, 3);
+        EXPECT_EQ(b.ids, alone(p2, 3)) << damage;
+        EXPECT_EQ(b.n_cached, 0) << damage;
+        EXPECT_EQ(e.stats().prefix_cache.disk_hits, 0);
+        // the damaged file it tried is gone (others stay until they are tried or evicted); its own state is whole
+        files = dir.files();
+        int whole = 0;
+        for (const auto& path : files) {
+            auto fresh = model->new_sequence();
+            try {
+                load_state(path.string(), model->info().state_file_model(), *fresh);
+                ++whole;
+            } catch (const std::exception&) {
+            }
+        }
+        EXPECT_GE(whole, 1) << damage;
+    }
+    // a file from another model (here: the same bytes renamed, with another model's fingerprint in its header)
+    {
+        std::string bytes;
+        {
+            std::ifstream f(files[0], std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(f), {});
+        }
+        const size_t at = bytes.find("\"config_xxh3\":\"");
+        ASSERT_NE(at, std::string::npos);
+        bytes[at + 15] = bytes[at + 15] == '0' ? '1' : '0';
+        std::ofstream(dir.path / "foreign.sluicest", std::ios::binary) << bytes;
+    }
+    Engine e(*model, disk_options(dir));
+    EXPECT_EQ(e.stats().prefix_cache.disk.skipped_files, 1);
+    EXPECT_TRUE(std::filesystem::exists(dir.path / "foreign.sluicest"));  // not ours to delete
+}
+
+// The directory stays within its size (oldest files go), and one that cannot be created turns the tier off.
+TEST_P(PrefixCacheTest, StateDirSizeAndUnwritableDirectory) {
+    TempDir dir;
+    {
+        Engine e(*model, disk_options(dir));
+        run_one(e, std::vector<int32_t>(ids.begin(), ids.begin() + 6), 2);
+    }
+    const uint64_t one = std::filesystem::file_size(dir.files().at(0));
+    {
+        Engine e(*model, disk_options(dir, 0, one * 5 / 2));  // room for two
+        for (int i = 1; i < 5; ++i) run_one(e, std::vector<int32_t>(ids.begin() + i, ids.begin() + i + 6), 2);
+        EXPECT_LE(e.stats().prefix_cache.disk.bytes, one * 5 / 2);
+        EXPECT_GT(e.stats().prefix_cache.disk.evicted, 0);
+    }
+    uint64_t total = 0;
+    for (const auto& f : dir.files()) total += std::filesystem::file_size(f);
+    EXPECT_LE(total, one * 5 / 2);
+
+    EngineOptions o = disk_options(dir);
+    o.state_dir = "/dev/null/states";
+    Engine e(*model, o);  // a warning; no prefix cache at all (no RAM share either)
+    const std::vector<int32_t> p(ids.begin(), ids.begin() + 6);
+    EXPECT_EQ(run_one(e, p, 2).ids, alone(p, 2));
+    EXPECT_EQ(e.stats().prefix_cache.disk.writes, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCacheTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);

@@ -135,6 +135,7 @@ TEST_P(StateTest, SaveLoadRoundTrip) {
         }
         const std::string path = scratch(fixture_name({GetParam(), 0}) + ".state");
         save_state(*seq, fm, path);
+        EXPECT_EQ(std::filesystem::file_size(path), state_file_bytes(*seq, fm));  // the SSD tier budgets with it
         auto loaded = model->new_sequence();
         load_state(path, fm, *loaded);
         EXPECT_EQ(loaded->n_past(), seq->n_past());

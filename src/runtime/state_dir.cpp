@@ -1,0 +1,190 @@
+#include "runtime/state_dir.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace sluice {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* k_ext = ".sluicest";
+}
+
+int64_t reusable_prefix(std::span<const int32_t> tokens, bool recurrent, int64_t snapshot_position,
+                        std::span<const int32_t> prompt, int64_t max_tokens) {
+    const size_t limit = std::min({tokens.size(), prompt.size(), size_t(std::max<int64_t>(max_tokens, 0))});
+    const int64_t common =
+        std::mismatch(tokens.begin(), tokens.begin() + std::ptrdiff_t(limit), prompt.begin()).first - tokens.begin();
+    if (common == int64_t(tokens.size()) || !recurrent) return common;
+    return snapshot_position >= 0 && common >= snapshot_position ? common : 0;
+}
+
+StateDir::StateDir(std::string dir, uint64_t capacity_bytes, StateFileModel model, bool recurrent)
+    : dir_(std::move(dir)), capacity_(capacity_bytes), model_(std::move(model)), recurrent_(recurrent) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || !fs::is_directory(dir_)) {
+        why_ = cat(dir_, ": cannot create the state directory (", ec ? ec.message() : "not a directory", ")");
+        return;
+    }
+    const std::string probe = (fs::path(dir_) / ".sluice-write-test").string();
+    {
+        std::ofstream f(probe, std::ios::trunc);
+        f << "probe";
+        f.flush();
+        if (!f.good()) {
+            why_ = cat(dir_, ": the state directory is not writable");
+            return;
+        }
+    }
+    fs::remove(probe, ec);
+    enabled_ = true;
+    for (const auto& de : fs::directory_iterator(dir_, ec)) {
+        const std::string p = de.path().string();
+        if (p.size() > 8 && p.ends_with(".partial")) {  // a write cut off by a crash: ours, incomplete
+            fs::remove(de.path(), ec);
+            continue;
+        }
+        if (!de.is_regular_file() || !p.ends_with(k_ext)) continue;
+        try {
+            StateFileInfo info = peek_state(p, model_);
+            const auto t = fs::last_write_time(de.path(), ec);
+            entries_.push_back({p, std::move(info.tokens), info.snapshot_position, info.file_bytes,
+                                ec ? 0 : uint64_t(t.time_since_epoch().count())});
+            stats_.bytes += info.file_bytes;
+        } catch (const Error& e) {
+            ++stats_.skipped_files;
+            log_info("sluice: warning: state directory: skipping ", e.what());
+        }
+    }
+    // order by file time; the clock continues after the newest
+    std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
+    for (auto& e : entries_) e.last_use = ++clock_;
+    stats_.entries = int64_t(entries_.size());
+    evict_to(capacity_);
+}
+
+uint64_t StateDir::now() { return ++clock_; }
+
+std::string StateDir::path_for(std::span<const int32_t> tokens) const {
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, model_.architecture.data(), model_.architecture.size());
+    XXH3_64bits_update(st, &model_.config_xxh3, sizeof model_.config_xxh3);
+    XXH3_64bits_update(st, &model_.weights_xxh3, sizeof model_.weights_xxh3);
+    XXH3_64bits_update(st, tokens.data(), tokens.size() * sizeof(int32_t));
+    const uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    char name[64];
+    std::snprintf(name, sizeof name, "%016llx-%zu%s", static_cast<unsigned long long>(h), tokens.size(), k_ext);
+    return (fs::path(dir_) / name).string();
+}
+
+StateDir::Match StateDir::best(std::span<const int32_t> prompt, int64_t max_tokens) const {
+    Match m;
+    for (size_t i = 0; i < entries_.size(); ++i) {
+        const Entry& e = entries_[i];
+        const int64_t n = reusable_prefix(e.tokens, recurrent_, e.snapshot_position, prompt, max_tokens);
+        if (n > m.tokens || (n == m.tokens && n > 0 && e.last_use > entries_[m.entry].last_use)) m = {n, i};
+    }
+    return m;
+}
+
+bool StateDir::load(const Match& m, SequenceState& fresh) {
+    if (m.tokens <= 0 || m.entry >= entries_.size()) return false;
+    Entry& e = entries_[m.entry];
+    try {
+        load_state(e.path, model_, fresh);
+    } catch (const Error& err) {
+        log_info("sluice: warning: state directory: dropping ", err.what(), "; the prefix is computed instead");
+        std::error_code ec;
+        fs::remove(e.path, ec);
+        remove(m.entry);
+        return false;
+    }
+    e.last_use = now();
+    std::error_code ec;
+    fs::last_write_time(e.path, fs::file_time_type::clock::now(), ec);
+    ++stats_.hits;
+    return true;
+}
+
+void StateDir::remove(size_t i) {
+    stats_.bytes -= entries_[i].bytes;
+    entries_.erase(entries_.begin() + std::ptrdiff_t(i));
+    stats_.entries = int64_t(entries_.size());
+}
+
+void StateDir::evict_to(uint64_t limit) {
+    while (stats_.bytes > limit && !entries_.empty()) {
+        const size_t oldest = size_t(std::min_element(entries_.begin(), entries_.end(),
+                                                      [](const Entry& a, const Entry& b) {
+                                                          return a.last_use < b.last_use;
+                                                      }) -
+                                     entries_.begin());
+        std::error_code ec;
+        fs::remove(entries_[oldest].path, ec);
+        remove(oldest);
+        ++stats_.evicted;
+    }
+}
+
+void StateDir::store(const SequenceState& s) {
+    if (!enabled_ || s.n_past() == 0) return;
+    const auto tokens = s.tokens();
+    const std::string path = path_for(tokens);
+    // the same tokens already there: only its time changes
+    for (auto& e : entries_)
+        if (e.path == path && e.tokens.size() == tokens.size()) {
+            e.last_use = now();
+            std::error_code ec;
+            fs::last_write_time(e.path, fs::file_time_type::clock::now(), ec);
+            return;
+        }
+    const uint64_t estimate = state_file_bytes(s, model_);
+    if (estimate > capacity_) return;
+    // files whose prefixes this state serves as well go; then the oldest until it fits
+    for (size_t i = entries_.size(); i-- > 0;) {
+        const Entry& e = entries_[i];
+        const int64_t n = int64_t(e.tokens.size());
+        if (n <= s.n_past() && reusable_prefix(tokens, recurrent_, s.snapshot_position(), e.tokens, n) == n) {
+            std::error_code ec;
+            fs::remove(e.path, ec);
+            remove(i);
+            ++stats_.evicted;
+        }
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        evict_to(capacity_ - std::min(capacity_, estimate << attempt));
+        try {
+            save_state(s, model_, path);
+            std::error_code ec;
+            const uint64_t bytes = fs::file_size(path, ec);
+            entries_.push_back({path, std::vector<int32_t>(tokens.begin(), tokens.end()), s.snapshot_position(),
+                                ec ? estimate : bytes, now()});
+            stats_.bytes += entries_.back().bytes;
+            stats_.entries = int64_t(entries_.size());
+            ++stats_.writes;
+            evict_to(capacity_);
+            return;
+        } catch (const Error& e) {
+            std::error_code ec;
+            fs::remove(path + ".partial", ec);
+            if (attempt == 1) {
+                ++stats_.write_failures;
+                log_info("sluice: warning: state directory: ", e.what(), "; the state is not kept on disk");
+            }
+        }
+    }
+}
+
+}  // namespace sluice
