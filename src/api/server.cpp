@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "api/completion_job.h"
+#include "api/tokenizer_endpoints.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tokenizer/chat_template.h"
@@ -188,6 +189,9 @@ struct Server::Impl {
         });
         http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { tokenize(req, res); });
         http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { detokenize(req, res); });
+        http.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
+            send_json(res, 200, tokenizer_info_json(ctx));
+        });
     }
 
     // HTTP responses by route and status, for /metrics (routes outside ours count as "other": no unbounded labels).
@@ -195,7 +199,8 @@ struct Server::Impl {
     std::map<std::pair<std::string, int>, uint64_t> http_counts;
     void count(const httplib::Request& req, const httplib::Response& res) {
         static const char* known[] = {
-            "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize"};
+            "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize",
+            "/tokenizer_info"};
         std::string route = "other";
         for (const char* k : known)
             if (req.path == k) route = k;
@@ -346,18 +351,10 @@ struct Server::Impl {
             [job](bool) { job->cancel(); });
     }
 
+    // The tokenizer routes' logic is in api/tokenizer_endpoints.
     void tokenize(const httplib::Request& req, httplib::Response& res) {
         try {
-            auto body = parse_body(req);
-            if (!body.contains("content") || !body["content"].is_string())
-                throw ApiError(400, "invalid_request_error", "'content' must be a string", "content");
-            bool add_special = false;
-            if (body.contains("add_special")) {
-                if (!body["add_special"].is_boolean())
-                    throw ApiError(400, "invalid_request_error", "'add_special' must be a boolean", "add_special");
-                add_special = body["add_special"].get<bool>();
-            }
-            send_json(res, 200, {{"tokens", tok.encode(body["content"].get<std::string>(), add_special)}});
+            send_json(res, 200, tokenize_json(parse_body(req), ctx));
         } catch (const ApiError& e) {
             send_error(res, e);
         }
@@ -365,20 +362,7 @@ struct Server::Impl {
 
     void detokenize(const httplib::Request& req, httplib::Response& res) {
         try {
-            auto body = parse_body(req);
-            if (!body.contains("tokens") || !body["tokens"].is_array())
-                throw ApiError(400, "invalid_request_error", "'tokens' must be an array of token ids", "tokens");
-            std::vector<int32_t> ids;
-            for (size_t i = 0; i < body["tokens"].size(); ++i) {
-                const json& t = body["tokens"][i];
-                if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.vocab_size())
-                    throw ApiError(
-                        400, "invalid_request_error",
-                        "tokens[" + std::to_string(i) + "] is not a token id below " + std::to_string(tok.vocab_size()),
-                        "tokens[" + std::to_string(i) + "]");
-                ids.push_back(int32_t(t.get<int64_t>()));
-            }
-            send_json(res, 200, {{"content", tok.decode(ids)}});
+            send_json(res, 200, detokenize_json(parse_body(req), ctx));
         } catch (const ApiError& e) {
             send_error(res, e);
         }
