@@ -9,7 +9,7 @@ CLI: each loglikelihood equals the sum of log_softmax(`sluice logits`) over the 
 is_greedy the argmax test), each generation equals `sluice generate` on the same ids cut at the stop strings.
 
 Usage: test_lm_eval.py --sluice PATH_TO_SLUICE [--keep DIR]
-Exits 77 (CTest's skip code) when lm_eval is not installed (bash scripts/python-env.sh --lm-eval installs it).
+Exits 77 (CTest's skip code) when lm_eval is not installed (bash scripts/python-env.sh installs it).
 """
 import argparse
 import json
@@ -25,15 +25,15 @@ try:
     import lm_eval  # noqa: F401
     import numpy as np
 except ImportError:
-    print("skipped: lm_eval is not installed (bash scripts/python-env.sh --lm-eval)")
+    print("skipped: lm_eval is not installed (bash scripts/python-env.sh)")
     sys.exit(77)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "models", "sluice-k2-tiny")
 
 MC = [  # question, choices, answer index
-    ("The cat sat on the", ["mat", "sky", "river", "idea"], 0),
-    ("Once upon a time there was a", ["princess", "seven", "blue", "quickly"], 0),
+    ("In the beginning God created the", ["heaven", "river", "idea", "seven"], 0),
+    ("And God said, Let there be", ["light", "blue", "quickly", "mat"], 0),
     ("The sun rises in the", ["east", "west", "cup", "song"], 0),
     ("Water is", ["wet", "dry", "loud", "square"], 0),
     ("She opened the door and", ["walked in", "ate the moon", "purple", "seven"], 0),
@@ -139,18 +139,27 @@ def main():
     ap.add_argument("--keep", help="write the task files, lm-eval output and server log here")
     args = ap.parse_args()
     sluice = os.path.abspath(args.sluice)
-    tmp = args.keep or tempfile.mkdtemp(prefix="sluice-lm-eval-")
-    os.makedirs(tmp, exist_ok=True)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        run_checks(sluice, os.path.abspath(args.keep))
+    else:
+        with tempfile.TemporaryDirectory(prefix="sluice-lm-eval-") as tmp:
+            run_checks(sluice, tmp)
+
+
+def run_checks(sluice, tmp):
     write_tasks(tmp)
     server, port = start_server(sluice, os.path.join(tmp, "server.log"))
     failures = []
     try:
-        env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        # offline, and every cache inside the scratch folder
+        env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_HOME=os.path.join(tmp, "hf"),
+                   TOKENIZERS_PARALLELISM="false")
         t0 = time.time()
         model_args = (f"base_url=http://127.0.0.1:{port}/v1/completions,model=sluice-k2-tiny,"
-                      "tokenizer_backend=remote,batch_size=8,num_concurrent=1,max_retries=1,max_length=1024")
+                      "tokenizer_backend=remote,num_concurrent=1,max_retries=1,max_length=1024")
         run = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args",
-                              model_args, "--tasks", "sluice_mc,sluice_gen", "--include_path", tmp,
+                              model_args, "--tasks", "sluice_mc,sluice_gen", "--include_path", tmp, "--batch_size", "8",
                               "--output_path", os.path.join(tmp, "out"), "--log_samples"],
                              env=env, capture_output=True, text=True, timeout=600)
         print(f"lm-eval ran {time.time() - t0:.1f} s, exit {run.returncode}")
@@ -158,15 +167,19 @@ def main():
             print(run.stdout[-4000:], run.stderr[-8000:])
             sys.exit(1)
         print("\n".join(l for l in run.stdout.splitlines() if "|" in l))
-        n_ll = 0
+        n_ll, worst = 0, 0.0
         for s in samples(os.path.join(tmp, "out"), "sluice_mc"):
-            for arg, resp in zip(s["arguments"], s["resps"]):
+            # arguments: {"gen_args_i": {"arg_0": context, "arg_1": continuation}}; resps: [[[ll, is_greedy]]]
+            # (logged as strings)
+            for i, resp in enumerate(s["resps"]):
+                arg = s["arguments"][f"gen_args_{i}"]
                 context, continuation = arg["arg_0"], arg["arg_1"]
-                got_ll, got_greedy = resp[0]
+                got_ll, got_greedy = float(resp[0][0]), str(resp[0][1]) == "True"
                 ctx, cont = encode_pair(port, context, continuation)
                 want_ll, want_greedy = cli_loglikelihood(sluice, tmp, ctx, cont)
                 n_ll += 1
-                if abs(got_ll - want_ll) > 1e-3 or bool(got_greedy) != want_greedy:
+                worst = max(worst, abs(got_ll - want_ll))
+                if abs(got_ll - want_ll) > 1e-3 or got_greedy != want_greedy:
                     failures.append(f"loglikelihood of {continuation!r} after {context!r}: lm-eval "
                                     f"{got_ll} {got_greedy}, sluice logits {want_ll} {want_greedy}")
         n_gen = 0
@@ -180,8 +193,8 @@ def main():
                 failures.append(f"generation after {arg['arg_0']!r}: lm-eval {got!r}, sluice generate {want!r}")
         if n_ll != sum(len(c) for _, c, _ in MC) or n_gen != len(GEN):
             failures.append(f"lm-eval logged {n_ll} loglikelihoods and {n_gen} generations")
-        print(f"checked {n_ll} loglikelihoods (within 1e-3 of sluice logits) and {n_gen} generations "
-              f"(equal to sluice generate)")
+        print(f"checked {n_ll} loglikelihoods (largest difference from sluice logits {worst:.2e}) and {n_gen} "
+              f"generations against sluice generate")
     finally:
         server.terminate()
         server.wait(timeout=30)
