@@ -124,6 +124,21 @@ class EvalEndpointsTest(unittest.TestCase):
             alone = client().completions.create(model="m", prompt=p, max_tokens=5, temperature=0)
             self.assertEqual(c.text, alone.choices[0].text)
 
+    def test_streamed_echo_adds_up_to_whole(self):
+        body = dict(model="m", prompt=[[1, 40, 41, 300], [5, 6]], echo=True, logprobs=1, max_tokens=4, temperature=0)
+        whole = client().completions.create(**body)
+        text, offsets, lps = {}, {}, {}
+        for chunk in client().completions.create(stream=True, **body):
+            for c in chunk.choices:
+                text[c.index] = text.get(c.index, "") + c.text
+                if c.logprobs:
+                    offsets.setdefault(c.index, []).extend(c.logprobs.text_offset)
+                    lps.setdefault(c.index, []).extend(c.logprobs.token_logprobs)
+        for c in whole.choices:
+            self.assertEqual(text[c.index], c.text)
+            self.assertEqual(offsets[c.index], c.logprobs.text_offset)
+            self.assertEqual(lps[c.index], c.logprobs.token_logprobs)
+
     def test_prompts_scored_in_one_pass(self):
         before = metric("sluice_forward_passes_total")
         r = client().completions.create(model="m", prompt=[[1, 2 + k, 3, 4] for k in range(4)], echo=True,
