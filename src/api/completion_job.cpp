@@ -129,14 +129,17 @@ CompletionJob::CompletionJob(Engine& engine, const tok::Tokenizer& tok, ParsedRe
         if (req_.echo) sh.prompt_bytes[i] = token_bytes(tok, req_.prompts[i / size_t(req_.n)]);
     }
     try {
-        // every choice of every prompt at once: the engine batches their prefills (and scoring) into shared passes
+        // every choice of every prompt queued at once: the engine admits them in one step and batches their
+        // prefills (and scoring) into shared passes
+        std::vector<Engine::Submission> all;
         for (size_t i = 0; i < n_choices; ++i) {
             RequestParams p = req_.params;
             p.prompt = req_.prompts[i / size_t(req_.n)];
             p.sampling.seed += uint64_t(i % size_t(req_.n));
-            engine_ids_.push_back(engine_.submit(
-                std::move(p), choice_callback(shared_, tok, int(i), req_.echo, req_.logprobs, req_.top_logprobs)));
+            all.push_back({std::move(p), choice_callback(shared_, tok, int(i), req_.echo, req_.logprobs,
+                                                         req_.top_logprobs)});
         }
+        engine_ids_ = engine_.submit_all(std::move(all));
     } catch (...) {
         cancel();
         throw;

@@ -5,9 +5,11 @@
 // runs only the prompt.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "api/completion_job.h"
 #include "models/model.h"
@@ -141,6 +143,37 @@ TEST(EchoScoring, ManyPromptsShareForwardPasses) {
         EXPECT_EQ(r["choices"][k]["logprobs"], s["choices"][k]["logprobs"]) << k;  // batching changes no bit
         expect_scored(r["choices"][k], prompts[k].get<std::vector<int32_t>>());
     }
+}
+
+// With the engine running on its own thread (as in the server), a request's prompts still start in one pass: they are
+// queued together (Engine::submit_all), not one by one while the engine steps.
+TEST(EchoScoring, PromptsQueuedTogetherWhileTheEngineRuns) {
+    Loaded& l = loaded();
+    Engine engine(*l.model, {.max_batch_rows = 512, .max_sequences = 16, .max_context_tokens = 4096});
+    std::atomic<bool> stop{false};
+    std::thread runner([&] { engine.run(stop); });
+    json prompts = json::array();
+    for (int k = 0; k < 16; ++k) prompts.push_back({0, 300 + k, 5, 6, 7, 8});
+    const ModelContext ctx = make_model_context(engine, *l.tok, nullptr, "m", 64);
+    json r;
+    for (int round = 0; round < 5; ++round) {
+        const int64_t before = engine.stats().steps;
+        CompletionJob job(engine, *l.tok,
+                          parse_request(Endpoint::completions,
+                                        json{{"model", "m"}, {"prompt", prompts}, {"echo", true}, {"logprobs", 1},
+                                             {"max_tokens", 0}},
+                                        ctx));
+        r = job.wait_result(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+        // the step's counters are updated just after its callbacks ran
+        for (int i = 0; i < 500 && engine.stats().steps == before; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        EXPECT_EQ(engine.stats().steps - before, 1) << "round " << round;
+    }
+    stop = true;
+    runner.join();
+    ASSERT_EQ(r["choices"].size(), 16u);
+    expect_scored(r["choices"][15], prompts[15].get<std::vector<int32_t>>());
 }
 
 TEST(EchoScoring, NChoicesPerPromptArePromptMajor) {
