@@ -3,8 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-# The openai client test needs the openai package from PyPI; without network it is skipped, not failed.
-bash scripts/python-env.sh || echo "test: could not install the openai package; the OpenAIClient test will be skipped"
+# The Python client tests need openai and lm-eval from PyPI; without network they are skipped, not failed.
+bash scripts/python-env.sh ||
+    echo "test: could not install the Python packages; the OpenAIClient, EvalEndpoints and LmEvalHarness tests will be skipped"
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
 ctest --preset release -j "$(nproc)"

@@ -16,7 +16,15 @@ struct CompletionJob::Shared {
     std::vector<int64_t> generated;      // tokens per choice
     std::vector<int64_t> cached;         // prompt tokens per choice taken from the prefix cache
     std::vector<uint8_t> ended;          // 1 once the choice's last delta is queued
-    int64_t n_prompt = 0;
+    // echo (completions): the prompts (copied: callbacks may outlive the job), what each echoes, and per choice
+    // the logprob entries of its prompt tokens so far, whether its echo went out, and its prompt tokens' bytes
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> echo_texts;
+    std::vector<nlohmann::json> prompt_entries;
+    std::vector<uint8_t> echoed;
+    std::vector<size_t> prompt_bytes;
+    int n = 1;             // choices per prompt
+    int64_t n_prompt = 0;  // all prompts' tokens
     bool cancelled = false;
 
     void push(ChoiceDelta d) {
@@ -31,21 +39,44 @@ namespace {
 
 int64_t now_unix_s() { return int64_t(std::time(nullptr)); }
 
+// Under echo the choice's first delta is its prompt: the echoed text and (with logprobs) the prompt tokens' entries.
+void queue_echo(CompletionJob::Shared& sh, int index) {
+    ChoiceDelta d;
+    d.index = index;
+    d.text = sh.echo_texts[size_t(index / sh.n)];
+    d.logprobs = std::move(sh.prompt_entries[size_t(index)]);
+    sh.echoed[size_t(index)] = 1;
+    sh.push(std::move(d));
+}
+
 // The callback of one choice: decode on the engine thread, queue the delta, stop the engine at a stop sequence.
+// Prompt-logit events (echo with logprobs) make the entries of the prompt's tokens: the logits after position i
+// score prompt token i + 1.
 TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const tok::Tokenizer& tok, int index,
-                              bool logprobs, int top_n) {
-    return [sh = std::move(sh), &tok, index, logprobs, top_n](const TokenEvent& ev) {
+                              bool echo, bool logprobs, int top_n) {
+    return [sh = std::move(sh), &tok, index, echo, logprobs, top_n](const TokenEvent& ev) {
         {
             std::lock_guard lk(sh->mu);
             if (sh->cancelled) return false;
         }
+        const size_t ci = size_t(index);
+        if (ev.prompt_position >= 0) {
+            const std::vector<int32_t>& prompt = sh->prompts[ci / size_t(sh->n)];
+            const size_t pos = size_t(ev.prompt_position);
+            nlohmann::json& entries = sh->prompt_entries[ci];
+            if (pos == 0) entries.push_back(first_prompt_entry(tok, prompt[0]));
+            if (pos + 1 < prompt.size()) entries.push_back(chat_logprob_entry(tok, prompt[pos + 1], ev.logits, top_n));
+            if (pos + 1 == prompt.size()) queue_echo(*sh, index);
+            return true;
+        }
+        if (echo && !sh->echoed[ci]) queue_echo(*sh, index);
         ChoiceDelta d;
         d.index = index;
-        ChoiceText& text = sh->texts[size_t(index)];
-        d.text_offset = text.offset();
-        sh->cached[size_t(index)] = ev.n_cached;
+        ChoiceText& text = sh->texts[ci];
+        d.text_offset = sh->prompt_bytes[ci] + text.offset();
+        sh->cached[ci] = ev.n_cached;
         if (ev.id >= 0) {
-            sh->generated[size_t(index)] = ev.n_generated;
+            sh->generated[ci] = ev.n_generated;
             d.text = text.push(ev.id);
             if (logprobs) d.logprobs.push_back(chat_logprob_entry(tok, ev.id, ev.logits, top_n));
         }
@@ -65,24 +96,50 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
     };
 }
 
+// The bytes of the prompt's tokens, as ChoiceText::offset() counts a completion's.
+size_t token_bytes(const tok::Tokenizer& tok, const std::vector<int32_t>& ids) {
+    size_t n = 0;
+    for (int32_t id : ids)
+        if (id < tok.vocab_size()) n += tok.decode_bytes({id}, false).size();
+    return n;
+}
+
 }  // namespace
 
 CompletionJob::CompletionJob(Engine& engine, const tok::Tokenizer& tok, ParsedRequest req)
     : engine_(engine), req_(std::move(req)), id_(new_completion_id(req_.endpoint)), created_(now_unix_s()),
       shared_(std::make_shared<Shared>()) {
     SLUICE_CHECK(req_.n >= 1, "n must be >= 1");
-    shared_->n_prompt = int64_t(req_.params.prompt.size());
-    shared_->generated.assign(size_t(req_.n), 0);
-    shared_->cached.assign(size_t(req_.n), 0);
-    shared_->ended.assign(size_t(req_.n), 0);
-    for (int i = 0; i < req_.n; ++i) shared_->texts.emplace_back(tok, req_.stop);
+    if (req_.prompts.empty()) req_.prompts = {req_.params.prompt};  // a request not made by parse_request
+    SLUICE_CHECK(!req_.echo || req_.echo_texts.size() == req_.prompts.size(), "echo needs every prompt's text");
+    const size_t n_choices = size_t(req_.choices());
+    Shared& sh = *shared_;
+    for (const auto& p : req_.prompts) sh.n_prompt += int64_t(p.size());
+    sh.generated.assign(n_choices, 0);
+    sh.cached.assign(n_choices, 0);
+    sh.ended.assign(n_choices, 0);
+    sh.prompts = req_.prompts;
+    sh.echo_texts = req_.echo_texts;
+    sh.prompt_entries.assign(n_choices, nlohmann::json::array());
+    sh.echoed.assign(n_choices, 0);
+    sh.prompt_bytes.assign(n_choices, 0);
+    sh.n = req_.n;
+    for (size_t i = 0; i < n_choices; ++i) {
+        sh.texts.emplace_back(tok, req_.stop);
+        if (req_.echo) sh.prompt_bytes[i] = token_bytes(tok, req_.prompts[i / size_t(req_.n)]);
+    }
     try {
-        for (int i = 0; i < req_.n; ++i) {
+        // every choice of every prompt queued at once: the engine admits them in one step and batches their
+        // prefills (and scoring) into shared passes
+        std::vector<Engine::Submission> all;
+        for (size_t i = 0; i < n_choices; ++i) {
             RequestParams p = req_.params;
-            p.sampling.seed += uint64_t(i);
-            engine_ids_.push_back(
-                engine_.submit(std::move(p), choice_callback(shared_, tok, i, req_.logprobs, req_.top_logprobs)));
+            p.prompt = req_.prompts[i / size_t(req_.n)];
+            p.sampling.seed += uint64_t(i % size_t(req_.n));
+            all.push_back({std::move(p), choice_callback(shared_, tok, int(i), req_.echo, req_.logprobs,
+                                                         req_.top_logprobs)});
         }
+        engine_ids_ = engine_.submit_all(std::move(all));
     } catch (...) {
         cancel();
         throw;
@@ -159,15 +216,16 @@ Usage CompletionJob::usage() const {
     std::lock_guard lk(shared_->mu);
     Usage u;
     u.prompt_tokens = shared_->n_prompt;
-    u.cached_tokens = shared_->cached.empty() ? 0 : shared_->cached[0];  // n > 1: the first choice's
+    for (size_t i = 0; i < shared_->cached.size(); i += size_t(req_.n))  // n > 1: each prompt's first choice's
+        u.cached_tokens += shared_->cached[i];
     for (int64_t g : shared_->generated) u.completion_tokens += g;
     return u;
 }
 
 nlohmann::json CompletionJob::wait_result(std::chrono::steady_clock::time_point deadline,
                                           const std::function<std::optional<ApiError>()>& abort) {
-    std::vector<ChoiceResult> choices(size_t(req_.n));
-    std::vector<nlohmann::json> entries(size_t(req_.n), nlohmann::json::array());
+    std::vector<ChoiceResult> choices(size_t(req_.choices()));
+    std::vector<nlohmann::json> entries(choices.size(), nlohmann::json::array());
     while (!done()) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) {
@@ -194,7 +252,7 @@ nlohmann::json CompletionJob::wait_result(std::chrono::steady_clock::time_point 
     }
     if (req_.logprobs)
         for (size_t i = 0; i < choices.size(); ++i)
-            choices[i].logprobs = logprobs_object(req_, entries[i], req_.echo ? req_.prompt_text.size() : 0);
+            choices[i].logprobs = logprobs_object(req_, entries[i], 0);
     return completion_json(req_, id_, created_, choices, usage());
 }
 

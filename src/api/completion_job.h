@@ -1,4 +1,5 @@
-// One OpenAI request in flight: its n choices submitted to the engine, each choice's tokens turned into text on
+// One OpenAI request in flight: its choices (n for each prompt) submitted to the engine at once, so their prefills
+// (and, under echo with logprobs, their prompt scoring) share forward passes; each choice's tokens turned into text on
 // the engine thread (incremental UTF-8, stop sequences, logprobs) and queued for the thread that answers the client
 // (the HTTP server's handler, or the batch runner). A choice that meets a stop sequence is dropped from the engine at
 // once. Destroying the job cancels whatever of it is still queued or running.

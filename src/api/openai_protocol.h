@@ -37,6 +37,8 @@ nlohmann::json error_json(const ApiError& e);
 
 enum class Endpoint { chat_completions, completions };
 
+constexpr int k_max_prompts = 1024;  // completions: prompts in one request, and choices (prompts x n) in all
+
 // What parsing needs from the loaded model.
 struct ModelContext {
     std::string model_id;                    // the name /v1/models reports (any `model` string is accepted)
@@ -58,8 +60,13 @@ struct ParsedRequest {
     std::vector<std::string> stop;  // text stop sequences (<= 4); the returned text excludes them
     bool logprobs = false;        // chat: logprobs; completions: logprobs != null
     int top_logprobs = 0;         // chat: 0..20; completions: the integer logprobs 0..5
-    bool echo = false;            // completions only; echo: true is rejected for now, so always false
+    bool echo = false;            // completions only: each choice's text and logprobs start with its prompt's
     std::string prompt_text;      // the rendered chat prompt or the completions prompt string (empty for token ids)
+    // Every prompt, in order (params.prompt is prompts[0]; chat has one). Choices are prompt-major: choice
+    // k * n + i is prompt k's i-th; echo_texts[k] is what echo puts before prompt k's completion.
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::string> echo_texts;
+    int choices() const { return int(prompts.size()) * n; }
     std::vector<std::string> ignored_fields;  // accepted-and-ignored known fields, for a warning log line
 };
 
@@ -94,10 +101,15 @@ struct ParsedRequest {
 //   json_object / json_schema are a 400 (no constrained decoding yet). tool_choice and parallel_tool_calls are
 //   accepted and ignored (listed in ignored_fields), as are user, metadata, store, service_tier, ...
 //   The rendered conversation (add_generation_prompt) is encoded without added special tokens.
-// - completions: prompt a string (encoded with the tokenizer's BOS/EOS), an array of one string, an array of token
-//   ids (each in [0, vocab_size)) or an array of one such array; several prompts are a 400 (one prompt per request).
-//   logprobs is an integer 0..5 (top_logprobs = that); echo: true and a non-empty suffix are a 400 (not supported);
-//   best_of only 1.
+// - completions: prompt a string (encoded with the tokenizer's BOS/EOS), an array of token ids (each in
+//   [0, vocab_size)), or an array of up to k_max_prompts strings or of token-id arrays (one kind; each element is one
+//   prompt: n choices each, prompt-major, at most k_max_prompts choices in all). Each prompt must fit the context
+//   (a 400 naming prompt[i]). max_tokens may be 0 (only the prompt runs: with echo, scoring). logprobs is an
+//   integer 0..5 (top_logprobs = that). echo: true puts the prompt before the completion: the prompt string as sent,
+//   or the ids decoded (special tokens skipped, as generated text is); with logprobs the prompt's tokens lead tokens,
+//   token_logprobs (null for the first: nothing predicts it), top_logprobs (null for the first) and text_offset
+//   (each token's bytes from 0, as the completion counts them), computed from the raw logits as `sluice logits`
+//   gives them (no penalties or bias). A non-empty suffix is a 400 (not supported); best_of only 1.
 // - Values nested deeper than 64 levels (tools, tool call arguments, template kwargs) are a 400.
 // Template or tokenizer failures are a 400 naming `messages` / `prompt`; a bug inside is a 500 server_error. No
 // other exception leaves this function.
@@ -135,6 +147,8 @@ private:
     bool stopped_ = false;
 };
 
+// The entry of a prompt's first token under echo: {token, logprob: null, bytes, top_logprobs: null}.
+nlohmann::json first_prompt_entry(const tok::Tokenizer& tok, int32_t id);
 // One choice's logprob entry for a token: chat {token, logprob, bytes, top_logprobs[]}. logprob is
 // log_softmax(logits)[id] in double (-9999 when not finite); token is the id's text (special tokens included;
 // U+FFFD for a partial UTF-8 sequence) and bytes its raw bytes; top_logprobs holds the top_n (0..20) ids by logit,
@@ -143,7 +157,7 @@ nlohmann::json chat_logprob_entry(const tok::Tokenizer& tok, int32_t id, std::sp
 // A choice's (or one chunk's) logprobs object in the endpoint's shape, from chat_logprob_entry() entries made with
 // top_n = req.top_logprobs. Chat: {"content": entries, "refusal": null}. Completions: {tokens, token_logprobs,
 // top_logprobs, text_offset}, where top_logprobs[i] is {token text: logprob} for the top ids plus the chosen one
-// (as OpenAI: up to logprobs + 1 keys) and text_offset[i] = text_offset + the bytes of the tokens before i (pass
+// (as OpenAI: up to logprobs + 1 keys; null for a first_prompt_entry) and text_offset[i] = text_offset + the bytes of the tokens before i (pass
 // the bytes of text already sent for this choice: ChoiceText::offset() before the chunk's first token).
 nlohmann::json logprobs_object(const ParsedRequest& req, const nlohmann::json& entries, size_t text_offset);
 

@@ -363,27 +363,43 @@ std::vector<int32_t> parse_ids(const ojson& a, const std::string& path, int64_t 
     return ids;
 }
 
-// The prompt field of /v1/completions: sets ids (token prompts) or text.
-void parse_prompt(const ojson& p, int64_t vocab, std::vector<int32_t>& ids, std::optional<std::string>& text) {
-    if (p.is_string()) {
-        text = p.get<std::string>();
-        return;
-    }
-    if (!p.is_array()) bad_type("prompt", "a string, an array of token ids, or an array holding one of those", p);
+// The prompt field of /v1/completions: one prompt (a string or an array of ids) or an array of prompts (strings or
+// id arrays, one kind). Each prompt is its ids, or empty ids and its text (encoded later).
+struct PromptIn {
+    std::vector<int32_t> ids;
+    std::optional<std::string> text;
+};
+
+// Token prompts echo as generated text reads: special tokens skipped, ids past the tokenizer's vocabulary (padding
+// rows of the embedding) as nothing.
+std::string echo_text(const tok::Tokenizer& tok, std::vector<int32_t> ids) {
+    std::erase_if(ids, [&](int32_t id) { return id >= tok.vocab_size(); });
+    return tok.decode(ids, true);
+}
+
+std::vector<PromptIn> parse_prompts(const ojson& p, int64_t vocab) {
+    const char* what = "a string, an array of token ids, or an array of strings or of token-id arrays";
+    if (p.is_string()) return {PromptIn{{}, p.get<std::string>()}};
+    if (!p.is_array()) bad_type("prompt", what, p);
     if (p.empty()) bad("prompt", "Invalid 'prompt': the prompt is empty.", "invalid_value");
-    if (p[0].is_number()) {
-        ids = parse_ids(p, "prompt", vocab);
-        return;
+    if (p[0].is_number()) return {PromptIn{parse_ids(p, "prompt", vocab), std::nullopt}};
+    if (!p[0].is_string() && !p[0].is_array()) bad_type("prompt[0]", what, p[0]);
+    if (p.size() > size_t(k_max_prompts))
+        bad("prompt", cat("Invalid 'prompt': at most ", k_max_prompts, " prompts per request, got ", p.size(), "."),
+            "invalid_value");
+    std::vector<PromptIn> out;
+    for (size_t i = 0; i < p.size(); ++i) {
+        const std::string path = cat("prompt[", i, "]");
+        if (p[0].is_string()) {
+            if (!p[i].is_string()) bad_type(path, "a string (as prompt[0] is)", p[i]);
+            out.push_back({{}, p[i].get<std::string>()});
+        } else {
+            if (!p[i].is_array()) bad_type(path, "an array of token ids (as prompt[0] is)", p[i]);
+            if (p[i].empty()) bad(path, cat("Invalid '", path, "': the prompt is empty."), "invalid_value");
+            out.push_back({parse_ids(p[i], path, vocab), std::nullopt});
+        }
     }
-    if (p.size() > 1 && (p[0].is_string() || p[0].is_array()))
-        bad("prompt", "Only one prompt per request is supported; send several requests.", "invalid_value");
-    if (p[0].is_string()) {
-        text = p[0].get<std::string>();
-    } else if (p[0].is_array()) {
-        ids = parse_ids(p[0], "prompt[0]", vocab);
-    } else {
-        bad_type("prompt[0]", "a string, an integer token id or an array of token ids", p[0]);
-    }
+    return out;
 }
 
 ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContext& ctx) {
@@ -417,9 +433,10 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
 
     RequestParams& q = r.params;
     std::optional<int64_t> max_tokens;
-    if (const ojson* v = field(body, "max_tokens")) max_tokens = get_int(*v, "max_tokens", 1, INT64_MAX);
+    // completions may ask for no tokens (max_tokens 0: the prompt alone runs, to be scored with echo)
+    if (const ojson* v = field(body, "max_tokens")) max_tokens = get_int(*v, "max_tokens", chat ? 1 : 0, INT64_MAX);
     if (const ojson* v = field(body, "max_completion_tokens"))
-        max_tokens = get_int(*v, "max_completion_tokens", 1, INT64_MAX);
+        max_tokens = get_int(*v, "max_completion_tokens", chat ? 1 : 0, INT64_MAX);
 
     q.sampling.temperature = 1.0f;
     if (const ojson* v = field(body, "temperature"))
@@ -531,32 +548,49 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
             r.top_logprobs = int(get_int(*v, "logprobs", 0, 5));
             r.logprobs = true;
         }
-        if (const ojson* v = field(body, "echo"))
-            if (get_bool(*v, "echo")) not_supported("echo", "is not supported by this server.");
+        if (const ojson* v = field(body, "echo")) r.echo = get_bool(*v, "echo");
         if (const ojson* v = field(body, "suffix"))
             if (!get_string(*v, "suffix").empty()) not_supported("suffix", "is not supported by this server.");
         if (const ojson* v = field(body, "best_of"))
             if (get_int(*v, "best_of", 1, 20) != 1) not_supported("best_of", "other than 1 is not supported.");
         const ojson* prompt = field(body, "prompt");
         if (!prompt) bad_missing("prompt");
-        std::optional<std::string> text;
-        parse_prompt(*prompt, vocab, q.prompt, text);
-        if (text) {
-            r.prompt_text = *text;
-            try {
-                q.prompt = tok.encode(*text, true);
-            } catch (const Error& e) {
-                bad("prompt", cat("The prompt could not be tokenized: ", e.what()), "invalid_value");
+        std::vector<PromptIn> in = parse_prompts(*prompt, vocab);
+        if (int64_t(in.size()) * r.n > k_max_prompts)
+            bad("n", cat("Invalid 'n': ", in.size(), " prompts with n = ", r.n, " make more than ", k_max_prompts,
+                         " choices."),
+                "invalid_value");
+        for (size_t k = 0; k < in.size(); ++k) {
+            PromptIn& one = in[k];
+            const std::string path = in.size() > 1 ? cat("prompt[", k, "]") : "prompt";
+            if (one.text) {
+                try {
+                    one.ids = tok.encode(*one.text, true);
+                } catch (const Error& e) {
+                    bad(path, cat("The prompt could not be tokenized: ", e.what()), "invalid_value");
+                }
+                if (one.ids.empty()) bad(path, "The prompt is empty (no tokens).", "invalid_value");
             }
+            r.prompts.push_back(std::move(one.ids));
+            if (r.echo) r.echo_texts.push_back(one.text ? *one.text : echo_text(tok, r.prompts.back()));
         }
+        if (in[0].text) r.prompt_text = *in[0].text;
+        q.prompt = r.prompts[0];
+        // echo with logprobs scores the prompt: the engine reports the logits after every prompt position
+        q.prompt_logits = r.echo && r.logprobs;
     }
     if (q.prompt.empty()) bad(chat ? "messages" : "prompt", "The prompt is empty (no tokens).", "invalid_value");
+    if (chat) r.prompts = {q.prompt};
 
-    const int64_t n_ctx = ctx.max_context_tokens, n_prompt = int64_t(q.prompt.size());
-    if (n_prompt >= n_ctx) {
+    const int64_t n_ctx = ctx.max_context_tokens;
+    int64_t shortest = n_ctx;
+    for (size_t k = 0; k < r.prompts.size(); ++k) {
+        const int64_t n_prompt = int64_t(r.prompts[k].size());
+        shortest = std::min(shortest, n_prompt);
+        if (n_prompt < n_ctx) continue;
         const int64_t c = max_tokens.value_or(std::max<int64_t>(ctx.default_max_tokens, 1));
         const std::string total = std::to_string(n_prompt + c);
-        bad(chat ? "messages" : "prompt",
+        bad(chat ? "messages" : r.prompts.size() > 1 ? cat("prompt[", k, "]") : "prompt",
             chat ? cat("This model's maximum context length is ", n_ctx, " tokens. However, you requested ", total,
                        " tokens (", n_prompt, " in the messages, ", c,
                        " in the completion). Please reduce the length of the messages or completion.")
@@ -565,7 +599,8 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
                        " for the completion). Please reduce your prompt; or completion length."),
             "context_length_exceeded");
     }
-    const int64_t left = n_ctx - n_prompt;
+    // what is left after the shortest prompt; the engine lowers it further for each longer one (to its context)
+    const int64_t left = n_ctx - shortest;
     int64_t m = max_tokens.value_or(ctx.default_max_tokens > 0 ? ctx.default_max_tokens : left);
     q.max_new_tokens = std::min(m, left);
     return r;

@@ -115,6 +115,13 @@ std::string ChoiceText::finish() {
     return out;
 }
 
+json first_prompt_entry(const tok::Tokenizer& tok, int32_t id) {
+    json entry = token_logprob(tok, id, {}, 0);
+    entry["logprob"] = nullptr;
+    entry["top_logprobs"] = nullptr;
+    return entry;
+}
+
 json chat_logprob_entry(const tok::Tokenizer& tok, int32_t id, std::span<const float> logits, int top_n) {
     const double lse = log_sum_exp(logits);
     json entry = token_logprob(tok, id, logits, lse);
@@ -141,11 +148,16 @@ json logprobs_object(const ParsedRequest& req, const json& entries, size_t text_
         const json lp = e.value("logprob", json(-9999.0));
         tokens.push_back(token);
         lps.push_back(lp);
-        json top = json::object();
-        if (auto it = e.find("top_logprobs"); it != e.end() && it->is_array())
-            for (const json& t : *it) top.emplace(t.value("token", std::string()), t.value("logprob", json(-9999.0)));
-        top.emplace(token, lp);  // the chosen token is always listed
-        tops.push_back(std::move(top));
+        if (lp.is_null()) {  // an echoed prompt's first token: nothing predicts it
+            tops.push_back(nullptr);
+        } else {
+            json top = json::object();
+            if (auto it = e.find("top_logprobs"); it != e.end() && it->is_array())
+                for (const json& t : *it)
+                    top.emplace(t.value("token", std::string()), t.value("logprob", json(-9999.0)));
+            top.emplace(token, lp);  // the chosen token is always listed
+            tops.push_back(std::move(top));
+        }
         offsets.push_back(offset);
         if (auto it = e.find("bytes"); it != e.end() && it->is_array()) offset += it->size();
     }

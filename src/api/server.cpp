@@ -11,6 +11,7 @@
 
 #include "api/completion_job.h"
 #include "api/http/server.h"
+#include "api/tokenizer_endpoints.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "tokenizer/chat_template.h"
@@ -165,7 +166,8 @@ struct Server::Impl {
         const http::Request& req = ex.request();
         const std::string& p = req.path;
         const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
-        const bool get_route = p == "/metrics" || p == "/health" || p == "/v1/models" || p.rfind("/v1/models/", 0) == 0;
+        const bool get_route = p == "/metrics" || p == "/health" || p == "/v1/models" || p == "/tokenizer_info" ||
+                               p.rfind("/v1/models/", 0) == 0;
         const bool post_route = p == "/v1/chat/completions" || p == "/v1/completions" || p == "/tokenize" ||
                                 p == "/detokenize";
         if ((get_route && !get) || (post_route && !post)) {
@@ -175,6 +177,7 @@ struct Server::Impl {
         if (p == "/metrics") return ex.respond(200, "text/plain; version=0.0.4", metrics_text());
         if (p == "/health") return send_json(ex, 200, {{"status", "ok"}});
         if (p == "/v1/models") return send_json(ex, 200, models_json());
+        if (p == "/tokenizer_info") return send_json(ex, 200, tokenizer_info_json(ctx));
         if (get_route) {
             const std::string id = p.substr(std::string("/v1/models/").size());
             if (id != opt.model_id)
@@ -194,7 +197,8 @@ struct Server::Impl {
     std::map<std::pair<std::string, int>, uint64_t> http_counts;
     void count(const std::string& path, int status) {
         static const char* known[] = {
-            "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize"};
+            "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize",
+            "/tokenizer_info"};
         std::string route = "other";
         for (const char* k : known)
             if (path == k) route = k;
@@ -348,18 +352,10 @@ struct Server::Impl {
         }
     }
 
+    // The tokenizer routes' logic is in api/tokenizer_endpoints.
     void tokenize(http::Exchange& ex) {
         try {
-            auto body = parse_body(ex.request());
-            if (!body.contains("content") || !body["content"].is_string())
-                throw ApiError(400, "invalid_request_error", "'content' must be a string", "content");
-            bool add_special = false;
-            if (body.contains("add_special")) {
-                if (!body["add_special"].is_boolean())
-                    throw ApiError(400, "invalid_request_error", "'add_special' must be a boolean", "add_special");
-                add_special = body["add_special"].get<bool>();
-            }
-            send_json(ex, 200, {{"tokens", tok.encode(body["content"].get<std::string>(), add_special)}});
+            send_json(ex, 200, tokenize_json(parse_body(ex.request()), ctx));
         } catch (const ApiError& e) {
             send_error(ex, e);
         }
@@ -367,20 +363,7 @@ struct Server::Impl {
 
     void detokenize(http::Exchange& ex) {
         try {
-            auto body = parse_body(ex.request());
-            if (!body.contains("tokens") || !body["tokens"].is_array())
-                throw ApiError(400, "invalid_request_error", "'tokens' must be an array of token ids", "tokens");
-            std::vector<int32_t> ids;
-            for (size_t i = 0; i < body["tokens"].size(); ++i) {
-                const json& t = body["tokens"][i];
-                if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.vocab_size())
-                    throw ApiError(
-                        400, "invalid_request_error",
-                        "tokens[" + std::to_string(i) + "] is not a token id below " + std::to_string(tok.vocab_size()),
-                        "tokens[" + std::to_string(i) + "]");
-                ids.push_back(int32_t(t.get<int64_t>()));
-            }
-            send_json(ex, 200, {{"content", tok.decode(ids)}});
+            send_json(ex, 200, detokenize_json(parse_body(ex.request()), ctx));
         } catch (const ApiError& e) {
             send_error(ex, e);
         }

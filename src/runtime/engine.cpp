@@ -85,6 +85,28 @@ Engine::Engine(Model& model, const EngineOptions& options) : model_(model), opt_
 Engine::~Engine() = default;
 
 uint64_t Engine::submit(RequestParams params, TokenCallback on_event) {
+    std::vector<Submission> one;
+    one.push_back({std::move(params), std::move(on_event)});
+    return submit_all(std::move(one)).front();
+}
+
+std::vector<uint64_t> Engine::submit_all(std::vector<Submission> requests) {
+    std::vector<std::unique_ptr<Request>> made;
+    for (auto& s : requests) made.push_back(make_request(std::move(s.params), std::move(s.on_event)));
+    std::vector<uint64_t> ids;
+    {
+        std::lock_guard lock(mu_);
+        for (auto& r : made) {
+            ids.push_back(r->id = next_id_++);
+            waiting_.push_back(std::move(r));
+        }
+        stats_.waiting = int64_t(waiting_.size());
+    }
+    cv_.notify_all();
+    return ids;
+}
+
+std::unique_ptr<Engine::Request> Engine::make_request(RequestParams params, TokenCallback on_event) {
     const ModelInfo& info = model_.info();
     const int64_t n = int64_t(params.prompt.size());
     SLUICE_CHECK(n > 0, "request: the prompt is empty");
@@ -115,15 +137,7 @@ uint64_t Engine::submit(RequestParams params, TokenCallback on_event) {
     auto r = std::make_unique<Request>(std::move(params), std::move(on_event));  // Sampler validates sampling
     r->need_tokens = r->n_prompt + r->p.max_new_tokens;
     if (r->p.draft_tokens > 0) r->context = r->p.prompt;
-    uint64_t id = 0;
-    {
-        std::lock_guard lock(mu_);
-        id = r->id = next_id_++;
-        waiting_.push_back(std::move(r));
-        stats_.waiting = int64_t(waiting_.size());
-    }
-    cv_.notify_all();
-    return id;
+    return r;
 }
 
 void Engine::cancel(uint64_t id) {

@@ -124,6 +124,14 @@ public:
     // not shorter than the model's positions, ids outside the vocabulary, max_new_tokens < 1, bad sampling values).
     // max_new_tokens is lowered to what max_context_tokens and the model's positions allow. Returns its id.
     uint64_t submit(RequestParams params, TokenCallback on_event);
+    // Several requests queued together (all or none: one that can never run throws before any is queued), so the
+    // next step admits them at once and their prefills share passes (several prompts of one API request). Ids in
+    // order.
+    struct Submission {
+        RequestParams params;
+        TokenCallback on_event;
+    };
+    std::vector<uint64_t> submit_all(std::vector<Submission> requests);
     // Ends a waiting or running request; its callback gets one final event with finish == cancelled (unless it
     // already finished). Unknown ids are ignored.
     void cancel(uint64_t id);
@@ -158,6 +166,7 @@ private:
     int64_t initial_reservation(const Request& r) const;
     EngineStats stats_;                              // guarded by mu_
 
+    std::unique_ptr<Request> make_request(RequestParams params, TokenCallback on_event);  // submit's checks
     // engine thread only
     struct Pass;
     void admit_and_cancel();

@@ -313,14 +313,20 @@ TEST(OpenAiRequest, BadInputsNameTheField) {
         {P, with(p, R"("messages": [])"), "messages"},
         {P, R"({"model": "m", "prompt": 5})", "prompt"},
         {P, R"({"model": "m", "prompt": []})", "prompt"},
-        {P, R"({"model": "m", "prompt": ["a", "b"]})", "prompt"},
-        {P, R"({"model": "m", "prompt": [[1, 2], [3]]})", "prompt"},
+        {P, R"({"model": "m", "prompt": ["a", [1]]})", "prompt[1]"},
+        {P, R"({"model": "m", "prompt": [[1], "a"]})", "prompt[1]"},
+        {P, R"({"model": "m", "prompt": [[1], 5]})", "prompt[1]"},
+        {P, R"({"model": "m", "prompt": [[1, 2], []]})", "prompt[1]"},
+        {P, R"({"model": "m", "prompt": [[1, 2], [3, 99999999]]})", "prompt[1][1]"},
+        {P, R"({"model": "m", "prompt": [[1], [2], [3], [4], [5], [6], [7], [8], [9]], "n": 128})", "n"},
+        {P, R"({"model": "m", "prompt": [[1]], "max_tokens": -1})", "max_tokens"},
+        {P, R"({"model": "m", "prompt": [[1]], "echo": 1})", "echo"},
+        {C, with(m, R"("echo": true)"), "echo"},
         {P, R"({"model": "m", "prompt": [1, -1]})", "prompt[1]"},
         {P, R"({"model": "m", "prompt": [1, 2147483648]})", "prompt[1]"},
         {P, R"({"model": "m", "prompt": [1, 2.0]})", "prompt[1]"},
         {P, R"({"model": "m", "prompt": [[1, "a"]]})", "prompt[0][1]"},
         {P, R"({"model": "m", "prompt": [null]})", "prompt[0]"},
-        {P, with(p, R"("echo": true)"), "echo"},
         {P, with(p, R"("suffix": "x")"), "suffix"},
         {P, with(p, R"("best_of": 2)"), "best_of"},
         {P, with(p, R"("logprobs": 6)"), "logprobs"},
@@ -386,6 +392,43 @@ TEST(OpenAiRequest, ContextLengthExceededOrClamped) {
     EXPECT_EQ(e.param, "prompt");
     EXPECT_NE(std::string(e.what()).find("maximum context length is 3 tokens"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("(3 in your prompt; 5 for the completion)"), std::string::npos);
+}
+
+TEST(OpenAiRequest, CompletionsSeveralPromptsAndEcho) {
+    const tok::Tokenizer& t = deepseek();
+    // a list of token-id lists: one prompt each, in order; echo texts are the ids decoded
+    const ParsedRequest a = completions(R"({"model": "m", "prompt": [[5, 17, 3], [9]], "echo": true,
+        "logprobs": 1, "max_tokens": 0})");
+    ASSERT_EQ(a.prompts.size(), 2u);
+    EXPECT_EQ(a.prompts[0], (std::vector<int32_t>{5, 17, 3}));
+    EXPECT_EQ(a.prompts[1], std::vector<int32_t>{9});
+    EXPECT_EQ(a.params.prompt, a.prompts[0]);
+    EXPECT_EQ(a.choices(), 2);
+    EXPECT_TRUE(a.echo);
+    EXPECT_TRUE(a.params.prompt_logits);  // echo + logprobs scores the prompt
+    EXPECT_EQ(a.params.max_new_tokens, 0);
+    ASSERT_EQ(a.echo_texts.size(), 2u);
+    EXPECT_EQ(a.echo_texts[0], t.decode({5, 17, 3}, true));
+    // strings: each encoded with BOS, echoed as sent; n choices per prompt
+    const ParsedRequest b = completions(R"({"model": "m", "prompt": ["Once upon", "a time"], "n": 3, "echo": true})");
+    EXPECT_EQ(b.prompts[1], t.encode("a time", true));
+    EXPECT_EQ(b.echo_texts[1], "a time");
+    EXPECT_EQ(b.choices(), 6);
+    EXPECT_FALSE(b.params.prompt_logits);  // echo alone needs no logits
+    EXPECT_FALSE(completions(R"({"model": "m", "prompt": "x", "logprobs": 2})").params.prompt_logits);
+    // the second prompt too long: its index is named
+    ModelContext c = completions_ctx();
+    c.max_context_tokens = 4;
+    const ApiError e = error_of(Endpoint::completions, R"({"model": "m", "prompt": [[1, 2], [1, 2, 3, 4]]})", c);
+    EXPECT_EQ(e.param, "prompt[1]");
+    EXPECT_EQ(e.code, "context_length_exceeded");
+    // max_tokens is what the shortest prompt leaves; the engine lowers it for longer ones
+    EXPECT_EQ(completions(R"({"model": "m", "prompt": [[1, 2], [1]], "max_tokens": 100})", c).params.max_new_tokens,
+              3);
+    // chat has one prompt; max_tokens 0 stays a 400 there
+    const ParsedRequest ch = chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})");
+    ASSERT_EQ(ch.prompts.size(), 1u);
+    EXPECT_EQ(ch.prompts[0], ch.params.prompt);
 }
 
 TEST(OpenAiRequest, NoExceptionButApiErrorLeaves) {
@@ -588,6 +631,14 @@ TEST(Logprobs, EndpointShapes) {
     EXPECT_EQ(top0.size(), 2u) << top0;
     EXPECT_EQ(top0[qwen().decode({6})], entries[0]["top_logprobs"][0]["logprob"]);
     EXPECT_TRUE(top0.contains(qwen().decode({13})));
+    // an echoed prompt's first token: null logprob and top_logprobs, its bytes still counted
+    json echoed = json::array({first_prompt_entry(qwen(), 13), entries[1]});
+    const json q = logprobs_object(cmpl, echoed, 0);
+    EXPECT_TRUE(q["token_logprobs"][0].is_null());
+    EXPECT_TRUE(q["top_logprobs"][0].is_null());
+    EXPECT_EQ(q["token_logprobs"][1], entries[1]["logprob"]);
+    EXPECT_EQ(q["text_offset"], json::array({0, entries[0]["bytes"].size()}));
+    EXPECT_EQ(q["tokens"][0], qwen().decode({13}));
 }
 
 // ---- response bodies ----
