@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -32,10 +33,52 @@ bool has_tokenizer(const std::string& dir) {
 }
 }  // namespace
 
+namespace {
+
+struct Session {
+    std::vector<int32_t> tokens;                         // the conversation so far: every prompt and generated token
+    nlohmann::json messages = nlohmann::json::array();  // --chat: the messages so far
+};
+
+std::string sidecar(const std::string& path) { return path + ".json"; }
+
+// A missing sidecar is a new session; a damaged one is reported and ignored (a new session), never a failure.
+Session read_session(const std::string& path) {
+    Session s;
+    std::ifstream f(sidecar(path));
+    if (!f) return s;
+    const nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+    const auto tokens = j.is_object() ? j.find("tokens") : j.end();
+    bool ok = j.is_object() && tokens != j.end() && tokens->is_array();
+    if (ok)
+        for (const auto& t : *tokens) ok = ok && t.is_number_integer() && t.get<int64_t>() >= 0 &&
+                                           t.get<int64_t>() <= INT32_MAX;
+    if (!ok) {
+        std::fprintf(stderr, "sluice: warning: %s is not a session file (no \"tokens\" array); starting a new one\n",
+                     sidecar(path).c_str());
+        return s;
+    }
+    for (const auto& t : *tokens) s.tokens.push_back(int32_t(t.get<int64_t>()));
+    if (j.contains("messages") && j["messages"].is_array()) s.messages = j["messages"];
+    return s;
+}
+
+void write_session(const std::string& path, const Session& s) {
+    const std::string tmp = sidecar(path) + ".partial";
+    {
+        std::ofstream f(tmp, std::ios::trunc);
+        f << nlohmann::json{{"tokens", s.tokens}, {"messages", s.messages}}.dump() << "\n";
+        SLUICE_CHECK(f.good(), tmp, ": cannot write the session");
+    }
+    std::filesystem::rename(tmp, sidecar(path));
+}
+
+}  // namespace
+
 void register_generate(CLI::App& app) {
     struct Args {
         ModelArgs m;
-        std::string ids, prompt, draft_model, draft_memory;
+        std::string ids, prompt, draft_model, draft_memory, session;
         int64_t n = 16, chunk = 512;
         float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
         int64_t top_k = 0, speculative = 0;
@@ -68,6 +111,10 @@ void register_generate(CLI::App& app) {
                     "--speculative N");
     sub->add_option("--draft-memory", a->draft_memory,
                     "the draft model's share of --memory (default: a quarter); the target gets the rest");
+    sub->add_option("--session", a->session,
+                    "continue the conversation saved in FILE and save it again: the new prompt (-p text, --ids, or "
+                    "with --chat one more user message) follows what FILE holds, and only the new tokens are "
+                    "computed (FILE keeps the state, FILE.json the tokens and chat messages)");
     sub->add_flag("--json", a->json, "print one JSON object as the last line of stdout");
     sub->add_flag("--dry-run", a->dry_run, "print the memory plan and what a token must read, then exit");
     sub->callback([a] {
@@ -88,18 +135,24 @@ void register_generate(CLI::App& app) {
         Sampler{sampling};  // checks the values now, not after loading the model
         std::unique_ptr<Tokenizer> tok;
         if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);
-        std::vector<int32_t> prompt_ids;
+        // --session: FILE.json holds the conversation's tokens (and chat messages); FILE the state, a cache of them
+        Session session = a->session.empty() ? Session{} : read_session(a->session);
+        std::vector<int32_t> prompt_ids = session.tokens;
+        nlohmann::json messages = session.messages;
         if (!a->ids.empty()) {
-            prompt_ids = parse_ids(a->ids);
+            const auto more = parse_ids(a->ids);
+            prompt_ids.insert(prompt_ids.end(), more.begin(), more.end());
         } else {
             SLUICE_CHECK(tok, a->m.model, ": -p needs tokenizer.json or tiktoken.model in the model folder");
             if (a->chat) {
                 ChatRequest req;
-                req.messages.push_back({{"role", "user"}, {"content", a->prompt}});
+                messages.push_back({{"role", "user"}, {"content", a->prompt}});
+                req.messages = messages;
                 req.add_generation_prompt = true;
                 prompt_ids = tok->encode(ChatTemplate::from_model_dir(a->m.model).apply(req), false);
             } else {
-                prompt_ids = tok->encode(a->prompt, true);
+                const auto more = tok->encode(a->prompt, session.tokens.empty());  // BOS only at the start
+                prompt_ids.insert(prompt_ids.end(), more.begin(), more.end());
             }
         }
         const auto t0 = std::chrono::steady_clock::now();
@@ -139,6 +192,7 @@ void register_generate(CLI::App& app) {
         opt.prefill_chunk = a->chunk;
         opt.stop_at_eos = !a->ignore_eos;
         opt.sampling = sampling;
+        opt.session_file = a->session;
         std::unique_ptr<StreamDecoder> dec;
         if (tok) dec = std::make_unique<StreamDecoder>(*tok, true);
         std::string text;
@@ -173,6 +227,13 @@ void register_generate(CLI::App& app) {
             text += rest;
             if (!a->json) std::fwrite(rest.data(), 1, rest.size(), stdout);
         }
+        if (!a->session.empty()) {
+            session.tokens = prompt_ids;
+            session.tokens.insert(session.tokens.end(), r.ids.begin(), r.ids.end());
+            if (a->chat) messages.push_back({{"role", "assistant"}, {"content", text}});
+            session.messages = messages;
+            write_session(a->session, session);
+        }
         const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         const double prefill_tps = r.prefill_ms > 0 ? 1000.0 * double(r.n_prompt) / r.prefill_ms : 0;
         const int64_t steps = int64_t(r.ids.size()) - 1;
@@ -199,6 +260,7 @@ void register_generate(CLI::App& app) {
             j["ids"] = r.ids;
             if (tok) j["text"] = text;
             j["n_prompt"] = r.n_prompt;
+            j["n_cached"] = r.n_cached;
             j["n_generated"] = r.ids.size();
             j["stop_reason"] = r.stop_reason;
             j["prefill_ms"] = r.prefill_ms;

@@ -145,6 +145,9 @@ public:
 
     bool idle() const;
     EngineStats stats() const;
+    // The prefix cache (null without one), for a client that seeds it with a saved state or takes a state from it
+    // (generate --session). Only while no step runs (the engine thread's).
+    PrefixCache* prefix_cache() { return prefix_cache_.get(); }
     const EngineOptions& options() const { return opt_; }
     Model& model() { return model_; }
 

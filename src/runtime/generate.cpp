@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include <filesystem>
+
 #include "core/error.h"
+#include "core/log.h"
+#include "state/state_file.h"
 #include "runtime/engine.h"
 
 namespace sluice {
@@ -15,22 +19,40 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Runs one request alone on an engine sized for it; on_event sees every event. Returns the engine's counts.
-EngineStats run_alone(Model& model, RequestParams p, int64_t chunk, const TokenCallback& on_event) {
+// Runs one request alone on an engine sized for it; on_event sees every event. Returns the engine's counts. With a
+// session file, the engine's prefix cache starts with the file's state and the request's final state is saved.
+EngineStats run_alone(Model& model, RequestParams p, int64_t chunk, const TokenCallback& on_event,
+                      const std::string& session = {}) {
     SLUICE_CHECK(!p.prompt.empty(), "the prompt is empty");
     SLUICE_CHECK(chunk > 0, "prefill chunk must be > 0");
     EngineOptions eo;
     eo.max_batch_rows = chunk;
     eo.max_sequences = 1;
     eo.max_context_tokens = std::max<int64_t>(2, int64_t(p.prompt.size()) + std::max<int64_t>(p.max_new_tokens, 1));
+    if (!session.empty()) eo.prefix_cache_bytes = ~uint64_t(0) >> 2;  // one state: the request's own, shared pages
     Engine engine(model, eo);
+    const StateFileModel fm = model.info().state_file_model();
+    if (!session.empty() && std::filesystem::exists(session)) {
+        auto saved = model.new_sequence();
+        try {
+            load_state(session, fm, *saved);
+            engine.prefix_cache()->insert(std::move(saved));
+        } catch (const Error& e) {
+            log_info("sluice: warning: session ", e.what(), "; computing the prompt from scratch");
+        }
+    }
+    std::vector<int32_t> tokens = p.prompt;
     std::string error;
     engine.submit(std::move(p), [&](const TokenEvent& ev) {
         if (ev.finish == FinishReason::error) error = ev.error;
+        if (ev.id >= 0) tokens.push_back(ev.id);
         return on_event(ev);
     });
     engine.run_until_idle();
     SLUICE_CHECK(error.empty(), error);
+    if (!session.empty())
+        if (auto st = engine.prefix_cache()->lookup(tokens, int64_t(tokens.size())))
+            save_state(*st, fm, session);
     return engine.stats();
 }
 
@@ -46,6 +68,7 @@ GenerateResult generate_with(Model& model, std::span<const int32_t> prompt, cons
     const auto t0 = Clock::now();
     auto t_first = t0;
     const EngineStats es = run_alone(model, std::move(p), opt.prefill_chunk, [&](const TokenEvent& ev) {
+        r.n_cached = ev.n_cached;
         if (ev.id < 0) return true;
         if (r.ids.empty()) t_first = Clock::now();
         r.ids.push_back(ev.id);
@@ -55,7 +78,7 @@ GenerateResult generate_with(Model& model, std::span<const int32_t> prompt, cons
         }
         if (ev.finish == FinishReason::stop) r.stop_reason = "eos";
         return true;
-    });
+    }, opt.session_file);
     if (stats) *stats = es;
     const auto t1 = Clock::now();
     if (r.ids.empty()) t_first = t1;

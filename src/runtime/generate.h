@@ -20,6 +20,11 @@ struct GenerateOptions {
     int64_t prefill_chunk = 512;  // prompt rows per forward pass
     bool stop_at_eos = true;
     SamplingParams sampling;
+    // A state file (state/state_file.h) to continue from and to save into: when it holds a state of a prefix of the
+    // prompt, only the rest is computed; afterwards it holds the state of the prompt and all generated tokens but
+    // the last (which is never fed). A missing, damaged or foreign file only means computing from scratch (a
+    // warning names why); the output is the same either way.
+    std::string session_file;
 };
 
 struct GenerateResult {
@@ -27,6 +32,7 @@ struct GenerateResult {
     int64_t n_prompt = 0;
     double prefill_ms = 0, decode_ms = 0;  // until the first generated token, and after it
     std::string stop_reason;        // "length" or "eos" or "callback"
+    int64_t n_cached = 0;           // prompt tokens taken from session_file instead of computed
 };
 
 // on_token(id) is called for every generated id; returning false stops generation. Throws Error when the request

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -193,4 +194,53 @@ TEST(Cli, UsageStatsFileRoundTrip) {
     std::ofstream(stats) << "{ not json";
     EXPECT_EQ(ids(run(args, &status)), first);
     EXPECT_EQ(status, 0);
+}
+
+// generate --session: a second turn computes only its new tokens and gives exactly what the whole conversation
+// computed from scratch gives, on a model with per-token caches and on Kimi Linear (recurrent state); a damaged
+// state file is only a warning and the same output.
+TEST(Cli, GenerateSessionContinuesExactly) {
+    const auto last_json = [](const std::string& out) {
+        const size_t nl = out.rfind('\n', out.size() - 2);
+        return nlohmann::json::parse(out.substr(nl == std::string::npos ? 0 : nl + 1));
+    };
+    for (const std::string fixture : {"dsv3_qlora_group_yarn", "kimi_linear_noqlora"}) {
+        const std::string model = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/" + fixture;
+        const std::string session = ::testing::TempDir() + "/sluice-session-" + fixture;
+        std::remove(session.c_str());
+        std::remove((session + ".json").c_str());
+        int status = -1;
+        auto first = last_json(run("generate -m " + model + " --ids 5,17,3,9 -n 6 --ignore-eos --json --session " +
+                                       session, &status));
+        ASSERT_EQ(status, 0) << fixture;
+        EXPECT_EQ(first["n_cached"], 0);
+        for (int damaged = 0; damaged < 2; ++damaged) {
+            if (damaged) {
+                std::fstream f(session, std::ios::in | std::ios::out | std::ios::binary);
+                f.seekp(40);
+                f.put('\x7f');
+            }
+            // the sidecar is the conversation; the next turn's ids follow it
+            std::ifstream sf(session + ".json");
+            const auto all = nlohmann::json::parse(sf)["tokens"].get<std::vector<int>>();
+            std::vector<int> whole = all;
+            for (int t : {11, 4, 2}) whole.push_back(t);
+            const auto fresh = last_json(run("generate -m " + model + " --ids " + join(whole) + " -n 5 --ignore-eos --json"));
+            const std::string saved_state = session + ".copy";
+            std::filesystem::copy_file(session, saved_state, std::filesystem::copy_options::overwrite_existing);
+            std::filesystem::copy_file(session + ".json", saved_state + ".json",
+                                       std::filesystem::copy_options::overwrite_existing);
+            std::string out = run("generate -m " + model + " --ids 11,4,2 -n 5 --ignore-eos --json --session " +
+                                      saved_state, &status, true);
+            ASSERT_EQ(status, 0) << out;
+            const auto next = last_json(out);
+            EXPECT_EQ(next["ids"], fresh["ids"]) << fixture << " damaged " << damaged;
+            EXPECT_EQ(next["n_prompt"].get<int>(), int(whole.size()));
+            if (damaged)
+                EXPECT_EQ(next["n_cached"], 0) << out;
+            else
+                EXPECT_EQ(next["n_cached"].get<int>(), int(all.size()) - 1) << fixture;  // all but the last id fed
+            if (damaged) EXPECT_NE(out.find("warning: session"), std::string::npos) << out;
+        }
+    }
 }
