@@ -221,7 +221,8 @@ void Engine::admit_and_cancel() {
     std::lock_guard lock(mu_);
     // FIFO: the head waits until it fits; later requests never overtake it
     while (!waiting_.empty() && int64_t(running_.size()) < opt_.max_sequences &&
-           reserved_tokens_ + initial_reservation(*waiting_.front()) <= opt_.max_context_tokens) {
+           reserved_tokens_ + initial_reservation(*waiting_.front()) <= opt_.max_context_tokens &&
+           !wait_for_shared_prefill(*waiting_.front())) {
         auto r = std::move(waiting_.front());
         waiting_.pop_front();
         // the longest prefix some earlier request ran (at least the last token to feed is computed: its logits)
@@ -241,6 +242,23 @@ void Engine::admit_and_cancel() {
     }
     stats_.waiting = int64_t(waiting_.size());
     stats_.running = int64_t(running_.size());
+}
+
+// True when a running request is still prefilling a prefix of r's prompt (kMinSharedPrefillTokens or more) that the
+// prefix cache cannot give yet: r waits for that prefill to end and then reuses it, instead of computing it beside
+// it (batch lines with the same instructions, n choices of one prompt, a burst of chat turns of one conversation).
+bool Engine::wait_for_shared_prefill(const Request& r) const {
+    if (!prefix_cache_ || r.p.prompt_logits) return false;
+    int64_t shared = 0;
+    for (const auto& o : running_) {
+        if (o->done || o->n_prefilled >= o->n_feed() || o->p.prompt_logits) continue;
+        const size_t limit = std::min(o->p.prompt.size(), r.p.prompt.size() - 1);
+        const auto common = std::mismatch(o->p.prompt.begin(), o->p.prompt.begin() + std::ptrdiff_t(limit),
+                                          r.p.prompt.begin()).first - o->p.prompt.begin();
+        shared = std::max<int64_t>(shared, common);
+    }
+    if (shared < kMinSharedPrefillTokens) return false;
+    return prefix_cache_->longest(r.p.prompt, r.n_prompt - 1) + kMinSharedPrefillTokens <= shared;
 }
 
 int64_t Engine::initial_reservation(const Request& r) const {

@@ -148,6 +148,9 @@ public:
     // The prefix cache (null without one), for a client that seeds it with a saved state or takes a state from it
     // (generate --session). Only while no step runs (the engine thread's).
     PrefixCache* prefix_cache() { return prefix_cache_.get(); }
+    // With a prefix cache, a request whose prompt shares at least this many tokens with one still prefilling waits
+    // for that prefill and reuses it (FIFO: those behind it wait too; one prefill at most).
+    static constexpr int64_t kMinSharedPrefillTokens = 32;
     const EngineOptions& options() const { return opt_; }
     Model& model() { return model_; }
 
@@ -167,6 +170,7 @@ private:
     void grow_reservations();                        // engine thread: before admission, may preempt
     void preempt(Request& r);
     int64_t initial_reservation(const Request& r) const;
+    bool wait_for_shared_prefill(const Request& r) const;
     EngineStats stats_;                              // guarded by mu_
 
     std::unique_ptr<Request> make_request(RequestParams params, TokenCallback on_event);  // submit's checks

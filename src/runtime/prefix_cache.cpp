@@ -28,6 +28,12 @@ int64_t PrefixCache::reusable(const SequenceState& s, std::span<const int32_t> p
     return reusable_prefix(s.tokens(), s.layout().has_recurrent(), s.snapshot_position(), prompt, max_tokens);
 }
 
+int64_t PrefixCache::longest(std::span<const int32_t> prompt, int64_t max_tokens) const {
+    int64_t best = disk_ ? disk_->best(prompt, max_tokens).tokens : 0;
+    for (const auto& e : entries_) best = std::max(best, reusable(*e.state, prompt, max_tokens));
+    return best;
+}
+
 std::unique_ptr<SequenceState> PrefixCache::lookup(std::span<const int32_t> prompt, int64_t max_tokens) {
     ++stats_.lookups;
     Entry* best = nullptr;

@@ -42,6 +42,8 @@ public:
     // Keeps `state` (its tokens are the key), replacing entries it makes redundant. A state larger than the whole
     // capacity is dropped.
     void insert(std::unique_ptr<SequenceState> state);
+    // How many tokens lookup() would give (RAM and the state directory), without copying anything.
+    int64_t longest(std::span<const int32_t> prompt, int64_t max_tokens) const;
     // A fresh state holding the longest reusable prefix of `prompt` of at most max_tokens tokens, or null.
     std::unique_ptr<SequenceState> lookup(std::span<const int32_t> prompt, int64_t max_tokens);
 

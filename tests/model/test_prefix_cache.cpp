@@ -159,6 +159,37 @@ TEST_P(PrefixCacheTest, AfterSpeculation) {
     EXPECT_GT(b.n_cached, 0);
 }
 
+// Requests that arrive together and share a long head (batch lines with the same instructions): the first prefills
+// it, the others wait for that and reuse it, so the head is computed once; the tokens are those of running alone.
+TEST_P(PrefixCacheTest, ASharedHeadIsPrefilledOnce) {
+    const int64_t head = Engine::kMinSharedPrefillTokens + 4;
+    std::vector<int32_t> shared;  // the fixture's prompt ids, over and over
+    for (int64_t i = 0; i < head; ++i) shared.push_back(ids[size_t(i) % ids.size()]);
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 4; ++i) prompts.push_back(concat(shared, {ids[size_t(i) % ids.size()], ids[1]}));
+    Engine e(*model, {.max_batch_rows = 16, .max_sequences = 4, .max_context_tokens = 512,
+                      .prefix_cache_bytes = uint64_t(256) << 20});
+    std::vector<Outcome> got(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        RequestParams p;
+        p.prompt = prompts[i];
+        p.max_new_tokens = 3;
+        p.stop_at_eos = false;
+        e.submit(p, [&got, i](const TokenEvent& ev) {
+            if (ev.id >= 0) got[i].ids.push_back(ev.id);
+            got[i].n_cached = ev.n_cached;
+            return true;
+        });
+    }
+    e.run_until_idle();
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i].ids, alone(prompts[i], 3)) << i;
+    EXPECT_EQ(got[0].n_cached, 0);
+    if (!recurrent) {  // recurrent state serves only prefixes at or after its snapshot (the last chunk's start)
+        for (size_t i = 1; i < prompts.size(); ++i) EXPECT_EQ(got[i].n_cached, head) << i;
+        EXPECT_EQ(e.stats().prompt_tokens, head + 4 * 2);
+    }
+}
+
 // ---- the SSD tier (--state-dir)
 
 struct TempDir {
