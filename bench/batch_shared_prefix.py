@@ -1,0 +1,71 @@
+"""Batch lines that share a long instruction: prompt tokens computed against the ideal (the first line's tokens plus
+each later line's tokens past its longest common prefix with an earlier line), and wall time with the prefix cache on
+and off, on the shipped trained model.
+
+    python3 bench/batch_shared_prefix.py --sluice build/release/bin/sluice [--lines 100 --instruction-words 500]
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import tempfile
+import time
+
+WORDS = ("love light earth heaven water spirit king house word day night man woman city river mountain bread wine "
+         "stone field harvest law prophet servant shepherd sword temple").split()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    ap.add_argument("--model", default=os.path.join(os.path.dirname(__file__), "..", "models", "sluice-k2-tiny"))
+    ap.add_argument("--lines", type=int, default=100)
+    ap.add_argument("--instruction-words", type=int, default=500)
+    ap.add_argument("--parallel", type=int, default=8)
+    args = ap.parse_args()
+    rng = random.Random(1)
+    instr = "You are a careful reader. Answer in one short sentence. " + " ".join(
+        rng.choice(WORDS) for _ in range(args.instruction_words))
+    with tempfile.TemporaryDirectory(prefix="sluice-bsp-") as tmp:
+        inp = os.path.join(tmp, "in.jsonl")
+        prompts = []
+        with open(inp, "w") as f:
+            for i in range(args.lines):
+                p = instr + "\nQuestion: " + " ".join(rng.choice(WORDS) for _ in range(8)) + "\nAnswer:"
+                prompts.append(p)
+                f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
+                                    "body": {"model": "m", "prompt": p, "max_tokens": 4, "temperature": 0}}) + "\n")
+        toks = [json.loads(subprocess.run([args.sluice, "tokenize", "-m", args.model, "--special"], input=p,
+                                          capture_output=True, text=True, check=True).stdout) for p in prompts]
+        ideal = len(toks[0])
+        for i in range(1, len(toks)):
+            best = 0
+            for j in range(i):
+                k = 0
+                while k < min(len(toks[i]), len(toks[j])) and toks[i][k] == toks[j][k]:
+                    k += 1
+                best = max(best, k)
+            ideal += len(toks[i]) - min(best, len(toks[i]) - 1)  # the last prompt token is always computed
+        results = {}
+        for cache in ["0", "auto"]:
+            out = os.path.join(tmp, f"out-{cache}.jsonl")
+            t0 = time.monotonic()
+            subprocess.run([args.sluice, "batch", "-m", args.model, "-i", inp, "-o", out, "--parallel",
+                            str(args.parallel), "--ctx", "16384", "--memory", "200M", "--prefix-cache", cache,
+                            "--progress-interval", "0"], check=True, capture_output=True)
+            wall = time.monotonic() - t0
+            usage = [json.loads(l)["response"]["body"]["usage"] for l in open(out)]
+            prompt = sum(u["prompt_tokens"] for u in usage)
+            cached = sum(u["prompt_tokens_details"]["cached_tokens"] for u in usage)
+            texts = sorted((json.loads(l)["custom_id"], json.loads(l)["response"]["body"]["choices"][0]["text"])
+                           for l in open(out))
+            results[cache] = (prompt - cached, wall, texts)
+            print(f"prefix cache {cache:>4}: {prompt - cached} of {prompt} prompt tokens computed "
+                  f"({(prompt - cached) / ideal:.3f} x the ideal {ideal}), {wall:.2f} s")
+        print("same answers with and without the cache:", results["0"][2] == results["auto"][2])
+        print(f"wall time ratio (off / on): {results['0'][1] / results['auto'][1]:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
