@@ -1,6 +1,6 @@
 // CPU matmul kernels: GB/s of weight bytes (payload + scales) per format and input row count, next to the machine's
-// memory bandwidth from STREAM-like probes (read-only sums over one and over 16 streams per thread, and triad) in
-// the same run and with the same threads.
+// memory bandwidth from STREAM-like probes (read-only sums over one and over 16 streams per thread, and triad) and
+// its f32 FMA peak (independent FMA chains on every thread), in the same run and with the same threads.
 // Weights cycle through copies totalling SLUICE_BENCH_POOL_MIB (default 1024) per format, all formats resident, so
 // they come from DRAM, as streamed experts do, and in memory advised as huge pages, as the expert cache's is.
 // Threads: SLUICE_BENCH_THREADS (default 2); path: SLUICE_CPU_PATH.
@@ -114,6 +114,21 @@ void BM_MemoryTriad(benchmark::State& state) {
                                                 benchmark::Counter::kIsRate);
 }
 
+// The f32 FMA peak with the same threads: every thread runs independent FMA chains (ops::fma_probe).
+void BM_FmaPeak(benchmark::State& state) {
+    constexpr int64_t kIterations = 1 << 22;
+    std::vector<double> flops(size_t(bench_threads()) * 64);
+    for (auto _ : state) {
+        pool().parallel_for(bench_threads(), [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) flops[size_t(t)] = ops::fma_probe(kIterations);
+        });
+    }
+    double per_iteration = 0;
+    for (double f : flops) per_iteration += f;
+    state.counters["GFLOP/s"] = benchmark::Counter(per_iteration * double(state.iterations()) / 1e9,
+                                                   benchmark::Counter::kIsRate);
+}
+
 // ---- matmul -------------------------------------------------------------------------------------------------
 
 constexpr int64_t kRows = 2048, kCols = 7168;  // one DeepSeek-V3 expert gate/up projection [out, in]
@@ -187,7 +202,9 @@ public:
                 // Main-thread CPU time stands in for wall time on a loaded machine (each thread does 1/threads of
                 // the work), so "cpu" figures say what the kernels do when they get their cores.
                 const double cpu_over_real = r.GetAdjustedRealTime() / std::max(1e-12, r.GetAdjustedCPUTime());
-                gbps_[name] = r.counters.count("GB/s") ? double(r.counters.at("GB/s")) : 0;
+                gbps_[name] = r.counters.count("GB/s") ? double(r.counters.at("GB/s"))
+                              : r.counters.count("GFLOP/s") ? double(r.counters.at("GFLOP/s"))
+                                                             : 0;
                 rows_[name] = r.counters.count("rows/s") ? double(r.counters.at("rows/s")) : 0;
                 gbps_cpu_[name] = gbps_[name] * cpu_over_real;
                 rows_cpu_[name] = rows_[name] * cpu_over_real;
@@ -210,8 +227,10 @@ private:
                     std::string(ops::cpu_path_name(ops::cpu_path())).c_str(), cpu_features().describe().c_str());
         std::printf("memory bandwidth: read %.1f GB/s (one stream per thread %.1f, 16 streams %.1f), triad %.1f GB/s\n",
                     read, read1, read16, triad);
-        std::printf("%-8s %10s %10s %10s %10s   %8s  %s\n", "format", "n=1", "n=8", "n=32", "n=128", "n1/read",
-                    "rows/s n=32 / n=1");
+        const double peak = find(gbps_, "BM_FmaPeak");
+        std::printf("f32 FMA peak: %.1f GFLOP/s (%s)\n", peak, peak > 0 ? "independent chains on every thread" : "-");
+        std::printf("%-8s %10s %10s %10s %10s   %8s  %s   %s\n", "format", "n=1", "n=8", "n=32", "n=128", "n1/read",
+                    "rows/s n=32 / n=1", "GFLOP/s n=32, n=128 (of the FMA peak)");
         for (const char* f : {"bf16", "mxfp4", "int4", "fp8", "q8_0"}) {
             double g[4];
             const int ns[4] = {1, 8, 32, 128};
@@ -229,10 +248,17 @@ private:
                     std::snprintf(buf, sizeof buf, "-");
                 return std::string(buf);
             };
-            std::printf("%-8s %10s %10s %10s %10s   %8s  %s\n", f, cell(g[0], "%.1f").c_str(),
+            const double r128 = find(rows_, std::string("BM_Matmul/") + f + "/128");
+            const double flop_per_row = 2.0 * double(kRows) * double(kCols);
+            const double f32 = r32 * flop_per_row / 1e9, f128 = r128 * flop_per_row / 1e9;
+            char flops[96] = "-";
+            if (f32 > 0 || f128 > 0)
+                std::snprintf(flops, sizeof flops, "%.0f, %.0f (%.0f%%, %.0f%%)", f32, f128,
+                              peak > 0 ? 100 * f32 / peak : 0, peak > 0 ? 100 * f128 / peak : 0);
+            std::printf("%-8s %10s %10s %10s %10s   %8s  %17s   %s\n", f, cell(g[0], "%.1f").c_str(),
                         cell(g[1], "%.1f").c_str(), cell(g[2], "%.1f").c_str(), cell(g[3], "%.1f").c_str(),
                         cell(read > 0 && g[0] > 0 ? 100 * g[0] / read : 0, "%.0f%%").c_str(),
-                        cell(r1 > 0 && r32 > 0 ? r32 / r1 : 0, "%.1fx").c_str());
+                        cell(r1 > 0 && r32 > 0 ? r32 / r1 : 0, "%.1fx").c_str(), flops);
         }
         std::printf("(GB/s counts weight payload + scale bytes read once per call)\n");
     }
@@ -252,6 +278,7 @@ void register_all() {
     common(benchmark::RegisterBenchmark("BM_MemoryRead", BM_MemoryRead));
     common(benchmark::RegisterBenchmark("BM_MemoryReadStreams", BM_MemoryReadStreams));
     common(benchmark::RegisterBenchmark("BM_MemoryTriad", BM_MemoryTriad));
+    common(benchmark::RegisterBenchmark("BM_FmaPeak", BM_FmaPeak));
     const std::pair<const char*, WeightFormat> formats[] = {{"bf16", WeightFormat::BF16},
                                                             {"mxfp4", WeightFormat::MXFP4},
                                                             {"int4", WeightFormat::INT4_G32},

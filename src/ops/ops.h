@@ -35,6 +35,9 @@ bool cpu_path_available(CpuPath p);
 std::vector<CpuPath> available_cpu_paths();  // portable first, best last
 CpuPath cpu_path();
 void set_cpu_path(CpuPath p);  // throws sluice::Error if the CPU lacks it
+// The compute probe beside the memory probes (bench_kernels): `iterations` rounds of independent f32 FMA chains on
+// the calling thread with the active path's widest vectors; returns the flops done.
+double fma_probe(int64_t iterations);
 
 // y[n, w.rows] = x[n, w.cols] . W^T. Deterministic for a given thread count.
 void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& pool);

@@ -101,6 +101,21 @@ void set_cpu_path(CpuPath p) {
     g_path.store(int(p));
 }
 
+double fma_probe(int64_t iterations) {
+    switch (cpu_path()) {
+        case CpuPath::Amx:
+        case CpuPath::Avx512: return cpu::avx512::fma_probe(iterations);
+        case CpuPath::Avx2: return cpu::avx2::fma_probe(iterations);
+        case CpuPath::Portable: break;
+    }
+    float acc[16] = {};
+    for (int64_t i = 0; i < iterations; ++i)
+        for (float& a : acc) a = a * 1.0f + 0.0f;
+    volatile float sink = acc[0];
+    (void)sink;
+    return double(iterations) * 16 * 2;
+}
+
 void dequantize_row(const Weight& w, int64_t r, float* out) {
     w.check();
     SLUICE_CHECK(r >= 0 && r < w.rows, "dequantize_row: row ", r, " outside [0, ", w.rows, ")");

@@ -47,6 +47,7 @@ namespace avx2 {  // needs avx2 + fma + f16c
 bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
+double fma_probe(int64_t iterations);  // f32 FMAs on one core; returns the flops done
 }  // namespace avx2
 
 namespace avx512 {  // needs avx512f/bw/vl/dq + fma + f16c
@@ -56,6 +57,7 @@ bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int
 bool matmul_rows_fused_vbmi(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
+double fma_probe(int64_t iterations);  // f32 FMAs on one core; returns the flops done
 }  // namespace avx512
 
 namespace amx {  // needs the avx512 set + avx512-bf16 + amx-tile/amx-bf16
