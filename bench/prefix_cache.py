@@ -4,7 +4,8 @@
 Issue 22's benchmark: with the cache, a turn should cost about what prefilling only its new tokens costs. For every
 turn this prints the turn's prompt tokens, how many came from the cache (usage.prompt_tokens_details.cached_tokens),
 its time to first token with the cache on and off, and the time to first token of a fresh request whose prompt is
-only as long as the turn's new tokens (no reuse possible: the ratio's denominator), all measured in one run.
+only as long as the turn's new tokens (no reuse possible: the ratio's denominator), all measured in one run; and
+the same conversation with the server restarted before every turn and --state-dir, so only the SSD tier remembers.
 
 Usage: bench/prefix_cache.py --sluice build/release/bin/sluice --model DIR [--turns 10] [--user-words 60]
 Needs the openai package (scripts/python-env.sh puts it in .venv).
@@ -12,9 +13,11 @@ Needs the openai package (scripts/python-env.sh puts it in .venv).
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import openai
@@ -70,12 +73,18 @@ def main():
 
     rows = []
     runs = {}
-    for label, extra in (("on", ["--prefix-cache", "256M"]), ("off", ["--prefix-cache", "0"])):
+    state_dir = tempfile.mkdtemp(prefix="sluice-bench-states-")
+    for label, extra in (("on", ["--prefix-cache", "256M"]), ("off", ["--prefix-cache", "0"]),
+                         ("restart", ["--prefix-cache", "256M", "--state-dir", state_dir])):
         proc, client = start(a.sluice, a.model, extra)
         try:
             ttft(client, [{"role": "user", "content": "warm up"}], 1)
             msgs, out = [], []
             for turn in range(a.turns):
+                if label == "restart" and turn > 0:  # a new process before every turn: only the SSD tier remembers
+                    proc.terminate()
+                    proc.wait(timeout=60)
+                    proc, client = start(a.sluice, a.model, extra)
                 msgs.append({"role": "user", "content": user(turn)})
                 t, text, usage = ttft(client, msgs, a.reply_tokens)
                 out.append((t, usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens))
@@ -91,15 +100,22 @@ def main():
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    print("turn  prompt  cached  new   ttft_on_s  ttft_off_s  fresh_ttft_s  on/fresh")
-    ratios = []
-    for i, ((t_on, n, cached), (t_off, _, _), (t_f, _)) in enumerate(zip(runs["on"], runs["off"], runs["fresh"])):
+    shutil.rmtree(state_dir, ignore_errors=True)
+    print("turn  prompt  cached  new   ttft_on_s  ttft_off_s  fresh_ttft_s  on/fresh  restart_cached  ttft_restart_s  "
+          "restart/fresh")
+    ratios, restart_ratios = [], []
+    for i, ((t_on, n, cached), (t_off, _, _), (t_f, _), (t_r, _, cached_r)) in enumerate(
+            zip(runs["on"], runs["off"], runs["fresh"], runs["restart"])):
         ratio = t_on / t_f if t_f else float("nan")
+        ratio_r = t_r / t_f if t_f else float("nan")
         ratios.append(ratio)
+        restart_ratios.append(ratio_r)
         print(f"{i + 1:4d}  {n:6d}  {cached:6d}  {n - cached:4d}  {t_on:9.3f}  {t_off:10.3f}  {t_f:12.3f}  "
-              f"{ratio:8.2f}")
-    print(f"median on/fresh over turns 2..{a.turns}: {statistics.median(ratios[1:]):.2f}; "
-          f"total ttft on {sum(r[0] for r in runs['on']):.2f} s, off {sum(r[0] for r in runs['off']):.2f} s")
+              f"{ratio:8.2f}  {cached_r:14d}  {t_r:14.3f}  {ratio_r:13.2f}")
+    print(f"median on/fresh over turns 2..{a.turns}: {statistics.median(ratios[1:]):.2f}; after a restart with "
+          f"--state-dir: {statistics.median(restart_ratios[1:]):.2f}; total ttft on "
+          f"{sum(r[0] for r in runs['on']):.2f} s, off {sum(r[0] for r in runs['off']):.2f} s, restarted "
+          f"{sum(r[0] for r in runs['restart']):.2f} s")
 
 
 if __name__ == "__main__":
