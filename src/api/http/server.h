@@ -4,7 +4,8 @@
 // deadlines, and answers protocol errors itself, so a slow or idle client holds only a connection, never a thread.
 // A complete request goes to a handler thread; while the handler runs, the I/O thread keeps watching the socket and
 // marks the exchange `client_gone()` the moment the peer closes or resets it, so a handler can cancel work nobody
-// will read. Quick requests (the caller says which: /health, /metrics) run on a pool of their own and never wait
+// will read. A client that shuts down its sending side counts as gone too (as nginx treats it): a half-close and a
+// close look the same until a write, and an abandoned request on a big model costs hours. Quick requests (the caller says which: /health, /metrics) run on a pool of their own and never wait
 // behind long ones.
 //
 // Bounds: at most max_connections open (one more is answered 503 and closed); request line + headers within
