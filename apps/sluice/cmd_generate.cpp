@@ -157,6 +157,8 @@ void register_generate(CLI::App& app) {
         }
         const auto t0 = std::chrono::steady_clock::now();
         LoadOptions load = a->m.to_options();
+        // recurrent state snapshots within a pass (speculation; a session's prefix cache): reserved in the plan
+        if (a->speculative > 0 || !a->session.empty()) load.snapshot_rows = std::max(a->chunk, a->speculative + 1);
         std::unique_ptr<DraftModel> draft;
         LoadOptions draft_load = load;
         if (!a->draft_model.empty()) {

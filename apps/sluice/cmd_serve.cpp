@@ -161,6 +161,8 @@ void register_serve(CLI::App& app) {
                          text.template_error.c_str());
         LoadOptions lo = a->m.to_options();
         lo.prefix_cache_bytes = a->e.prefix_cache_bytes(lo.memory_budget_bytes);
+        // recurrent state snapshots within a pass (prefix cache, speculation): reserved in the plan
+        if (lo.prefix_cache_bytes > 0 || !a->e.state_dir.empty() || a->e.speculative > 0) lo.snapshot_rows = a->batch_rows;
         auto model = load_model(a->m.model, lo);
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;

@@ -122,7 +122,7 @@ public:
         router_.norm_topk_prob = c.norm_topk_prob;
         router_.routed_scaling_factor = float(c.routed_scaling_factor);
         fill_info();
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences);
+        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());

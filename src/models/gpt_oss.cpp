@@ -152,7 +152,7 @@ public:
         }
         fill_info();
         // The expert biases are named like experts (counted as routed) but stay resident: plan them as spine.
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences);
+        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) spine.push_back({&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj});
         experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes + resident_bias_bytes, state,

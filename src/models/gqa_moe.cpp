@@ -104,7 +104,7 @@ public:
         router_.top_k = c.top_k;
         router_.norm_topk_prob = c.norm_topk_prob;
         fill_info();
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences);
+        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());

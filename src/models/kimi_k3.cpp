@@ -95,7 +95,7 @@ public:
         // state reserve: the fixed KDA state of each of max_sequences sequences plus the MLA latent cache for
         // max_context_tokens tokens in all
         SLUICE_CHECK(opt.max_sequences >= 1, "LoadOptions::max_sequences must be >= 1, got ", opt.max_sequences);
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences);
+        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());

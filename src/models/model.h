@@ -55,6 +55,10 @@ struct LoadOptions {
     // Sequences that run at once (the engine's max_sequences): fixed per-sequence state such as KDA's recurrent state
     // is reserved this many times, the per-token caches for max_context_tokens tokens in all.
     int64_t max_sequences = 1;
+    // > 0: sequences may snapshot their recurrent state within a pass of up to this many rows (the prefix cache,
+    // speculation); the plan reserves the copies and the journal (StateLayout::reserve_bytes). 0 for models
+    // without recurrent state changes nothing.
+    int64_t snapshot_rows = 0;
     // RAM the engine's prefix cache may hold (EngineOptions::prefix_cache_bytes): reserved in the plan's state line.
     uint64_t prefix_cache_bytes = 0;
     // Kimi Linear / K3: evaluate multi-token prefills of KDA layers in the chunked (WY) form instead of token by

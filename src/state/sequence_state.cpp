@@ -31,9 +31,19 @@ uint64_t StateLayout::recurrent_bytes() const {
     return b * sizeof(float);
 }
 
-uint64_t StateLayout::reserve_bytes(int64_t max_context_tokens, int64_t max_sequences) const {
+uint64_t StateLayout::journal_bytes_per_row() const {
+    uint64_t b = 0;
+    for (const auto& l : layers)
+        if (l.kind == Kind::kda) b += 6 * uint64_t(l.kda_heads * l.kda_head_dim) + uint64_t(l.kda_heads);
+    return b * sizeof(float);
+}
+
+uint64_t StateLayout::reserve_bytes(int64_t max_context_tokens, int64_t max_sequences, int64_t snapshot_rows) const {
     const uint64_t rows = uint64_t(max_context_tokens) + uint64_t(max_sequences) * uint64_t(PagedRows::k_page_rows);
-    return bytes_per_token() * rows + recurrent_bytes() * uint64_t(max_sequences);
+    uint64_t b = bytes_per_token() * rows + recurrent_bytes() * uint64_t(max_sequences);
+    if (snapshot_rows > 0 && has_recurrent())
+        b += recurrent_bytes() * uint64_t(max_sequences) + journal_bytes_per_row() * uint64_t(snapshot_rows);
+    return b;
 }
 
 SequenceState::SequenceState(std::shared_ptr<const StateLayout> layout) : layout_(std::move(layout)) {

@@ -40,9 +40,13 @@ struct StateLayout {
     bool has_recurrent() const;
     uint64_t bytes_per_token() const;   // per-token caches of all layers
     uint64_t recurrent_bytes() const;   // fixed state of all layers, without a snapshot
+    uint64_t journal_bytes_per_row() const;  // what a snapshot journals per row (KDA layers' delta-rule inputs)
     // What the memory plan reserves for max_sequences sequences holding max_context_tokens tokens in all: the
-    // per-token caches (each sequence's last page partly empty) and each sequence's fixed state.
-    uint64_t reserve_bytes(int64_t max_context_tokens, int64_t max_sequences) const;
+    // per-token caches (each sequence's last page partly empty) and each sequence's fixed state. With
+    // snapshot_rows > 0 (sequences snapshot their recurrent state within a pass: the prefix cache at a prompt's
+    // last chunk, speculation before its drafts), also a snapshot copy per sequence and the journal of that many
+    // rows (one pass's rows: snapshots never outlive their pass).
+    uint64_t reserve_bytes(int64_t max_context_tokens, int64_t max_sequences, int64_t snapshot_rows = 0) const;
     bool operator==(const StateLayout&) const = default;
 };
 bool operator==(const StateLayout::Layer& a, const StateLayout::Layer& b);

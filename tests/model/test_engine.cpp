@@ -673,4 +673,40 @@ TEST(EngineMemoryPlan, FixedStateReservedPerSequence) {
               3 * uint64_t(PagedRows::k_page_rows) * ds_seq->layout().bytes_per_token());
 }
 
+// Snapshots of recurrent state (the prefix cache at a prompt's last chunk, speculation) are in the plan: a copy per
+// sequence and the journal of one pass's rows, measured against what a real snapshot and journal hold.
+TEST(EngineMemoryPlan, SnapshotsReserved) {
+    auto plan = [](const std::string& f, int64_t rows) {
+        LoadOptions o;
+        o.n_threads = 1;
+        o.memory_budget_bytes = uint64_t(1) << 30;
+        o.max_sequences = 3;
+        o.snapshot_rows = rows;
+        auto m = load_model(fixture_dir(f), o);
+        return std::make_pair(m->residency()->state_bytes, std::move(m));
+    };
+    auto [without, model] = plan("kimi_linear_noqlora", 0);
+    const uint64_t with = plan("kimi_linear_noqlora", 20).first;
+    // a real snapshot with 20 journaled rows: what it adds to a sequence's bytes
+    auto seq = model->new_sequence();
+    const auto ids = fixture_ids("kimi_linear_noqlora");
+    const auto run = [&](size_t from, size_t n) {
+        Batch b;
+        for (size_t i = 0; i < n; ++i) b.add(ids[(from + i) % ids.size()], seq->n_past() + int64_t(i), 0, i + 1 == n);
+        std::vector<float> logits;
+        SequenceState* s = seq.get();
+        model->forward(b, std::span<SequenceState* const>(&s, 1), logits);
+    };
+    run(0, 4);
+    const uint64_t before = seq->size_bytes();
+    seq->snapshot();
+    run(4, 20);
+    // what the snapshot added: 24 rows still fit the first page of every per-token cache, and the 20 token ids
+    const uint64_t added = seq->size_bytes() - before - 20 * sizeof(int32_t);
+    EXPECT_EQ(added, seq->layout().recurrent_bytes() + 20 * seq->layout().journal_bytes_per_row());
+    EXPECT_EQ(with - without, 2 * seq->layout().recurrent_bytes() + added);  // 3 copies, one journal of 20 rows
+    // no recurrent state: nothing more
+    EXPECT_EQ(plan("dsv3_fp8_block128", 20).first, plan("dsv3_fp8_block128", 0).first);
+}
+
 }  // namespace
