@@ -685,7 +685,9 @@ TEST(EngineMemoryPlan, SnapshotsReserved) {
         auto m = load_model(fixture_dir(f), o);
         return std::make_pair(m->residency()->state_bytes, std::move(m));
     };
-    auto [without, model] = plan("kimi_linear_noqlora", 0);
+    auto planned = plan("kimi_linear_noqlora", 0);  // no structured binding: clang 14 cannot capture one
+    const uint64_t without = planned.first;
+    std::unique_ptr<Model>& model = planned.second;
     const uint64_t with = plan("kimi_linear_noqlora", 20).first;
     // a real snapshot with 20 journaled rows: what it adds to a sequence's bytes
     auto seq = model->new_sequence();
