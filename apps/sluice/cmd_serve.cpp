@@ -133,11 +133,7 @@ void register_serve(CLI::App& app) {
                 std::fprintf(stderr, "sluice: stopped by signal %d before serving\n", sig);
                 std::_Exit(0);
             }
-            // A stop() that lands before the server started listening would be lost: repeat until serve() returned.
-            while (!finished) {
-                s->stop();
-                std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            }
+            s->stop();  // kept even before serve() starts: serve() then drains at once
         });
         struct JoinWatcher {
             std::thread& t;

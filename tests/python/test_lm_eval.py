@@ -14,12 +14,13 @@ Exits 77 (CTest's skip code) when lm_eval is not installed (bash scripts/python-
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server_util as su  # noqa: E402
 
 try:
     import lm_eval  # noqa: F401
@@ -62,25 +63,7 @@ def write_tasks(d):
 
 
 def start_server(sluice, log_path):
-    proc = subprocess.Popen([sluice, "serve", "-m", MODEL, "--port", "0", "--alias", "sluice-k2-tiny",
-                             "--parallel", "8", "--ctx", "4096", "--threads", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    timer = threading.Timer(120, proc.kill)
-    timer.start()
-    lines, port = [], None
-    for line in proc.stderr:
-        lines.append(line)
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    timer.cancel()
-    if port is None:
-        proc.kill()
-        raise RuntimeError("sluice serve did not start:\n" + "".join(lines))
-    log = open(log_path, "w")
-    threading.Thread(target=lambda: [log.write(l) for l in proc.stderr], daemon=True).start()
-    return proc, port
+    return su.start_server(sluice, MODEL, ["--alias", "sluice-k2-tiny", "--parallel", "8", "--ctx", "4096"], log_path)
 
 
 def tokenize(port, text):

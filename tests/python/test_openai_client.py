@@ -14,12 +14,13 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import threading
 import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server_util as su  # noqa: E402
 
 try:
     import openai
@@ -272,28 +273,9 @@ class OpenAIClientTest(unittest.TestCase):
 
 
 def start_server(sluice, model, log_path):
-    log = open(log_path, "w+")
-    proc = subprocess.Popen([sluice, "serve", "-m", model, "--port", "0", "--api-key", KEY, "--alias", "synth-k2",
-                             "--speculative", "3",
-                             "--cors-origin", APP_ORIGIN,
-                             "--parallel", "4", "--ctx", "4096", "--threads", "2", "--ping-interval", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    port = None
-    lines = []
-    timer = threading.Timer(120, proc.kill)
-    timer.start()
-    for line in proc.stderr:
-        lines.append(line)
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    timer.cancel()
-    if port is None:
-        proc.kill()
-        raise RuntimeError("sluice serve did not start:\n" + "".join(lines))
-    threading.Thread(target=lambda: [log.write(l) for l in proc.stderr], daemon=True).start()
-    return proc, port
+    return su.start_server(sluice, model, ["--api-key", KEY, "--alias", "synth-k2", "--speculative", "3",
+                                           "--cors-origin", APP_ORIGIN, "--parallel", "4", "--ctx", "4096",
+                                           "--ping-interval", "1"], log_path)
 
 
 def main():

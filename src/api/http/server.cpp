@@ -263,14 +263,14 @@ struct Server::Impl {
             q.pop_front();
             if (!quick) --long_idle;
             lk.unlock();
-            const bool keep = run_job(std::move(job.conn), std::move(job.req));
-            (void)keep;
+            run_job(std::move(job.conn), std::move(job.req));
             lk.lock();
             if (!quick) ++long_idle;
         }
     }
 
-    bool run_job(std::shared_ptr<Connection> conn, Request req) {
+    // Runs the handler, then hands the connection back to the I/O thread (kept open or not).
+    void run_job(std::shared_ptr<Connection> conn, Request req) {
         bool keep = false;
         {
             Exchange ex(*owner, conn, std::move(req));
@@ -294,7 +294,6 @@ struct Server::Impl {
             returned.emplace_back(conn, keep);
         }
         wake();
-        return keep;
     }
 
     void take_returned() {
@@ -529,8 +528,7 @@ void Server::run() {
 }
 
 void Server::stop(std::chrono::milliseconds drain) {
-    bool expected = false;
-    if (impl_->stopping.compare_exchange_strong(expected, false)) {
+    if (!impl_->stopping) {  // the deadline is set before the flag, so whoever sees the flag sees the deadline
         impl_->drain_deadline_ns = (Clock::now() + drain).time_since_epoch().count();
         impl_->stopping = true;
     }
