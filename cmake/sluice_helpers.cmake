@@ -14,7 +14,7 @@ if (SLUICE_SANITIZE)
 endif()
 
 function(sluice_target_defaults target)
-    target_compile_options(${target} PRIVATE ${SLUICE_WARNINGS})
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${SLUICE_WARNINGS}>)
 endfunction()
 
 # sluice_add_test(name SOURCES a.cpp b.cpp [LABELS unit])

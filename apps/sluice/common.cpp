@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "experts/packed_store.h"
 #include "experts/residency.h"
+#include "ops/cuda/backend.h"
+#include "ops/ops.h"
 
 namespace sluice::cli {
 
@@ -97,6 +99,14 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
                     "expert usage statistics file: its most-used experts are preloaded and pinned in the cache "
                     "(a file for another model, or a damaged one, is ignored with a warning); this run's use is "
                     "merged into it at exit");
+    sub->add_option("--device", a.device,
+                    "where weight matmuls run: auto (CUDA when a usable GPU is present), cuda, cpu; norms, "
+                    "attention and routing stay on the CPU for now")
+        ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+        ->capture_default_str();
+    sub->add_option("--gpu-memory", a.gpu_memory,
+                    "device memory the CUDA backend may hold for weight copies and work buffers (e.g. 40G; default "
+                    "90% of what is free)");
 }
 
 void add_engine_args(CLI::App* sub, EngineArgs& a) {
@@ -173,6 +183,9 @@ LoadOptions ModelArgs::to_options() const {
     o.streaming.verify_reads = verify_reads;
     o.streaming.usage_stats_path = usage_stats;
     o.streaming.trace_path = trace_experts;
+    if (ops::select_backend(device) == ops::Backend::Cuda && !gpu_memory.empty())
+        cuda::set_memory_budget(parse_size(gpu_memory));
+    SLUICE_CHECK(gpu_memory.empty() || device != "cpu", "--gpu-memory needs --device cuda or auto");
     return o;
 }
 
@@ -207,6 +220,17 @@ void print_plan(const Model& model, double drive_gbps, FILE* out) {
 }
 
 void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out) {
+    if (ops::backend() == ops::Backend::Cuda) {
+        const auto d = cuda::device_info();
+        const auto g = cuda::stats();
+        std::fprintf(out,
+                     "device: cuda (%s): %llu weight matmuls, %.1f ms in them; up %s (weights %s), down %s; "
+                     "device copies of weights %llu reused, %llu made, %s held of %s\n",
+                     d.name.c_str(), (unsigned long long)g.calls, g.busy_ms, format_bytes(g.h2d_bytes).c_str(),
+                     format_bytes(g.weight_upload_bytes).c_str(), format_bytes(g.d2h_bytes).c_str(),
+                     (unsigned long long)g.weight_hits, (unsigned long long)g.weight_misses,
+                     format_bytes(g.resident_weight_bytes).c_str(), format_bytes(cuda::memory_budget()).c_str());
+    }
     if (const ResidencyPlan* p = model.residency()) std::fprintf(out, "%s", p->describe().c_str());
     if (const SpineStreamer* sp = model.spine_streamer())
         std::fprintf(out, "spine: layers %lld+ streamed: %llu layer reads, %s, waited %.1f ms\n",

@@ -33,7 +33,10 @@ struct ModelArgs {
     bool verify_reads = false;
     std::string usage_stats;    // expert usage statistics file: pins the most-used experts, updated at exit
     std::string trace_experts;  // expert trace file (generate, bench: add_trace_arg)
+    std::string device = "auto";  // where weight matmuls run: auto (CUDA when a device is usable), cuda, cpu
+    std::string gpu_memory;       // device memory the CUDA backend may hold; empty: 90% of what is free
 
+    // Also selects the device (ops::select_backend) and its memory budget: call once, before loading the model.
     LoadOptions to_options() const;
 };
 void add_model_args(CLI::App* sub, ModelArgs& a);

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/stable_memory.h"
 
 namespace sluice {
 
@@ -34,11 +35,13 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
             fail(path, ": cannot map ", size_bytes_, " bytes: ", std::strerror(e));
         }
         data_ = static_cast<const uint8_t*>(p);
+        stable_id_ = stable_memory::add(data_, size_bytes_);
     }
     ::close(fd);
 }
 
 MappedFile::~MappedFile() {
+    if (stable_id_) stable_memory::remove(stable_id_);
     if (data_) ::munmap(const_cast<uint8_t*>(data_), size_bytes_);
 }
 

@@ -22,6 +22,7 @@ private:
     std::string path_;
     const uint8_t* data_ = nullptr;
     size_t size_bytes_ = 0;
+    uint64_t stable_id_ = 0;  // core/stable_memory registration: the mapped bytes never change
 };
 
 }  // namespace sluice

@@ -35,6 +35,14 @@ bool cpu_path_available(CpuPath p);
 std::vector<CpuPath> available_cpu_paths();  // portable first, best last
 CpuPath cpu_path();
 void set_cpu_path(CpuPath p);  // throws sluice::Error if the CPU lacks it
+// Where ops::matmul runs. Cpu by default; SLUICE_DEVICE=cpu|cuda|auto (read on first use) or select_backend()
+// (the CLI's --device) picks another. On Cuda every weight matmul runs on the card (ops/cuda/backend.h); the
+// other ops stay on the CPU for now.
+enum class Backend : uint8_t { Cpu, Cuda };
+std::string_view backend_name(Backend b);
+Backend backend();
+Backend select_backend(std::string_view name);  // "auto" (CUDA when usable), "cuda" (throws if not), "cpu"
+void set_backend(Backend b);                     // throws if Cuda is not usable
 // The compute probe beside the memory probes (bench_kernels): `iterations` rounds of independent f32 FMA chains on
 // the calling thread with the active path's widest vectors; returns the flops done.
 double fma_probe(int64_t iterations);

@@ -9,6 +9,7 @@
 #include "core/cpu_features.h"
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cuda/backend.h"
 #include "ops/ops.h"
 
 namespace sluice::ops {
@@ -126,6 +127,7 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& po
     w.check();
     SLUICE_CHECK(n >= 0, "matmul: negative row count ", n);
     if (n == 0 || w.rows == 0) return;
+    if (backend() == Backend::Cuda) return cuda::matmul(w, x, n, y);
     if (w.cols == 0) {
         for (int64_t i = 0; i < n * w.rows; ++i) y[i] = 0.0f;
         return;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The whole GPU check in one command, on a machine with an NVIDIA GPU (compute capability 9.0+) and nvcc: builds the
+# release preset with CUDA, runs the op harness on CUDA (every matmul format against its reference twin, batch
+# invariance, kept vs per-call device copies) with --perf, the fixture tests with every weight matmul on the GPU
+# (logits against the transformers references, greedy identical, batched == alone), then an end-to-end benchmark on
+# a Kimi-K3-shaped slice (prefill and decode, CPU and CUDA, in the same run), and prints one table last.
+#   SLUICE_SKIP_DEPS=1       do not run scripts/install-deps.sh (a machine where the packages are not installable)
+#   SLUICE_CMAKE_ARGS=...    extra configure arguments (e.g. -DCMAKE_PREFIX_PATH=... for headers kept elsewhere)
+#   SLUICE_GPU_CHECK_OUT=DIR logs and the table (default build/gpu-check)
+#   SLUICE_BENCH_SLICE=0     skip the K3-slice benchmark (it writes a 2.4 GB model to build/gpu-check)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${SLUICE_GPU_CHECK_OUT:-build/gpu-check}
+mkdir -p "$out"
+[ "${SLUICE_SKIP_DEPS:-0}" = 1 ] || bash scripts/install-deps.sh || exit 1
+# shellcheck disable=SC2086
+cmake --preset release -DSLUICE_CUDA=ON ${SLUICE_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build --preset release -j "$(nproc)" --target sluice op_harness test_fixtures test_trained_model test_engine \
+    >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
+B=build/release/bin
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+declare -a rows
+step() {  # step NAME CMD...: runs CMD, logs it, keeps its last "N passed" style line for the table
+    local name=$1; shift
+    local t0=$SECONDS
+    "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    local last
+    last=$(grep -E "passed|PASSED|FAILED|failed" "$out/$name.log" | tail -1)
+    rows+=("$(printf '%-28s %-6s %5ss  %s' "$name" "$([ $rc = 0 ] && echo ok || echo FAIL)" $((SECONDS - t0)) "$last")")
+    return $rc
+}
+fail=0
+step op_harness "$B/op_harness" --backend cuda --perf || fail=1
+step fixtures_cuda env SLUICE_DEVICE=cuda "$B/test_fixtures" || fail=1
+step trained_model_cuda env SLUICE_DEVICE=cuda "$B/test_trained_model" || fail=1
+step engine_cuda env SLUICE_DEVICE=cuda "$B/test_engine" || fail=1
+
+if [ "${SLUICE_BENCH_SLICE:-1}" = 1 ]; then
+    slice="$out/k3-slice"
+    [ -f "$slice/config.json" ] || "$B/sluice" synth --like kimi-k3 --layers 4 --experts 64 --vocab-size 32768 \
+        --expert-dtype mxfp4 -o "$slice" >"$out/synth.log" 2>&1
+    for dev in cpu cuda; do
+        step "bench_prefill_$dev" "$B/sluice" bench -m "$slice" --device $dev --memory 6G --tokens 8 \
+            --prompt-tokens 512 --chunk 512 --stats || fail=1
+    done
+fi
+
+echo
+echo "== perf (op harness)"
+sed -n '/== CUDA perf/,/passed/p' "$out/op_harness.log"
+echo
+echo "== K3 slice (bench, same run)"
+grep -hE "^ *(bench:|prefill|decode|reads|time|device)" "$out"/bench_prefill_*.log 2>/dev/null
+echo
+echo "== gpu-check: $(cat "$out/gpu.txt")"
+printf '%s\n' "${rows[@]}"
+[ $fail = 0 ] && echo "gpu-check: all steps passed" || echo "gpu-check: FAILED (logs in $out)"
+exit $fail

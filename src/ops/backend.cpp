@@ -1,0 +1,52 @@
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "ops/cuda/backend.h"
+#include "ops/ops.h"
+
+namespace sluice::ops {
+
+namespace {
+Backend g_backend = Backend::Cpu;
+bool g_read_env = false;
+
+Backend resolve(std::string_view name, const char* what) {
+    if (name == "cpu") return Backend::Cpu;
+    std::string why;
+    const bool cuda_ok = cuda::usable(&why);
+    if (name == "cuda") {
+        SLUICE_CHECK(cuda_ok, what, " cuda: ", why);
+        return Backend::Cuda;
+    }
+    if (name == "auto") return cuda_ok ? Backend::Cuda : Backend::Cpu;
+    fail(what, ": unknown device '", name, "' (auto, cuda, cpu)");
+}
+}  // namespace
+
+std::string_view backend_name(Backend b) { return b == Backend::Cuda ? "cuda" : "cpu"; }
+
+Backend backend() {
+    if (!g_read_env) {
+        g_read_env = true;
+        if (const char* env = std::getenv("SLUICE_DEVICE"); env && *env) g_backend = resolve(env, "SLUICE_DEVICE");
+    }
+    return g_backend;
+}
+
+Backend select_backend(std::string_view name) {
+    g_read_env = true;
+    g_backend = resolve(name, "--device");
+    return g_backend;
+}
+
+void set_backend(Backend b) {
+    g_read_env = true;
+    if (b == Backend::Cuda) {
+        std::string why;
+        SLUICE_CHECK(cuda::usable(&why), "CUDA backend: ", why);
+    }
+    g_backend = b;
+}
+
+}  // namespace sluice::ops

@@ -1,0 +1,82 @@
+// The CUDA backend's host interface (no CUDA headers here: every target includes it, and a build without nvcc
+// links ops/cuda_off.cpp instead, where compiled() is false and the rest throws).
+//
+// What runs on the card today: every weight matmul (ops::matmul dispatches here when ops::backend() is Cuda),
+// checked against its reference twin by tests/unit/test_cuda_ops.cpp. Norms, attention, routing and the KDA
+// recurrence stay on the CPU for now; x goes up and y comes back per call.
+//
+// Exactness: the weights of BF16, MXFP4, INT4 and FP8 are exact bf16 values (FP8's per-tile scale is applied to each
+// 128-column chunk's partial sum), and each f32 activation is split into three bf16 parts hi + mid + lo that sum to
+// it, so the tensor cores' bf16 products are exact and accumulate in f32. A row's output depends only on that row and
+// the weights: the k order, and the fixed split of k into parts (chosen from the weight's shape alone, partial sums
+// added in a fixed order) do not depend on the batch, so batching, chunking and speculation stay bit-identical on
+// the GPU as they are on the CPU. F32 and F16 weights use plain f32 FMAs in column order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ops/weight.h"
+
+namespace sluice::cuda {
+
+bool compiled();  // this build has the CUDA backend
+// A device can be used; `why` gets the reason when not (no driver, no device, compute capability below 8.0).
+bool usable(std::string* why = nullptr);
+
+struct DeviceInfo {
+    std::string name;
+    int cc_major = 0, cc_minor = 0, sm_count = 0;
+    uint64_t total_bytes = 0, free_bytes = 0;
+};
+DeviceInfo device_info();  // throws Error when !usable()
+
+// Device memory the backend may hold (weight copies and workspace). 0: 90% of what is free at first use.
+void set_memory_budget(uint64_t bytes);
+uint64_t memory_budget();
+
+bool supports(WeightFormat f);  // F32, F16, BF16, FP8_E4M3_B128, MXFP4, INT4_G32
+
+// y[n, w.rows] = x[n, w.cols] . W^T; w's bytes, x and y in host memory. Bytes inside a stable range
+// (core/stable_memory.h: the memory-mapped checkpoint) keep a device copy, least recently used evicted first within
+// the budget; other bytes (streamed experts) are copied for the call.
+void matmul(const Weight& w, const float* x, int64_t n, float* y);
+
+struct Stats {
+    uint64_t calls = 0;
+    uint64_t h2d_bytes = 0, d2h_bytes = 0;      // activations and weights up, results down
+    uint64_t weight_upload_bytes = 0;           // part of h2d_bytes: weight bytes copied
+    uint64_t weight_hits = 0, weight_misses = 0;  // device copies reused / made
+    uint64_t resident_weight_bytes = 0;         // device copies held now
+    double busy_ms = 0;                         // host time inside matmul calls (copies, kernels, waits)
+};
+Stats stats();
+void reset_stats();
+
+// Device-side entry points for the op harness and the benchmark. A DeviceWeight's data/scales are device pointers.
+void* device_alloc(uint64_t bytes);
+void device_free(void* p);
+void copy_to_device(void* dst, const void* src, uint64_t bytes);
+void copy_to_host(void* dst, const void* src, uint64_t bytes);
+void synchronize();
+// The same product as matmul() with everything already on the device (asynchronous on the backend's stream).
+void matmul_device(const Weight& w_dev, const float* x_dev, int64_t n, float* y_dev);
+// How many parts k is split into for a weight of this shape (the same for every n).
+int k_splits(int64_t rows, int64_t cols);
+
+// Timing with device events on the backend's stream: milliseconds between the two marks.
+struct EventPair {
+    void* start = nullptr;
+    void* stop = nullptr;
+};
+EventPair event_pair();
+void record(void* event);
+float elapsed_ms(const EventPair& e);  // synchronizes on e.stop
+void destroy(EventPair& e);
+// Pinned host memory (page-locked: full-rate, asynchronous copies).
+void* host_alloc_pinned(uint64_t bytes);
+void host_free_pinned(void* p);
+void copy_to_device_async(void* dst, const void* src, uint64_t bytes);
+void device_copy_async(void* dst, const void* src, uint64_t bytes);
+
+}  // namespace sluice::cuda

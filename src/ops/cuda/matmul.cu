@@ -1,0 +1,269 @@
+// Weight matmul on tensor cores, exact to f32 level (backend.h says why), batch-invariant.
+//
+// Layout: a warp owns 16 weight rows (the mma's M) and 8 * NT activation rows (N); y = W x^T comes out transposed
+// in the accumulators and is stored as y[n][rows]. Along k, each 128-column chunk is split over the quad's four
+// threads, thread t owning columns [32t, 32t + 32): it loads its weight and activation values with wide loads and
+// feeds them to the mma's k slots in its own order. The pairing is the same for A and B (thread t's k slots always
+// hold its own columns), so the products are W[r][c] x[i][c] for every c exactly once; the order in which they are
+// summed is fixed by the weight's shape alone.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "ops/cuda/matmul_kernels.cuh"
+
+namespace sluice::cuda::kernels {
+
+namespace {
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float e8m0_value(uint32_t s) {
+    if (s == 255u) return __int_as_float(0x7fc00000);  // NaN scale: the whole block is NaN
+    if (s == 0u) return __int_as_float(0x00400000);    // 2^-127 (subnormal)
+    return __int_as_float(int(s << 23));
+}
+
+// E2M1 code -> f32: the 3 magnitude bits placed as an f16's exponent/mantissa are the value times 2^-14.
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+    const float v = __half2float(__ushort_as_half(static_cast<unsigned short>((code & 7u) << 9))) * 16384.0f;
+    return (code & 8u) ? -v : v;
+}
+
+__device__ __forceinline__ float bf16_bits_value(uint32_t bits) { return __uint_as_float(bits << 16); }
+
+// 16 weights of row r from column col0 (a multiple of 16) as 8 bf16x2 words, scale applied (FP8's is not: its
+// per-tile scale multiplies the chunk's partial sum).
+template <int F>
+__device__ __forceinline__ void load16(const WDesc& w, int64_t r, int64_t col0, uint32_t (&o)[8]) {
+    if constexpr (F == int(WeightFormat::BF16)) {
+        const uint4* p = reinterpret_cast<const uint4*>(w.data + (r * w.cols + col0) * 2);
+        const uint4 a = __ldg(p), b = __ldg(p + 1);
+        o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+    } else if constexpr (F == int(WeightFormat::MXFP4)) {
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(w.data + r * (w.cols / 2) + col0 / 2));
+        const float sc = e8m0_value(__ldg(w.scales + r * (w.cols / 32) + col0 / 32));
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t b = ((k < 4 ? q.x : q.y) >> (8 * (k & 3))) & 0xFFu;
+            o[k] = pack_bf16(e2m1_value(b & 15u) * sc, e2m1_value(b >> 4) * sc);
+        }
+    } else if constexpr (F == int(WeightFormat::INT4_G32)) {
+        const uint2 q = __ldg(reinterpret_cast<const uint2*>(w.data + r * (w.cols / 2) + col0 / 2));
+        const uint16_t sbits = __ldg(reinterpret_cast<const uint16_t*>(w.scales) + r * (w.cols / 32) + col0 / 32);
+        const float sc = bf16_bits_value(sbits);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t word = (k < 4 ? q.x : q.y) >> (8 * (k & 3));
+            o[k] = pack_bf16(float(int(word & 15u) - 8) * sc, float(int((word >> 4) & 15u) - 8) * sc);
+        }
+    } else if constexpr (F == int(WeightFormat::FP8_E4M3_B128)) {
+        const uint4 q = __ldg(reinterpret_cast<const uint4*>(w.data + r * w.cols + col0));
+        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const auto pair = static_cast<__nv_fp8x2_storage_t>((words[k / 2] >> (16 * (k & 1))) & 0xFFFFu);
+            const __half2 h = __half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3));
+            const float2 f = __half22float2(h);
+            o[k] = pack_bf16(f.x, f.y);
+        }
+    }
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ parts) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+        const float v = x[i];
+        __nv_bfloat16 hi, mid, lo;
+        if (!isfinite(v)) {
+            hi = __float2bfloat16_rn(v), mid = lo = __float2bfloat16_rn(0.0f);
+        } else {
+            hi = __float2bfloat16_rn(v);
+            const float r1 = v - __bfloat162float(hi);
+            mid = __float2bfloat16_rn(r1);
+            lo = __float2bfloat16_rn(r1 - __bfloat162float(mid));
+        }
+        parts[i] = hi, parts[count + i] = mid, parts[2 * count + i] = lo;
+    }
+}
+
+template <int F, int NT>
+__global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __nv_bfloat16* __restrict__ xs,
+                                                                int64_t n, float* __restrict__ out,
+                                                                int64_t chunks_per_split) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t R = w.rows, C = w.cols;
+    const int64_t r0 = (int64_t(blockIdx.x) * kBlockWarps + warp) * kWarpRows;
+    if (r0 >= R) return;
+    const int64_t n0 = int64_t(blockIdx.y) * 8 * NT;
+    const int64_t n_chunks = (C + kChunkCols - 1) / kChunkCols;
+    const int64_t c_begin = int64_t(blockIdx.z) * chunks_per_split;
+    const int64_t c_end = c_begin + chunks_per_split < n_chunks ? c_begin + chunks_per_split : n_chunks;
+    const int64_t ra = r0 + g, rb = r0 + g + 8;
+    const bool va = ra < R, vb = rb < R;
+    const int64_t plane = n * C;
+    constexpr bool kPostScale = F == int(WeightFormat::FP8_E4M3_B128);
+
+    float acc[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+    for (int64_t c = c_begin; c < c_end; ++c) {
+        const int64_t colt = c * kChunkCols + 32 * t;
+        const bool vc = colt < C;
+        float part[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) part[i][0] = part[i][1] = part[i][2] = part[i][3] = 0.0f;
+        float (&dst)[NT][4] = kPostScale ? part : acc;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int64_t col0 = colt + 16 * h;
+            uint32_t wa[8], wb[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) wa[k] = wb[k] = 0u;
+            if (vc && va) load16<F>(w, ra, col0, wa);
+            if (vc && vb) load16<F>(w, rb, col0, wb);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const int64_t xr = n0 + nt * 8 + g;
+                uint32_t xb[3][8];
+                if (vc && xr < n) {
+#pragma unroll
+                    for (int p = 0; p < 3; ++p) {
+                        const uint4* src = reinterpret_cast<const uint4*>(xs + p * plane + xr * C + col0);
+                        const uint4 a = __ldg(src), b = __ldg(src + 1);
+                        xb[p][0] = a.x, xb[p][1] = a.y, xb[p][2] = a.z, xb[p][3] = a.w;
+                        xb[p][4] = b.x, xb[p][5] = b.y, xb[p][6] = b.z, xb[p][7] = b.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int p = 0; p < 3; ++p)
+#pragma unroll
+                        for (int k = 0; k < 8; ++k) xb[p][k] = 0u;
+                }
+#pragma unroll
+                for (int s = 0; s < 4; ++s)
+#pragma unroll
+                    for (int p = 2; p >= 0; --p)  // smallest part first
+                        mma_bf16(dst[nt], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xb[p][2 * s],
+                                 xb[p][2 * s + 1]);
+            }
+        }
+        if constexpr (kPostScale) {
+            const int64_t tiles = (C + 127) / 128;
+            const float* sc = reinterpret_cast<const float*>(w.scales);
+            const float sa = va ? __ldg(sc + (ra / 128) * tiles + c) : 0.0f;
+            const float sb = vb ? __ldg(sc + (rb / 128) * tiles + c) : 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                acc[nt][0] = fmaf(part[nt][0], sa, acc[nt][0]);
+                acc[nt][1] = fmaf(part[nt][1], sa, acc[nt][1]);
+                acc[nt][2] = fmaf(part[nt][2], sb, acc[nt][2]);
+                acc[nt][3] = fmaf(part[nt][3], sb, acc[nt][3]);
+            }
+        }
+    }
+    float* o = out + int64_t(blockIdx.z) * n * R;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int64_t x0 = n0 + nt * 8 + 2 * t;
+        if (va && x0 < n) o[x0 * R + ra] = acc[nt][0];
+        if (va && x0 + 1 < n) o[(x0 + 1) * R + ra] = acc[nt][1];
+        if (vb && x0 < n) o[x0 * R + rb] = acc[nt][2];
+        if (vb && x0 + 1 < n) o[(x0 + 1) * R + rb] = acc[nt][3];
+    }
+}
+
+__global__ void reduce_kernel(const float* __restrict__ part, int splits, int64_t count, float* __restrict__ y) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+        float s = part[i];
+        for (int k = 1; k < splits; ++k) s += part[k * count + i];
+        y[i] = s;
+    }
+}
+
+template <int F>
+__global__ void ffma_kernel(WDesc w, const float* __restrict__ x, int64_t n, float* __restrict__ y) {
+    const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    const int64_t R = w.rows, C = w.cols;
+    if (warp >= n * R) return;
+    const int64_t i = warp / R, r = warp % R;
+    const float* xi = x + i * C;
+    float s = 0.0f;
+    for (int64_t c = lane; c < C; c += 32) {
+        float v;
+        if constexpr (F == int(WeightFormat::F32))
+            v = __ldg(reinterpret_cast<const float*>(w.data) + r * C + c);
+        else
+            v = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(w.data) + r * C + c)));
+        s = fmaf(v, xi[c], s);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) y[i * R + r] = s;
+}
+
+unsigned grid_for(int64_t count, int threads) {
+    const int64_t b = (count + threads - 1) / threads;
+    return unsigned(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
+}
+
+template <int F>
+void launch_mma(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, cudaStream_t s) {
+    const int64_t n_chunks = (w.cols + kChunkCols - 1) / kChunkCols;
+    const int64_t per_split = (n_chunks + splits - 1) / splits;
+    const unsigned gx = unsigned((w.rows + kWarpRows * kBlockWarps - 1) / (kWarpRows * kBlockWarps));
+    const dim3 block(kBlockWarps * 32);
+    // The tile width over n does not change any row's result (rows never mix in an mma), only the speed.
+    if (n <= 8) {
+        mma_kernel<F, 1><<<dim3(gx, unsigned((n + 7) / 8), unsigned(splits)), block, 0, s>>>(w, xs, n, out, per_split);
+    } else if (n <= 16) {
+        mma_kernel<F, 2><<<dim3(gx, unsigned((n + 15) / 16), unsigned(splits)), block, 0, s>>>(w, xs, n, out, per_split);
+    } else {
+        mma_kernel<F, 4><<<dim3(gx, unsigned((n + 31) / 32), unsigned(splits)), block, 0, s>>>(w, xs, n, out, per_split);
+    }
+}
+
+}  // namespace
+
+void split_x(const float* x, int64_t count, __nv_bfloat16* parts, cudaStream_t s) {
+    split_x_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts);
+}
+
+void mma_matmul(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, cudaStream_t s) {
+    switch (WeightFormat(w.format)) {
+        case WeightFormat::BF16: return launch_mma<int(WeightFormat::BF16)>(w, xs, n, out, splits, s);
+        case WeightFormat::MXFP4: return launch_mma<int(WeightFormat::MXFP4)>(w, xs, n, out, splits, s);
+        case WeightFormat::INT4_G32: return launch_mma<int(WeightFormat::INT4_G32)>(w, xs, n, out, splits, s);
+        case WeightFormat::FP8_E4M3_B128:
+            return launch_mma<int(WeightFormat::FP8_E4M3_B128)>(w, xs, n, out, splits, s);
+        default: return;
+    }
+}
+
+void reduce_splits(const float* part, int splits, int64_t count, float* y, cudaStream_t s) {
+    reduce_kernel<<<grid_for(count, 256), 256, 0, s>>>(part, splits, count, y);
+}
+
+void ffma_matmul(const WDesc& w, const float* x, int64_t n, float* y, cudaStream_t s) {
+    const int64_t threads = n * w.rows * 32;
+    const unsigned blocks = unsigned((threads + 255) / 256);
+    if (WeightFormat(w.format) == WeightFormat::F32)
+        ffma_kernel<int(WeightFormat::F32)><<<blocks, 256, 0, s>>>(w, x, n, y);
+    else
+        ffma_kernel<int(WeightFormat::F16)><<<blocks, 256, 0, s>>>(w, x, n, y);
+}
+
+}  // namespace sluice::cuda::kernels

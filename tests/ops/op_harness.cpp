@@ -1,0 +1,314 @@
+// The op harness across backends, in the style of ggml's test-backend-ops: every weight matmul format on every
+// backend this machine has (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
+// over odd and real shapes, with fresh random inputs per check and a NaN-poisoned output (every element must be
+// written); then the properties exactness rests on: a row's bits do not depend on the other rows of the batch, and
+// on CUDA a kept device copy gives the same bits as a per-call copy.
+//   op_harness            checks; exit 1 on the first failure, "N passed, 0 failed" at the end
+//   op_harness --perf     also times the CUDA kernels against the card's measured limits (HBM copy rate, pinned
+//                         host-to-device rate) and prints one table
+//   op_harness --backend cpu|cuda   only that backend
+// (tests/unit/test_ops.cpp holds the per-CPU-path checks of every op; this program is where backends meet.)
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/stable_memory.h"
+#include "core/thread_pool.h"
+#include "ops/cuda/backend.h"
+#include "ops/ops.h"
+#include "ops/quantize.h"
+
+using namespace sluice;
+
+namespace {
+
+int g_passed = 0, g_failed = 0;
+
+void report(bool ok, const std::string& what) {
+    if (ok) {
+        ++g_passed;
+    } else {
+        ++g_failed;
+        std::printf("FAIL %s\n", what.c_str());
+    }
+}
+
+std::vector<float> random_vec(int64_t n, std::mt19937& rng, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+const WeightFormat kFormats[] = {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16,
+                                 WeightFormat::FP8_E4M3_B128, WeightFormat::MXFP4, WeightFormat::INT4_G32};
+
+struct Shape {
+    int64_t rows, cols, n;
+};
+const Shape kShapes[] = {{1, 32, 1},     {15, 96, 3},     {16, 128, 8},    {17, 160, 9},     {100, 544, 33},
+                         {256, 1024, 1}, {257, 4096, 17}, {64, 7168, 64},  {300, 2048, 300}, {33, 256, 4096},
+                         {2048, 512, 2}, {130, 384, 130}, {48, 32, 1000}};
+
+using MatmulFn = std::function<void(const Weight&, const float*, int64_t, float*)>;
+
+// |y - ref| <= 1e-5 * sum_c |w x| for every element, every element written.
+bool check_against_ref(const Weight& w, const std::vector<float>& x, int64_t n, const std::vector<float>& y,
+                       std::string& why) {
+    std::vector<float> ref(static_cast<size_t>(n * w.rows)), row(static_cast<size_t>(w.cols));
+    ops::ref::matmul(w, x.data(), n, ref.data());
+    for (int64_t r = 0; r < w.rows; ++r) {
+        ops::ref::dequantize_row(w, r, row.data());
+        for (int64_t i = 0; i < n; ++i) {
+            double mag = 0;
+            for (int64_t c = 0; c < w.cols; ++c) mag += std::fabs(double(row[size_t(c)]) * x[size_t(i * w.cols + c)]);
+            const float got = y[size_t(i * w.rows + r)], want = ref[size_t(i * w.rows + r)];
+            if (!std::isfinite(got) || std::fabs(double(got) - want) > 1e-5 * mag + 1e-30) {
+                why = cat("row ", r, " of x row ", i, ": got ", got, ", want ", want, " (sum|wx| ", mag, ")");
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+bool same_bits(const float* a, const float* b, int64_t count) { return std::memcmp(a, b, size_t(count) * 4) == 0; }
+
+void check_backend(const char* name, const MatmulFn& mm, std::mt19937& rng) {
+    for (auto f : kFormats) {
+        for (const auto& s : kShapes) {
+            if (f == WeightFormat::F32 && s.rows * s.cols > 300 * 2048) continue;  // the oracle is slow; shape-only
+            const auto wf = random_vec(s.rows * s.cols, rng, 0.05f);
+            const QuantizedWeight q = quantize(wf.data(), s.rows, s.cols, f);
+            const Weight w = q.view();
+            const auto x = random_vec(s.n * s.cols, rng);
+            std::vector<float> y(static_cast<size_t>(s.n * w.rows), std::nanf(""));
+            const std::string what = cat(name, " ", weight_format_name(f), " ", s.rows, "x", s.cols, " n=", s.n);
+            std::string why;
+            try {
+                mm(w, x.data(), s.n, y.data());
+            } catch (const Error& e) {
+                report(false, what + ": " + e.what());
+                continue;
+            }
+            report(check_against_ref(w, x, s.n, y, why), what + " vs reference: " + why);
+            // Batch invariance: the first, a middle and the last row alone give the rows' bits from the batch.
+            bool invariant = true;
+            for (int64_t i : {int64_t(0), s.n / 2, s.n - 1}) {
+                std::vector<float> alone(static_cast<size_t>(w.rows), std::nanf(""));
+                mm(w, x.data() + i * s.cols, 1, alone.data());
+                invariant = invariant && same_bits(alone.data(), y.data() + i * w.rows, w.rows);
+            }
+            // ... and a batch of rows 1..n-1 (every row at another place in its tile).
+            if (s.n > 2) {
+                std::vector<float> shifted(static_cast<size_t>((s.n - 1) * w.rows), std::nanf(""));
+                mm(w, x.data() + s.cols, s.n - 1, shifted.data());
+                invariant = invariant && same_bits(shifted.data(), y.data() + w.rows, (s.n - 1) * w.rows);
+            }
+            report(invariant, what + ": a row's bits depend on the rest of the batch");
+        }
+    }
+}
+
+// On CUDA: a weight inside a stable range is kept on the device; its product must equal the per-call copy's.
+void check_cuda_stable_copy(std::mt19937& rng) {
+    for (auto f : {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::INT4_G32, WeightFormat::FP8_E4M3_B128}) {
+        const auto wf = random_vec(192 * 1024, rng, 0.05f);
+        QuantizedWeight q = quantize(wf.data(), 192, 1024, f);
+        const auto x = random_vec(5 * 1024, rng);
+        std::vector<float> a(5 * 192), b(5 * 192), c(5 * 192);
+        cuda::matmul(q.view(), x.data(), 5, a.data());  // transient: bytes not in a stable range
+        const uint64_t id = stable_memory::add(q.data.data(), q.data.size());
+        const uint64_t ids = q.scales.empty() ? 0 : stable_memory::add(q.scales.data(), q.scales.size());
+        cuda::matmul(q.view(), x.data(), 5, b.data());  // copied and kept
+        cuda::matmul(q.view(), x.data(), 5, c.data());  // the kept copy
+        const auto st = cuda::stats();
+        stable_memory::remove(id);
+        if (ids) stable_memory::remove(ids);
+        report(same_bits(a.data(), b.data(), 5 * 192) && same_bits(b.data(), c.data(), 5 * 192) && st.weight_hits > 0,
+               cat("cuda ", weight_format_name(f), ": a kept device copy gives other bits than a per-call copy"));
+    }
+}
+
+// ---- --perf: the CUDA kernels against the card's own limits ----
+
+double hbm_copy_gbps() {
+    const uint64_t bytes = uint64_t(2) << 30;
+    void* a = cuda::device_alloc(bytes);
+    void* b = cuda::device_alloc(bytes);
+    auto ev = cuda::event_pair();
+    cuda::device_copy_async(b, a, bytes);  // warm-up
+    std::vector<double> gbps;
+    for (int i = 0; i < 5; ++i) {
+        cuda::record(ev.start);
+        cuda::device_copy_async(b, a, bytes);
+        cuda::record(ev.stop);
+        gbps.push_back(2.0 * double(bytes) / (cuda::elapsed_ms(ev) * 1e6));  // read + write
+    }
+    cuda::destroy(ev);
+    cuda::device_free(a);
+    cuda::device_free(b);
+    std::sort(gbps.begin(), gbps.end());
+    return gbps[gbps.size() / 2];
+}
+
+double h2d_gbps(bool pinned, uint64_t bytes) {
+    std::vector<uint8_t> pageable;
+    void* src = nullptr;
+    if (pinned) {
+        src = cuda::host_alloc_pinned(bytes);
+    } else {
+        pageable.assign(bytes, 1);
+        src = pageable.data();
+    }
+    std::memset(src, 1, bytes);
+    void* dst = cuda::device_alloc(bytes);
+    auto ev = cuda::event_pair();
+    std::vector<double> r;
+    for (int i = 0; i < 6; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        cuda::copy_to_device_async(dst, src, bytes);
+        cuda::synchronize();
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (i > 0) r.push_back(double(bytes) / (ms * 1e6));
+    }
+    cuda::destroy(ev);
+    cuda::device_free(dst);
+    if (pinned) cuda::host_free_pinned(src);
+    std::sort(r.begin(), r.end());
+    return r[r.size() / 2];
+}
+
+struct DeviceWeights {  // several copies of one weight on the device, so timed runs do not re-read L2
+    std::vector<Weight> w;
+    std::vector<void*> mem;
+    DeviceWeights(const QuantizedWeight& q, int copies) {
+        for (int i = 0; i < copies; ++i) {
+            void* d = cuda::device_alloc(q.data.size());
+            cuda::copy_to_device(d, q.data.data(), q.data.size());
+            void* s = nullptr;
+            if (!q.scales.empty()) {
+                s = cuda::device_alloc(q.scales.size());
+                cuda::copy_to_device(s, q.scales.data(), q.scales.size());
+            }
+            Weight v = q.view();
+            v.data = static_cast<const uint8_t*>(d);
+            v.scales = static_cast<const uint8_t*>(s);
+            w.push_back(v);
+            mem.push_back(d);
+            if (s) mem.push_back(s);
+        }
+    }
+    ~DeviceWeights() {
+        for (void* p : mem) cuda::device_free(p);
+    }
+};
+
+// Median ms of one matmul over `reps` runs cycling through the copies.
+double time_matmul(const DeviceWeights& dw, const float* xd, int64_t n, float* yd, int reps) {
+    auto ev = cuda::event_pair();
+    for (const auto& w : dw.w) cuda::matmul_device(w, xd, n, yd);  // warm-up
+    std::vector<double> ms;
+    for (int r = 0; r < 5; ++r) {
+        cuda::record(ev.start);
+        for (int i = 0; i < reps; ++i) cuda::matmul_device(dw.w[size_t(i) % dw.w.size()], xd, n, yd);
+        cuda::record(ev.stop);
+        ms.push_back(cuda::elapsed_ms(ev) / reps);
+    }
+    cuda::destroy(ev);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+void perf(std::mt19937& rng) {
+    const auto info = cuda::device_info();
+    const double hbm = hbm_copy_gbps();
+    const double h2d_pinned = h2d_gbps(true, uint64_t(256) << 20), h2d_pageable = h2d_gbps(false, uint64_t(256) << 20);
+    std::printf("\n== CUDA perf on %s (%d SMs)\n", info.name.c_str(), info.sm_count);
+    std::printf("HBM device copy %.0f GB/s (read + write); host-to-device pinned %.1f GB/s, pageable %.1f GB/s\n",
+                hbm, h2d_pinned, h2d_pageable);
+    std::printf("%-14s %-11s %6s %10s %10s %9s %s\n", "format", "shape", "rows", "ms", "GB/s", "TFLOP/s", "share");
+    // The K3 expert's matrices: gate/up [2048, 7168], down [7168, 2048].
+    const Shape shapes[] = {{2048, 7168, 0}, {7168, 2048, 0}};
+    for (auto f : {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::INT4_G32, WeightFormat::FP8_E4M3_B128}) {
+        for (const auto& s : shapes) {
+            const auto wf = random_vec(s.rows * s.cols, rng, 0.05f);
+            const QuantizedWeight q = quantize(wf.data(), s.rows, s.cols, f);
+            const uint64_t wbytes = q.data.size() + q.scales.size();
+            const int copies = int(std::max<uint64_t>(2, (uint64_t(256) << 20) / wbytes));
+            DeviceWeights dw(q, copies);
+            for (int64_t n : {1, 8, 512, 1024, 4096}) {
+                const auto x = random_vec(n * s.cols, rng);
+                float* xd = static_cast<float*>(cuda::device_alloc(x.size() * 4));
+                float* yd = static_cast<float*>(cuda::device_alloc(uint64_t(n * s.rows) * 4));
+                cuda::copy_to_device(xd, x.data(), x.size() * 4);
+                const double ms = time_matmul(dw, xd, n, yd, n >= 512 ? 10 : 50);
+                const double gbps = double(wbytes) / (ms * 1e6);
+                const double tflops = 2.0 * double(n) * double(s.rows) * double(s.cols) / (ms * 1e9);
+                const std::string share = n <= 8 ? cat(int(100 * gbps / (hbm / 2) + 0.5), "% of HBM read")
+                                                 : cat(tflops * 3, " TFLOP/s of bf16 products (3 per f32)");
+                std::printf("%-14s %5ldx%-5ld %6ld %10.4f %10.1f %9.2f %s\n",
+                            std::string(weight_format_name(f)).c_str(), long(s.rows), long(s.cols), long(n), ms, gbps,
+                            tflops, share.c_str());
+                cuda::device_free(xd);
+                cuda::device_free(yd);
+            }
+        }
+    }
+    std::printf("(HBM read rate taken as half the copy's read+write rate; shares of the bf16 tensor peak need the "
+                "peak measured beside it: bench/cuda_peak.py)\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool want_perf = false;
+    std::string only;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--perf") {
+            want_perf = true;
+        } else if (a == "--backend" && i + 1 < argc) {
+            only = argv[++i];
+        } else {
+            std::fprintf(stderr, "usage: op_harness [--perf] [--backend cpu|cuda]\n");
+            return 2;
+        }
+    }
+    try {
+        std::mt19937 rng(20261202);
+        ThreadPool pool(0);
+        std::string why;
+        const bool cuda_ok = cuda::usable(&why);
+        if (only.empty() || only == "cpu") {
+            const std::string name = cat("cpu/", ops::cpu_path_name(ops::cpu_path()));
+            check_backend(name.c_str(), [&](const Weight& w, const float* x, int64_t n, float* y) {
+                ops::matmul(w, x, n, y, pool);
+            }, rng);
+        }
+        if (only.empty() || only == "cuda") {
+            if (cuda_ok) {
+                check_backend("cuda", [](const Weight& w, const float* x, int64_t n, float* y) {
+                    cuda::matmul(w, x, n, y);
+                }, rng);
+                check_cuda_stable_copy(rng);
+                if (want_perf && g_failed == 0) perf(rng);
+            } else {
+                std::printf("cuda: not checked (%s)\n", why.c_str());
+                if (only == "cuda") return 1;
+            }
+        }
+    } catch (const std::exception& e) {
+        std::printf("FAIL %s\n", e.what());
+        ++g_failed;
+    }
+    std::printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}
