@@ -22,6 +22,8 @@
 #include "experts/residency.h"
 #include "io/read_probe.h"
 #include "models/model.h"
+#include "ops/cuda/backend.h"
+#include "ops/ops.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -138,6 +140,8 @@ void register_bench(CLI::App& app) {
         auto spine_stats = [sp] { return sp ? sp->stats() : SpineStreamStats{}; };
         // prefill
         const SpineStreamStats sp0 = spine_stats();
+        const bool on_cuda = ops::backend() == ops::Backend::Cuda;
+        const cuda::Stats g0 = on_cuda ? cuda::stats() : cuda::Stats{};
         auto io0 = s->stats();
         auto t0 = Clock::now();
         for (int64_t i0 = 0; i0 < a->prompt_tokens; i0 += a->chunk) {
@@ -149,6 +153,7 @@ void register_bench(CLI::App& app) {
         auto t1 = Clock::now();
         const SpineStreamStats sp1 = spine_stats();
         auto io1 = s->stats();
+        const cuda::Stats g1 = on_cuda ? cuda::stats() : cuda::Stats{};
         auto c1 = s->cache().total_stats();
         // decode
         int64_t pos = a->prompt_tokens;
@@ -162,6 +167,7 @@ void register_bench(CLI::App& app) {
         auto t2 = Clock::now();
         const SpineStreamStats sp2 = spine_stats();
         auto io2 = s->stats();
+        const cuda::Stats g2 = on_cuda ? cuda::stats() : cuda::Stats{};
         auto c2 = s->cache().total_stats();
         const uint64_t rss = peak_rss_bytes();
         const io::ReadProbeResult raw_after = io::measure_read_gbps(po);
@@ -212,6 +218,15 @@ void register_bench(CLI::App& app) {
                          (long long)sp->first_streamed(), double(spine_dec_bytes) / 1e6 / double(a->tokens),
                          double(sp1.bytes_read - sp0.bytes_read) / 1e6 / double(a->prompt_tokens),
                          spine_dec_wait_ms / double(a->tokens), spine_raw_gbps, format_bytes(spo.extent_bytes).c_str());
+        if (on_cuda)  // where the time went: weight matmuls on the GPU (copies and kernels) and everything else
+            std::fprintf(stderr,
+                         "  device  cuda (%s): weight matmuls %.1f of the prefill's %.1f ms (%s up, weights %s); "
+                         "%.1f of %.1f ms per decoded token (%s up)\n",
+                         cuda::device_info().name.c_str(), g1.busy_ms - g0.busy_ms, prefill_ms,
+                         format_bytes(g1.h2d_bytes - g0.h2d_bytes).c_str(),
+                         format_bytes(g1.weight_upload_bytes - g0.weight_upload_bytes).c_str(),
+                         (g2.busy_ms - g1.busy_ms) / double(a->tokens), decode_ms / double(a->tokens),
+                         format_bytes((g2.h2d_bytes - g1.h2d_bytes) / uint64_t(a->tokens)).c_str());
         const UsagePinStats pins = s->pin_stats();
         const int64_t B = a->m.parallel;
         double par_tok_per_s = 0, par_bytes_per_token = 0;

@@ -177,6 +177,7 @@ ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_l
         const size_t bytes = n_slots_ * slot_bytes_;
         memory_ = alloc_huge_advised(bytes);
         SLUICE_CHECK(memory_, "expert cache: cannot allocate ", bytes, " bytes");
+        pinned_ = ops::PinnedRegion(memory_, bytes);
     }
     key_of_.resize(n_slots_);
     used_.assign(n_slots_, 0);
@@ -184,7 +185,10 @@ ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_l
     held_.assign(n_slots_, 0);
 }
 
-ExpertCache::~ExpertCache() { std::free(memory_); }
+ExpertCache::~ExpertCache() {
+    pinned_.reset();
+    std::free(memory_);
+}
 
 uint8_t* ExpertCache::acquire(ExpertKey key) {
     auto& st = stats_.at(size_t(key.layer));

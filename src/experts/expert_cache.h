@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ops/ops.h"
+
 namespace sluice {
 
 struct ExpertKey {
@@ -92,6 +94,7 @@ private:
     uint64_t slot_bytes_;
     size_t n_slots_;
     uint8_t* memory_ = nullptr;
+    ops::PinnedRegion pinned_;  // page-locked while the CUDA backend copies experts from the slots
     std::unique_ptr<CachePolicy> policy_;
     std::vector<ExpertKey> key_of_;       // [n_slots]
     std::vector<uint8_t> used_;           // [n_slots]

@@ -64,7 +64,11 @@ void SpineStreamer::start(int64_t first, const io::ReaderOptions& options) {
     first_ = first;
     uint64_t slot_bytes = 0;
     for (int64_t l = first; l < L; ++l) slot_bytes = std::max(slot_bytes, layer_bytes_[size_t(l)]);
-    for (auto& s : slots_) s.buffer = io::AlignedBuffer(std::max<uint64_t>(slot_bytes, io::k_direct_alignment_bytes));
+    for (auto& s : slots_) {
+        s.pinned.reset();
+        s.buffer = io::AlignedBuffer(std::max<uint64_t>(slot_bytes, io::k_direct_alignment_bytes));
+        s.pinned = ops::PinnedRegion(s.buffer.data(), s.buffer.size_bytes());
+    }
     std::vector<std::string> paths;
     for (const auto& f : ck_.files()) paths.push_back(f->path());
     reader_ = std::make_unique<io::DirectReader>(std::move(paths), options);

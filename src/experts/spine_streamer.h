@@ -13,6 +13,7 @@
 #include "formats/checkpoint.h"
 #include "io/aligned_buffer.h"
 #include "io/direct_reader.h"
+#include "ops/ops.h"
 #include "ops/weight.h"
 
 namespace sluice {
@@ -57,6 +58,7 @@ private:
     };
     struct Slot {
         io::AlignedBuffer buffer;
+        ops::PinnedRegion pinned;  // page-locked while the CUDA backend copies the layer's matrices from it
         int64_t layer = -1;  // layer whose bytes are (being) read into it
         io::ReadBatch batch;
         bool pending = false;  // batch not yet waited for

@@ -50,6 +50,7 @@ StreamingExpertSource::StreamingExpertSource(ExpertLayout layout, const Streamin
     cache_ = std::make_unique<ExpertCache>(cache_bytes, slot_bytes_, n_layers, std::move(policy));
     slot_bytes_ = cache_->slot_bytes();
     for (int64_t i = 0; i < std::max<int64_t>(1, options.staging_experts); ++i) staging_.emplace_back(slot_bytes_);
+    for (auto& b : staging_) staging_pins_.emplace_back(b.data(), b.size_bytes());
     reader_ = std::make_unique<io::DirectReader>(layout_.paths, options.reader);
     if (!reader_->fallback_reason().empty()) log_info("expert reads: ", reader_->fallback_reason());
     log_debug("expert streaming from ", layout_.origin, ": backend ", io::backend_name(reader_->backend()), ", slot ",

@@ -144,6 +144,7 @@ private:
     std::unique_ptr<ExpertCache> cache_;
     std::unique_ptr<io::DirectReader> reader_;
     std::vector<io::AlignedBuffer> staging_;
+    std::vector<ops::PinnedRegion> staging_pins_;  // after staging_: unpinned before the buffers are freed
     ExpertIoStats stats_;
 };
 

@@ -49,4 +49,13 @@ void set_backend(Backend b) {
     g_backend = b;
 }
 
+PinnedRegion::PinnedRegion(void* p, uint64_t bytes) {
+    if (backend() == Backend::Cuda && cuda::pin_host(p, bytes)) p_ = p;
+}
+
+void PinnedRegion::reset() {
+    if (p_) cuda::unpin_host(p_);
+    p_ = nullptr;
+}
+
 }  // namespace sluice::ops

@@ -19,6 +19,8 @@ void set_memory_budget(uint64_t) {}
 uint64_t memory_budget() { return 0; }
 bool supports(WeightFormat) { return false; }
 void matmul(const Weight&, const float*, int64_t, float*) { off(); }
+bool pin_host(void*, uint64_t) { return false; }
+void unpin_host(void*) {}
 Stats stats() { return {}; }
 void reset_stats() {}
 void* device_alloc(uint64_t) { off(); }

@@ -43,6 +43,23 @@ std::string_view backend_name(Backend b);
 Backend backend();
 Backend select_backend(std::string_view name);  // "auto" (CUDA when usable), "cuda" (throws if not), "cpu"
 void set_backend(Backend b);                     // throws if Cuda is not usable
+// Host memory that weights are read into and then copied to a device: page-locked while the CUDA backend is active
+// (ops/cuda/backend.h pin_host), nothing on the CPU. Destroy it before freeing the memory.
+class PinnedRegion {
+public:
+    PinnedRegion() = default;
+    PinnedRegion(void* p, uint64_t bytes);
+    ~PinnedRegion() { reset(); }
+    PinnedRegion(PinnedRegion&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+    PinnedRegion& operator=(PinnedRegion&& o) noexcept {
+        if (this != &o) reset(), p_ = o.p_, o.p_ = nullptr;
+        return *this;
+    }
+    void reset();
+
+private:
+    void* p_ = nullptr;  // set while pinned
+};
 // The compute probe beside the memory probes (bench_kernels): `iterations` rounds of independent f32 FMA chains on
 // the calling thread with the active path's widest vectors; returns the flops done.
 double fma_probe(int64_t iterations);

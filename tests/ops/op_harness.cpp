@@ -55,7 +55,7 @@ struct Shape {
 };
 const Shape kShapes[] = {{1, 32, 1},     {15, 96, 3},     {16, 128, 8},    {17, 160, 9},     {100, 544, 33},
                          {256, 1024, 1}, {257, 4096, 17}, {64, 7168, 64},  {300, 2048, 300}, {33, 256, 4096},
-                         {2048, 512, 2}, {130, 384, 130}, {48, 32, 1000}};
+                         {2048, 512, 2}, {130, 384, 130}, {48, 32, 1000}, {24, 80, 5},   {40, 200, 7}};
 
 using MatmulFn = std::function<void(const Weight&, const float*, int64_t, float*)>;
 
@@ -85,6 +85,8 @@ void check_backend(const char* name, const MatmulFn& mm, std::mt19937& rng) {
     for (auto f : kFormats) {
         for (const auto& s : kShapes) {
             if (f == WeightFormat::F32 && s.rows * s.cols > 300 * 2048) continue;  // the oracle is slow; shape-only
+            const int64_t block = f == WeightFormat::FP8_E4M3_B128 ? 1 : weight_block_cols(f);
+            if (s.cols % block != 0) continue;  // 80, 200: ragged widths, for the formats that allow them
             const auto wf = random_vec(s.rows * s.cols, rng, 0.05f);
             const QuantizedWeight q = quantize(wf.data(), s.rows, s.cols, f);
             const Weight w = q.view();
@@ -134,6 +136,29 @@ void check_cuda_stable_copy(std::mt19937& rng) {
         if (ids) stable_memory::remove(ids);
         report(same_bits(a.data(), b.data(), 5 * 192) && same_bits(b.data(), c.data(), 5 * 192) && st.weight_hits > 0,
                cat("cuda ", weight_format_name(f), ": a kept device copy gives other bits than a per-call copy"));
+    }
+}
+
+// A NaN scale (E8M0 0xFF, a NaN bf16) makes its whole block NaN, zero codes included, and only its row's outputs.
+void check_nan_scales(const char* name, const MatmulFn& mm, std::mt19937& rng) {
+    for (auto f : {WeightFormat::MXFP4, WeightFormat::INT4_G32}) {
+        const int64_t rows = 40, cols = 256, n = 3, bad_row = 17;
+        auto wf = random_vec(rows * cols, rng, 0.05f);
+        for (int64_t c = 0; c < 32; ++c) wf[size_t(bad_row * cols + 64 + c)] = 0.0f;  // a block of zero codes
+        QuantizedWeight q = quantize(wf.data(), rows, cols, f);
+        if (f == WeightFormat::MXFP4) {
+            q.scales[size_t(bad_row * (cols / 32) + 2)] = 0xFF;
+        } else {
+            const uint16_t nan_bf16 = 0x7FC0;
+            std::memcpy(q.scales.data() + (bad_row * (cols / 32) + 2) * 2, &nan_bf16, 2);
+        }
+        const auto x = random_vec(n * cols, rng);
+        std::vector<float> y(static_cast<size_t>(n * rows), 0.0f);
+        mm(q.view(), x.data(), n, y.data());
+        bool ok = true;
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < rows; ++r) ok = ok && (std::isnan(y[size_t(i * rows + r)]) == (r == bad_row));
+        report(ok, cat(name, " ", weight_format_name(f), ": a NaN scale must poison its row, and only its row"));
     }
 }
 
@@ -292,10 +317,16 @@ int main(int argc, char** argv) {
             check_backend(name.c_str(), [&](const Weight& w, const float* x, int64_t n, float* y) {
                 ops::matmul(w, x, n, y, pool);
             }, rng);
+            check_nan_scales(name.c_str(), [&](const Weight& w, const float* x, int64_t n, float* y) {
+                ops::matmul(w, x, n, y, pool);
+            }, rng);
         }
         if (only.empty() || only == "cuda") {
             if (cuda_ok) {
                 check_backend("cuda", [](const Weight& w, const float* x, int64_t n, float* y) {
+                    cuda::matmul(w, x, n, y);
+                }, rng);
+                check_nan_scales("cuda", [](const Weight& w, const float* x, int64_t n, float* y) {
                     cuda::matmul(w, x, n, y);
                 }, rng);
                 check_cuda_stable_copy(rng);

@@ -184,10 +184,16 @@ Backend& backend() {
     return *b;
 }
 
+// Tensor cores for the exact-bf16 formats in whole 32-column blocks; plain FMAs otherwise. A function of the
+// weight alone, like everything that decides a row's bits.
+bool uses_mma(WeightFormat f, int64_t cols) {
+    return (f == WeightFormat::BF16 || f == WeightFormat::MXFP4 || f == WeightFormat::INT4_G32 ||
+            f == WeightFormat::FP8_E4M3_B128) && cols % 32 == 0;
+}
+
 void run_matmul(Backend& b, const kernels::WDesc& w, const float* x_dev, int64_t n, float* y_dev) {
     const cudaStream_t s = b.stream();
-    const WeightFormat f = WeightFormat(w.format);
-    if (f == WeightFormat::F32 || f == WeightFormat::F16) {
+    if (!uses_mma(WeightFormat(w.format), w.cols)) {
         kernels::ffma_matmul(w, x_dev, n, y_dev, s);
     } else {
         const int64_t count = n * w.cols;
@@ -209,9 +215,6 @@ void check_weight(const Weight& w) {
     w.check();
     SLUICE_CHECK(supports(w.format), "CUDA backend: weight format ", weight_format_name(w.format),
                  " is not supported on the GPU (", w.rows, "x", w.cols, "); use --device cpu");
-    const bool mma = w.format != WeightFormat::F32 && w.format != WeightFormat::F16;
-    SLUICE_CHECK(!mma || w.cols % 32 == 0, "CUDA backend: ", weight_format_name(w.format), " weight with ", w.cols,
-                 " columns (a multiple of 32 is needed)");
 }
 
 }  // namespace
@@ -317,6 +320,20 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y) {
     b.stats.h2d_bytes += x_bytes;
     b.stats.d2h_bytes += y_bytes;
     b.stats.busy_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+bool pin_host(void* p, uint64_t bytes) {
+    backend();
+    if (!p || bytes == 0) return false;
+    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
+void unpin_host(void* p) {
+    if (p && cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 Stats stats() {

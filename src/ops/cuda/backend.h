@@ -42,6 +42,12 @@ bool supports(WeightFormat f);  // F32, F16, BF16, FP8_E4M3_B128, MXFP4, INT4_G3
 // the budget; other bytes (streamed experts) are copied for the call.
 void matmul(const Weight& w, const float* x, int64_t n, float* y);
 
+// Page-locks host memory that weights are read into (the expert cache, read staging, spine slots), so copies from it
+// run at the link's full rate instead of through the driver's small pageable bounce buffer. false (and nothing
+// changes) when the driver refuses, e.g. over the locked-memory limit.
+bool pin_host(void* p, uint64_t bytes);
+void unpin_host(void* p);
+
 struct Stats {
     uint64_t calls = 0;
     uint64_t h2d_bytes = 0, d2h_bytes = 0;      // activations and weights up, results down

@@ -27,12 +27,6 @@ __device__ __forceinline__ float e8m0_value(uint32_t s) {
     return __int_as_float(int(s << 23));
 }
 
-// E2M1 code -> f32: the 3 magnitude bits placed as an f16's exponent/mantissa are the value times 2^-14.
-__device__ __forceinline__ float e2m1_value(uint32_t code) {
-    const float v = __half2float(__ushort_as_half(static_cast<unsigned short>((code & 7u) << 9))) * 16384.0f;
-    return (code & 8u) ? -v : v;
-}
-
 __device__ __forceinline__ float bf16_bits_value(uint32_t bits) { return __uint_as_float(bits << 16); }
 
 // 16 weights of row r from column col0 (a multiple of 16) as 8 bf16x2 words, scale applied (FP8's is not: its
@@ -44,12 +38,28 @@ __device__ __forceinline__ void load16(const WDesc& w, int64_t r, int64_t col0, 
         const uint4 a = __ldg(p), b = __ldg(p + 1);
         o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
     } else if constexpr (F == int(WeightFormat::MXFP4)) {
+        // The block's 8 magnitudes times its scale, as bf16 bytes in four registers (low bytes, high bytes), then
+        // each value by byte permutes of its 3 magnitude bits, and its sign bit ORed in: about 3 instructions a value.
         const uint2 q = __ldg(reinterpret_cast<const uint2*>(w.data + r * (w.cols / 2) + col0 / 2));
         const float sc = e8m0_value(__ldg(w.scales + r * (w.cols / 32) + col0 / 32));
+        const uint32_t t01 = pack_bf16(0.0f * sc, 0.5f * sc), t23 = pack_bf16(sc, 1.5f * sc);  // 0 * NaN scale: NaN
+        const uint32_t t45 = pack_bf16(2.0f * sc, 3.0f * sc), t67 = pack_bf16(4.0f * sc, 6.0f * sc);
+        const uint32_t lo0 = __byte_perm(t01, t23, 0x6420), lo1 = __byte_perm(t45, t67, 0x6420);
+        const uint32_t hi0 = __byte_perm(t01, t23, 0x7531), hi1 = __byte_perm(t45, t67, 0x7531);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const uint32_t b = ((k < 4 ? q.x : q.y) >> (8 * (k & 3))) & 0xFFu;
-            o[k] = pack_bf16(e2m1_value(b & 15u) * sc, e2m1_value(b >> 4) * sc);
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t v = half ? q.y : q.x;  // 8 codes: byte i holds elements 2i (low nibble), 2i + 1
+            const uint32_t sg = v & 0x88888888u;
+#pragma unroll
+            for (int quad = 0; quad < 2; ++quad) {
+                const uint32_t sel = (v >> (16 * quad)) & 0x7777u;
+                const uint32_t lo = __byte_perm(lo0, lo1, sel), hi = __byte_perm(hi0, hi1, sel);
+                const uint32_t s16 = sg >> (16 * quad);  // signs of elements 4quad .. 4quad+3 at bits 3, 7, 11, 15
+                const uint32_t w0 = __byte_perm(lo, hi, 0x5140) | ((s16 << 12) & 0x8000u) | ((s16 << 24) & 0x80000000u);
+                const uint32_t w1 = __byte_perm(lo, hi, 0x7362) | ((s16 << 4) & 0x8000u) | ((s16 << 16) & 0x80000000u);
+                o[4 * half + 2 * quad] = w0;
+                o[4 * half + 2 * quad + 1] = w1;
+            }
         }
     } else if constexpr (F == int(WeightFormat::INT4_G32)) {
         const uint2 q = __ldg(reinterpret_cast<const uint2*>(w.data + r * (w.cols / 2) + col0 / 2));
@@ -98,42 +108,54 @@ __global__ void split_x_kernel(const float* __restrict__ x, int64_t count, __nv_
     }
 }
 
-template <int F, int NT>
+template <int F, int MT, int NT>
 __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __nv_bfloat16* __restrict__ xs,
                                                                 int64_t n, float* __restrict__ out,
                                                                 int64_t chunks_per_split) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t R = w.rows, C = w.cols;
-    const int64_t r0 = (int64_t(blockIdx.x) * kBlockWarps + warp) * kWarpRows;
+    const int64_t r0 = (int64_t(blockIdx.x) * kBlockWarps + warp) * kWarpRows * MT;
     if (r0 >= R) return;
     const int64_t n0 = int64_t(blockIdx.y) * 8 * NT;
     const int64_t n_chunks = (C + kChunkCols - 1) / kChunkCols;
     const int64_t c_begin = int64_t(blockIdx.z) * chunks_per_split;
     const int64_t c_end = c_begin + chunks_per_split < n_chunks ? c_begin + chunks_per_split : n_chunks;
-    const int64_t ra = r0 + g, rb = r0 + g + 8;
-    const bool va = ra < R, vb = rb < R;
+    int64_t ra[MT], rb[MT];
+    bool va[MT], vb[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        ra[m] = r0 + m * kWarpRows + g, rb[m] = ra[m] + 8;
+        va[m] = ra[m] < R, vb[m] = rb[m] < R;
+    }
     const int64_t plane = n * C;
     constexpr bool kPostScale = F == int(WeightFormat::FP8_E4M3_B128);
 
-    float acc[NT][4];
+    float acc[MT][NT][4];
 #pragma unroll
-    for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int i = 0; i < NT; ++i) acc[m][i][0] = acc[m][i][1] = acc[m][i][2] = acc[m][i][3] = 0.0f;
 
     for (int64_t c = c_begin; c < c_end; ++c) {
         const int64_t colt = c * kChunkCols + 32 * t;
         const bool vc = colt < C;
-        float part[NT][4];
+        float part[MT][NT][4];
 #pragma unroll
-        for (int i = 0; i < NT; ++i) part[i][0] = part[i][1] = part[i][2] = part[i][3] = 0.0f;
-        float (&dst)[NT][4] = kPostScale ? part : acc;
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int i = 0; i < NT; ++i) part[m][i][0] = part[m][i][1] = part[m][i][2] = part[m][i][3] = 0.0f;
+        float (&dst)[MT][NT][4] = kPostScale ? part : acc;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int64_t col0 = colt + 16 * h;
-            uint32_t wa[8], wb[8];
+            uint32_t wa[MT][8], wb[MT][8];
 #pragma unroll
-            for (int k = 0; k < 8; ++k) wa[k] = wb[k] = 0u;
-            if (vc && va) load16<F>(w, ra, col0, wa);
-            if (vc && vb) load16<F>(w, rb, col0, wb);
+            for (int m = 0; m < MT; ++m) {
+#pragma unroll
+                for (int k = 0; k < 8; ++k) wa[m][k] = wb[m][k] = 0u;
+                if (vc && va[m]) load16<F>(w, ra[m], col0, wa[m]);
+                if (vc && vb[m]) load16<F>(w, rb[m], col0, wb[m]);
+            }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const int64_t xr = n0 + nt * 8 + g;
@@ -156,33 +178,40 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
                 for (int s = 0; s < 4; ++s)
 #pragma unroll
                     for (int p = 2; p >= 0; --p)  // smallest part first
-                        mma_bf16(dst[nt], wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xb[p][2 * s],
-                                 xb[p][2 * s + 1]);
+#pragma unroll
+                        for (int m = 0; m < MT; ++m)
+                            mma_bf16(dst[m][nt], wa[m][2 * s], wb[m][2 * s], wa[m][2 * s + 1], wb[m][2 * s + 1],
+                                     xb[p][2 * s], xb[p][2 * s + 1]);
             }
         }
         if constexpr (kPostScale) {
             const int64_t tiles = (C + 127) / 128;
             const float* sc = reinterpret_cast<const float*>(w.scales);
-            const float sa = va ? __ldg(sc + (ra / 128) * tiles + c) : 0.0f;
-            const float sb = vb ? __ldg(sc + (rb / 128) * tiles + c) : 0.0f;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                acc[nt][0] = fmaf(part[nt][0], sa, acc[nt][0]);
-                acc[nt][1] = fmaf(part[nt][1], sa, acc[nt][1]);
-                acc[nt][2] = fmaf(part[nt][2], sb, acc[nt][2]);
-                acc[nt][3] = fmaf(part[nt][3], sb, acc[nt][3]);
+            for (int m = 0; m < MT; ++m) {
+                const float sa = va[m] ? __ldg(sc + (ra[m] / 128) * tiles + c) : 0.0f;
+                const float sb = vb[m] ? __ldg(sc + (rb[m] / 128) * tiles + c) : 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    acc[m][nt][0] = fmaf(part[m][nt][0], sa, acc[m][nt][0]);
+                    acc[m][nt][1] = fmaf(part[m][nt][1], sa, acc[m][nt][1]);
+                    acc[m][nt][2] = fmaf(part[m][nt][2], sb, acc[m][nt][2]);
+                    acc[m][nt][3] = fmaf(part[m][nt][3], sb, acc[m][nt][3]);
+                }
             }
         }
     }
     float* o = out + int64_t(blockIdx.z) * n * R;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const int64_t x0 = n0 + nt * 8 + 2 * t;
-        if (va && x0 < n) o[x0 * R + ra] = acc[nt][0];
-        if (va && x0 + 1 < n) o[(x0 + 1) * R + ra] = acc[nt][1];
-        if (vb && x0 < n) o[x0 * R + rb] = acc[nt][2];
-        if (vb && x0 + 1 < n) o[(x0 + 1) * R + rb] = acc[nt][3];
-    }
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int64_t x0 = n0 + nt * 8 + 2 * t;
+            if (va[m] && x0 < n) o[x0 * R + ra[m]] = acc[m][nt][0];
+            if (va[m] && x0 + 1 < n) o[(x0 + 1) * R + ra[m]] = acc[m][nt][1];
+            if (vb[m] && x0 < n) o[x0 * R + rb[m]] = acc[m][nt][2];
+            if (vb[m] && x0 + 1 < n) o[(x0 + 1) * R + rb[m]] = acc[m][nt][3];
+        }
 }
 
 __global__ void reduce_kernel(const float* __restrict__ part, int splits, int64_t count, float* __restrict__ y) {
@@ -204,10 +233,16 @@ __global__ void ffma_kernel(WDesc w, const float* __restrict__ x, int64_t n, flo
     float s = 0.0f;
     for (int64_t c = lane; c < C; c += 32) {
         float v;
-        if constexpr (F == int(WeightFormat::F32))
+        if constexpr (F == int(WeightFormat::F32)) {
             v = __ldg(reinterpret_cast<const float*>(w.data) + r * C + c);
-        else
+        } else if constexpr (F == int(WeightFormat::F16)) {
             v = __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short*>(w.data) + r * C + c)));
+        } else if constexpr (F == int(WeightFormat::BF16)) {
+            v = bf16_bits_value(__ldg(reinterpret_cast<const unsigned short*>(w.data) + r * C + c));
+        } else {  // FP8 with its tile scale, as the reference dequantises it
+            const auto h = __half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(__ldg(w.data + r * C + c)), __NV_E4M3));
+            v = __low2float(h) * __ldg(reinterpret_cast<const float*>(w.scales) + (r / 128) * ((C + 127) / 128) + c / 128);
+        }
         s = fmaf(v, xi[c], s);
     }
 #pragma unroll
@@ -220,20 +255,30 @@ unsigned grid_for(int64_t count, int threads) {
     return unsigned(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
 }
 
+template <int F, int MT, int NT>
+void launch(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, int64_t per_split,
+            cudaStream_t s) {
+    const int64_t block_rows = int64_t(kWarpRows) * MT * kBlockWarps;
+    const dim3 grid(unsigned((w.rows + block_rows - 1) / block_rows), unsigned((n + 8 * NT - 1) / (8 * NT)),
+                    unsigned(splits));
+    mma_kernel<F, MT, NT><<<grid, kBlockWarps * 32, 0, s>>>(w, xs, n, out, per_split);
+}
+
 template <int F>
 void launch_mma(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, cudaStream_t s) {
     const int64_t n_chunks = (w.cols + kChunkCols - 1) / kChunkCols;
     const int64_t per_split = (n_chunks + splits - 1) / splits;
-    const unsigned gx = unsigned((w.rows + kWarpRows * kBlockWarps - 1) / (kWarpRows * kBlockWarps));
-    const dim3 block(kBlockWarps * 32);
-    // The tile width over n does not change any row's result (rows never mix in an mma), only the speed.
-    if (n <= 8) {
-        mma_kernel<F, 1><<<dim3(gx, unsigned((n + 7) / 8), unsigned(splits)), block, 0, s>>>(w, xs, n, out, per_split);
-    } else if (n <= 16) {
-        mma_kernel<F, 2><<<dim3(gx, unsigned((n + 15) / 16), unsigned(splits)), block, 0, s>>>(w, xs, n, out, per_split);
-    } else {
-        mma_kernel<F, 4><<<dim3(gx, unsigned((n + 31) / 32), unsigned(splits)), block, 0, s>>>(w, xs, n, out, per_split);
-    }
+    // The tile over rows and n does not change any row's result (rows never mix in an mma, and every tile walks k
+    // in the same order), only the speed: narrow tiles (many warps) for few rows, wide ones that reuse each
+    // weight and activation load for many mmas when there are many.
+    if (n <= 8)
+        launch<F, 1, 1>(w, xs, n, out, splits, per_split, s);
+    else if (n <= 16)
+        launch<F, 1, 2>(w, xs, n, out, splits, per_split, s);
+    else if (n <= 64)
+        launch<F, 2, 2>(w, xs, n, out, splits, per_split, s);
+    else
+        launch<F, 2, 4>(w, xs, n, out, splits, per_split, s);
 }
 
 }  // namespace
@@ -260,10 +305,12 @@ void reduce_splits(const float* part, int splits, int64_t count, float* y, cudaS
 void ffma_matmul(const WDesc& w, const float* x, int64_t n, float* y, cudaStream_t s) {
     const int64_t threads = n * w.rows * 32;
     const unsigned blocks = unsigned((threads + 255) / 256);
-    if (WeightFormat(w.format) == WeightFormat::F32)
-        ffma_kernel<int(WeightFormat::F32)><<<blocks, 256, 0, s>>>(w, x, n, y);
-    else
-        ffma_kernel<int(WeightFormat::F16)><<<blocks, 256, 0, s>>>(w, x, n, y);
+    switch (WeightFormat(w.format)) {
+        case WeightFormat::F32: ffma_kernel<int(WeightFormat::F32)><<<blocks, 256, 0, s>>>(w, x, n, y); break;
+        case WeightFormat::F16: ffma_kernel<int(WeightFormat::F16)><<<blocks, 256, 0, s>>>(w, x, n, y); break;
+        case WeightFormat::BF16: ffma_kernel<int(WeightFormat::BF16)><<<blocks, 256, 0, s>>>(w, x, n, y); break;
+        default: ffma_kernel<int(WeightFormat::FP8_E4M3_B128)><<<blocks, 256, 0, s>>>(w, x, n, y); break;
+    }
 }
 
 }  // namespace sluice::cuda::kernels

@@ -28,7 +28,7 @@ void split_x(const float* x, int64_t count, __nv_bfloat16* parts, cudaStream_t s
 void mma_matmul(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, cudaStream_t s);
 // y[i] = part[0][i] + part[1][i] + ... in split order.
 void reduce_splits(const float* part, int splits, int64_t count, float* y, cudaStream_t s);
-// F32 / F16 weights: one warp per output, lanes stride the columns, a fixed shuffle tree adds them.
+// F32 / F16 weights, and BF16 / FP8 ones whose width is not a multiple of 32: one warp per output, lanes stride the columns, a fixed shuffle tree adds them.
 void ffma_matmul(const WDesc& w, const float* x, int64_t n, float* y, cudaStream_t s);
 
 }  // namespace sluice::cuda::kernels
