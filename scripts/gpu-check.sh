@@ -32,6 +32,18 @@ step() {  # step NAME CMD...: runs CMD, logs it, keeps its last "N passed" style
     return $rc
 }
 fail=0
+# The card's bf16 tensor rate, measured here (the exact f32 split needs three bf16 products per f32 one).
+python3 - >"$out/tensor_peak.txt" 2>/dev/null <<'PY' || echo "bf16 tensor peak: not measured (no PyTorch here)" >"$out/tensor_peak.txt"
+import torch
+a = torch.randn(8192, 8192, dtype=torch.bfloat16, device="cuda"); b = torch.randn_like(a)
+for _ in range(3): a @ b
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+torch.cuda.synchronize(); s.record()
+for _ in range(20): a @ b
+e.record(); torch.cuda.synchronize()
+tf = 20 * 2 * 8192 ** 3 / (s.elapsed_time(e) * 1e9)
+print(f"bf16 tensor peak (PyTorch 8192^3 matmul, random data): {tf:.0f} TFLOP/s; / 3 for the exact f32 split: {tf / 3:.0f} TFLOP/s")
+PY
 step op_harness "$B/op_harness" --backend cuda --perf || fail=1
 step fixtures_cuda env SLUICE_DEVICE=cuda "$B/test_fixtures" || fail=1
 step trained_model_cuda env SLUICE_DEVICE=cuda "$B/test_trained_model" || fail=1
@@ -53,6 +65,7 @@ fi
 echo
 echo "== perf (op harness)"
 sed -n '/== CUDA perf/,/passed/p' "$out/op_harness.log"
+cat "$out/tensor_peak.txt"
 echo
 echo "== K3 slice (bench, same run)"
 for f in "$out"/bench_*.log; do

@@ -30,6 +30,7 @@ void copy_to_host(void*, const void*, uint64_t) { off(); }
 void synchronize() {}
 void matmul_device(const Weight&, const float*, int64_t, float*) { off(); }
 int k_splits(int64_t, int64_t) { return 1; }
+double measure_read_gbps(uint64_t) { off(); }
 EventPair event_pair() { off(); }
 void record(void*) { off(); }
 float elapsed_ms(const EventPair&) { off(); }

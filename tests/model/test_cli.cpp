@@ -11,6 +11,7 @@
 
 #include "../support/st_builder.h"
 #include "core/npy.h"
+#include "ops/cuda/backend.h"
 
 using namespace sluice;
 
@@ -123,6 +124,8 @@ TEST(Cli, BadOptionsGetOnePlainError) {
         {"generate -m " + kFixture + " --ids '[1,2' -n 1", "--ids: '[' without a closing ']'"},
         {"generate -m " + kFixture + " --ids 1,x -n 1", "--ids: item 1 ('x') is not an integer"},
         {gen + "-n 4 --speculative 2 --temp 0.5", "--speculative needs greedy decoding (--temp 0)"},
+        {gen + "--device tpu", "--device"},
+        {gen + "--device cpu --gpu-memory 1G", "--gpu-memory needs --device cuda or auto"},
         {"serve -m " + kFixture, "serve needs tokenizer.json or tiktoken.model in the model folder"},
         {"serve -m " + kFixture + " --port 70000", "--port"},
         {"serve -m " + kFixture + " --parallel 0", "--parallel: must be > 0, got 0"},
@@ -154,6 +157,29 @@ TEST(Cli, BadOptionsGetOnePlainError) {
         EXPECT_NE(out.find(want), std::string::npos) << args << "\n" << out;
         EXPECT_EQ(out.find("17976931"), std::string::npos) << args << "\n" << out;  // no 300-digit range limits
     }
+}
+
+// --device cuda: where no CUDA device is usable (CI), one plain error that says why; where one is, the same greedy
+// tokens as the CPU (f32-level matmuls on both; the fixture's logits are far apart at the top).
+TEST(Cli, DeviceCudaRunsOrSaysWhyNot) {
+    const std::string gen = "generate -m " + kFixture + " --ids 1,2,3 -n 6 --json ";
+    int status = 0;
+    const std::string cpu = run(gen + "--device cpu", &status);
+    ASSERT_EQ(status, 0) << cpu;
+    std::string why;
+    const std::string cuda = run(gen + "--device cuda", &status, !sluice::cuda::usable(&why));
+    if (!sluice::cuda::usable()) {
+        EXPECT_EQ(status, 1) << cuda;
+        EXPECT_NE(cuda.find("sluice: error: --device cuda: "), std::string::npos) << cuda;
+        EXPECT_NE(cuda.find(why), std::string::npos) << cuda;
+        EXPECT_EQ(cuda.find('\n'), cuda.size() - 1) << cuda;
+        return;
+    }
+    ASSERT_EQ(status, 0) << cuda;
+    const auto ids = [](const std::string& out) {
+        return nlohmann::json::parse(out.substr(out.rfind('\n', out.size() - 2) + 1))["ids"];
+    };
+    EXPECT_EQ(ids(cpu), ids(cuda));
 }
 
 TEST(Cli, InspectJson) {

@@ -255,10 +255,11 @@ double time_matmul(const DeviceWeights& dw, const float* xd, int64_t n, float* y
 void perf(std::mt19937& rng) {
     const auto info = cuda::device_info();
     const double hbm = hbm_copy_gbps();
+    const double read = cuda::measure_read_gbps(uint64_t(2) << 30);
     const double h2d_pinned = h2d_gbps(true, uint64_t(256) << 20), h2d_pageable = h2d_gbps(false, uint64_t(256) << 20);
     std::printf("\n== CUDA perf on %s (%d SMs)\n", info.name.c_str(), info.sm_count);
-    std::printf("HBM device copy %.0f GB/s (read + write); host-to-device pinned %.1f GB/s, pageable %.1f GB/s\n",
-                hbm, h2d_pinned, h2d_pageable);
+    std::printf("HBM read %.0f GB/s (read probe); device copy %.0f GB/s (read + write); host-to-device pinned %.1f "
+                "GB/s, pageable %.1f GB/s\n", read, hbm, h2d_pinned, h2d_pageable);
     std::printf("%-14s %-11s %6s %10s %10s %9s %s\n", "format", "shape", "rows", "ms", "GB/s", "TFLOP/s", "share");
     // The K3 expert's matrices: gate/up [2048, 7168], down [7168, 2048].
     const Shape shapes[] = {{2048, 7168, 0}, {7168, 2048, 0}};
@@ -277,7 +278,7 @@ void perf(std::mt19937& rng) {
                 const double ms = time_matmul(dw, xd, n, yd, n >= 512 ? 10 : 50);
                 const double gbps = double(wbytes) / (ms * 1e6);
                 const double tflops = 2.0 * double(n) * double(s.rows) * double(s.cols) / (ms * 1e9);
-                const std::string share = n <= 8 ? cat(int(100 * gbps / (hbm / 2) + 0.5), "% of HBM read")
+                const std::string share = n <= 8 ? cat(int(100 * gbps / read + 0.5), "% of HBM read")
                                                  : cat(tflops * 3, " TFLOP/s of bf16 products (3 per f32)");
                 std::printf("%-14s %5ldx%-5ld %6ld %10.4f %10.1f %9.2f %s\n",
                             std::string(weight_format_name(f)).c_str(), long(s.rows), long(s.cols), long(n), ms, gbps,
@@ -287,8 +288,8 @@ void perf(std::mt19937& rng) {
             }
         }
     }
-    std::printf("(HBM read rate taken as half the copy's read+write rate; shares of the bf16 tensor peak need the "
-                "peak measured beside it: bench/cuda_peak.py)\n");
+    std::printf("(the share of the bf16 tensor peak needs the peak measured beside it: scripts/gpu-check.sh prints "
+                "one from PyTorch when it is there)\n");
 }
 
 }  // namespace

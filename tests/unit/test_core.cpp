@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/stable_memory.h"
 #include "core/error.h"
 #include "core/huge_pages.h"
 #include "core/thread_pool.h"
@@ -43,6 +44,31 @@ TEST(DType, Fp8AndE8m0) {
     EXPECT_EQ(e8m0_to_f32(127), 1.0f);
     EXPECT_EQ(e8m0_to_f32(130), 8.0f);
     EXPECT_TRUE(std::isnan(e8m0_to_f32(0xff)));
+}
+
+// A device copy of weights is kept only for bytes inside a registered range, and keyed by the range's id: a later
+// registration over the same addresses gets a new id, so no copy outlives the bytes it was made from.
+TEST(StableMemory, FindsWhollyContainedRangesWithFreshIds) {
+    std::vector<uint8_t> a(4096), b(100);
+    const uint64_t ida = stable_memory::add(a.data(), a.size());
+    const uint64_t idb = stable_memory::add(b.data(), b.size());
+    EXPECT_NE(ida, 0u);
+    EXPECT_NE(ida, idb);
+    auto p = stable_memory::find(a.data() + 100, 200);
+    EXPECT_EQ(p.id, ida);
+    EXPECT_EQ(p.offset_bytes, 100u);
+    EXPECT_EQ(stable_memory::find(a.data() + 4000, 96).id, ida);
+    EXPECT_EQ(stable_memory::find(a.data() + 4000, 97).id, 0u);  // runs past the end
+    EXPECT_EQ(stable_memory::find(b.data(), 100).id, idb);
+    std::vector<uint8_t> c(10);
+    EXPECT_EQ(stable_memory::find(c.data(), 1).id, 0u);
+    stable_memory::remove(ida);
+    EXPECT_EQ(stable_memory::find(a.data() + 100, 200).id, 0u);
+    const uint64_t again = stable_memory::add(a.data(), a.size());
+    EXPECT_NE(again, ida);
+    EXPECT_EQ(stable_memory::find(a.data(), 1).id, again);
+    stable_memory::remove(again);
+    stable_memory::remove(idb);
 }
 
 TEST(ThreadPool, CoversRangeOnce) {

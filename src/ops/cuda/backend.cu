@@ -120,6 +120,7 @@ public:
     }
 
     DeviceBuffer x_, xs_, y_, part_, transient_;
+
     void* hx_ = nullptr;  // pinned staging for activations in and results out
     uint64_t hx_bytes_ = 0;
     Stats stats;
@@ -196,17 +197,17 @@ void run_matmul(Backend& b, const kernels::WDesc& w, const float* x_dev, int64_t
     if (!uses_mma(WeightFormat(w.format), w.cols)) {
         kernels::ffma_matmul(w, x_dev, n, y_dev, s);
     } else {
-        const int64_t count = n * w.cols;
-        auto* xs = static_cast<__nv_bfloat16*>(b.xs_.reserve(uint64_t(count) * 3 * 2));
-        kernels::split_x(x_dev, count, xs, s);
-        const int splits = k_splits(w.rows, w.cols);
-        if (splits == 1) {
-            kernels::mma_matmul(w, xs, n, y_dev, 1, s);
-        } else {
-            auto* part = static_cast<float*>(b.part_.reserve(uint64_t(splits) * uint64_t(n * w.rows) * 4));
-            kernels::mma_matmul(w, xs, n, part, splits, s);
-            kernels::reduce_splits(part, splits, n * w.rows, y_dev, s);
+        kernels::MmaArgs a{nullptr, x_dev, n, y_dev, k_splits(w.rows, w.cols), nullptr};
+        if (!kernels::mma_splits_itself(n)) {
+            const int64_t count = n * w.cols;
+            auto* xs = static_cast<__nv_bfloat16*>(b.xs_.reserve(uint64_t(count) * 3 * 2));
+            kernels::split_x(x_dev, count, xs, s);
+            a.xs = xs;
         }
+        if (a.splits > 1) {
+            a.part = static_cast<float*>(b.part_.reserve(uint64_t(a.splits) * uint64_t(n * w.rows) * 4));
+        }
+        kernels::mma_matmul(w, a, s);
     }
     CK(cudaGetLastError());
 }

@@ -70,6 +70,9 @@ void matmul_device(const Weight& w_dev, const float* x_dev, int64_t n, float* y_
 // How many parts k is split into for a weight of this shape (the same for every n).
 int k_splits(int64_t rows, int64_t cols);
 
+// The card's read rate (GB/s, median of 5) over a buffer of `bytes`: the ceiling one-row matmuls are measured against.
+double measure_read_gbps(uint64_t bytes);
+
 // Timing with device events on the backend's stream: milliseconds between the two marks.
 struct EventPair {
     void* start = nullptr;

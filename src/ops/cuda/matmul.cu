@@ -92,30 +92,66 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// v = hi + mid + lo exactly (finite v; a non-finite v goes in hi alone). The one definition both the split kernel
+// and the kernels that split their own rows use, so a row's parts never depend on which did it.
+__device__ __forceinline__ void split3(float v, __nv_bfloat16& hi, __nv_bfloat16& mid, __nv_bfloat16& lo) {
+    if (!isfinite(v)) {
+        hi = __float2bfloat16_rn(v), mid = lo = __float2bfloat16_rn(0.0f);
+        return;
+    }
+    hi = __float2bfloat16_rn(v);
+    const float r1 = v - __bfloat162float(hi);
+    mid = __float2bfloat16_rn(r1);
+    lo = __float2bfloat16_rn(r1 - __bfloat162float(mid));
+}
+
 __global__ void split_x_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ parts) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-        const float v = x[i];
-        __nv_bfloat16 hi, mid, lo;
-        if (!isfinite(v)) {
-            hi = __float2bfloat16_rn(v), mid = lo = __float2bfloat16_rn(0.0f);
-        } else {
-            hi = __float2bfloat16_rn(v);
-            const float r1 = v - __bfloat162float(hi);
-            mid = __float2bfloat16_rn(r1);
-            lo = __float2bfloat16_rn(r1 - __bfloat162float(mid));
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+        split3(x[i], parts[i], parts[count + i], parts[2 * count + i]);
+}
+
+// 16 activations of row xr from col0 as three sets of 8 bf16x2 words: from the split parts, or split here.
+template <bool kSelfSplit>
+__device__ __forceinline__ void load_x16(const __nv_bfloat16* __restrict__ xs, const float* __restrict__ x,
+                                         int64_t plane, int64_t row_off, uint32_t (&xb)[3][8]) {
+    if constexpr (kSelfSplit) {
+        const float4* src = reinterpret_cast<const float4*>(x + row_off);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float4 v = __ldg(src + q);
+            __nv_bfloat16 h[4], m[4], l[4];
+            split3(v.x, h[0], m[0], l[0]);
+            split3(v.y, h[1], m[1], l[1]);
+            split3(v.z, h[2], m[2], l[2]);
+            split3(v.w, h[3], m[3], l[3]);
+            xb[0][2 * q] = __byte_perm(__bfloat16_as_ushort(h[0]), __bfloat16_as_ushort(h[1]), 0x5410);
+            xb[0][2 * q + 1] = __byte_perm(__bfloat16_as_ushort(h[2]), __bfloat16_as_ushort(h[3]), 0x5410);
+            xb[1][2 * q] = __byte_perm(__bfloat16_as_ushort(m[0]), __bfloat16_as_ushort(m[1]), 0x5410);
+            xb[1][2 * q + 1] = __byte_perm(__bfloat16_as_ushort(m[2]), __bfloat16_as_ushort(m[3]), 0x5410);
+            xb[2][2 * q] = __byte_perm(__bfloat16_as_ushort(l[0]), __bfloat16_as_ushort(l[1]), 0x5410);
+            xb[2][2 * q + 1] = __byte_perm(__bfloat16_as_ushort(l[2]), __bfloat16_as_ushort(l[3]), 0x5410);
         }
-        parts[i] = hi, parts[count + i] = mid, parts[2 * count + i] = lo;
+    } else {
+#pragma unroll
+        for (int p = 0; p < 3; ++p) {
+            const uint4* src = reinterpret_cast<const uint4*>(xs + p * plane + row_off);
+            const uint4 a = __ldg(src), b = __ldg(src + 1);
+            xb[p][0] = a.x, xb[p][1] = a.y, xb[p][2] = a.z, xb[p][3] = a.w;
+            xb[p][4] = b.x, xb[p][5] = b.y, xb[p][6] = b.z, xb[p][7] = b.w;
+        }
     }
 }
 
-template <int F, int MT, int NT>
+// y[n][rows] = W x^T over this block's rows and this split's chunks of k; with several splits, this split's partial
+// sums into part[split][n][rows] (reduce_kernel adds them in split order).
+template <int F, int MT, int NT, bool kSelfSplit>
 __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __nv_bfloat16* __restrict__ xs,
-                                                                int64_t n, float* __restrict__ out,
+                                                                const float* __restrict__ x, int64_t n,
+                                                                float* __restrict__ y, float* __restrict__ part,
                                                                 int64_t chunks_per_split) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t R = w.rows, C = w.cols;
     const int64_t r0 = (int64_t(blockIdx.x) * kBlockWarps + warp) * kWarpRows * MT;
-    if (r0 >= R) return;
     const int64_t n0 = int64_t(blockIdx.y) * 8 * NT;
     const int64_t n_chunks = (C + kChunkCols - 1) / kChunkCols;
     const int64_t c_begin = int64_t(blockIdx.z) * chunks_per_split;
@@ -136,6 +172,10 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
 #pragma unroll
         for (int i = 0; i < NT; ++i) acc[m][i][0] = acc[m][i][1] = acc[m][i][2] = acc[m][i][3] = 0.0f;
 
+    // One-row tiles are bound by loads in flight: two chunks unrolled let the second's loads issue before the first's
+    // mmas wait. Wide tiles have loads enough and no registers to spare.
+    constexpr int kUnroll = MT == 1 && NT == 1 ? 2 : 1;
+#pragma unroll kUnroll
     for (int64_t c = c_begin; c < c_end; ++c) {
         const int64_t colt = c * kChunkCols + 32 * t;
         const bool vc = colt < C;
@@ -161,13 +201,7 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
                 const int64_t xr = n0 + nt * 8 + g;
                 uint32_t xb[3][8];
                 if (vc && xr < n) {
-#pragma unroll
-                    for (int p = 0; p < 3; ++p) {
-                        const uint4* src = reinterpret_cast<const uint4*>(xs + p * plane + xr * C + col0);
-                        const uint4 a = __ldg(src), b = __ldg(src + 1);
-                        xb[p][0] = a.x, xb[p][1] = a.y, xb[p][2] = a.z, xb[p][3] = a.w;
-                        xb[p][4] = b.x, xb[p][5] = b.y, xb[p][6] = b.z, xb[p][7] = b.w;
-                    }
+                    load_x16<kSelfSplit>(xs, x, plane, xr * C + col0, xb);
                 } else {
 #pragma unroll
                     for (int p = 0; p < 3; ++p)
@@ -201,7 +235,7 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
             }
         }
     }
-    float* o = out + int64_t(blockIdx.z) * n * R;
+    float* o = gridDim.z == 1 ? y : part + int64_t(blockIdx.z) * n * R;
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -255,30 +289,33 @@ unsigned grid_for(int64_t count, int threads) {
     return unsigned(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
 }
 
-template <int F, int MT, int NT>
-void launch(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, int64_t per_split,
-            cudaStream_t s) {
+template <int F, int MT, int NT, bool kSelfSplit>
+void launch(const WDesc& w, const MmaArgs& a, int64_t per_split, cudaStream_t s) {
     const int64_t block_rows = int64_t(kWarpRows) * MT * kBlockWarps;
-    const dim3 grid(unsigned((w.rows + block_rows - 1) / block_rows), unsigned((n + 8 * NT - 1) / (8 * NT)),
-                    unsigned(splits));
-    mma_kernel<F, MT, NT><<<grid, kBlockWarps * 32, 0, s>>>(w, xs, n, out, per_split);
+    const dim3 grid(unsigned((w.rows + block_rows - 1) / block_rows), unsigned((a.n + 8 * NT - 1) / (8 * NT)),
+                    unsigned(a.splits));
+    mma_kernel<F, MT, NT, kSelfSplit><<<grid, kBlockWarps * 32, 0, s>>>(w, a.xs, a.x, a.n, a.y, a.part, per_split);
+    if (a.splits > 1) reduce_kernel<<<grid_for(a.n * w.rows, 256), 256, 0, s>>>(a.part, a.splits, a.n * w.rows, a.y);
 }
 
 template <int F>
-void launch_mma(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, cudaStream_t s) {
+void launch_mma(const WDesc& w, const MmaArgs& a, cudaStream_t s) {
     const int64_t n_chunks = (w.cols + kChunkCols - 1) / kChunkCols;
-    const int64_t per_split = (n_chunks + splits - 1) / splits;
-    // The tile over rows and n does not change any row's result (rows never mix in an mma, and every tile walks k
-    // in the same order), only the speed: narrow tiles (many warps) for few rows, wide ones that reuse each
-    // weight and activation load for many mmas when there are many.
-    if (n <= 8)
-        launch<F, 1, 1>(w, xs, n, out, splits, per_split, s);
-    else if (n <= 16)
-        launch<F, 1, 2>(w, xs, n, out, splits, per_split, s);
-    else if (n <= 64)
-        launch<F, 2, 2>(w, xs, n, out, splits, per_split, s);
+    const int64_t per_split = (n_chunks + a.splits - 1) / a.splits;
+    // The tile over rows and n does not change any row's result (rows never mix in an mma, every tile walks k in
+    // the same order, and a row's parts are split by the same function wherever that happens), only the speed:
+    // narrow tiles that split their own activations for a few rows (one launch), wide ones that reuse each weight
+    // and activation load for many mmas when there are many.
+    if (a.n <= 8)
+        launch<F, 1, 1, true>(w, a, per_split, s);
+    else if (a.n <= 16)
+        launch<F, 1, 2, false>(w, a, per_split, s);
+    else if (a.n <= 64)
+        launch<F, 2, 2, false>(w, a, per_split, s);
+    else if constexpr (F == int(WeightFormat::FP8_E4M3_B128))  // its per-chunk sums need a second set of registers
+        launch<F, 2, 4, false>(w, a, per_split, s);
     else
-        launch<F, 2, 4>(w, xs, n, out, splits, per_split, s);
+        launch<F, 4, 4, false>(w, a, per_split, s);
 }
 
 }  // namespace
@@ -287,20 +324,18 @@ void split_x(const float* x, int64_t count, __nv_bfloat16* parts, cudaStream_t s
     split_x_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts);
 }
 
-void mma_matmul(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, cudaStream_t s) {
+bool mma_splits_itself(int64_t n) { return n <= 8; }
+
+void mma_matmul(const WDesc& w, const MmaArgs& a, cudaStream_t s) {
     switch (WeightFormat(w.format)) {
-        case WeightFormat::BF16: return launch_mma<int(WeightFormat::BF16)>(w, xs, n, out, splits, s);
-        case WeightFormat::MXFP4: return launch_mma<int(WeightFormat::MXFP4)>(w, xs, n, out, splits, s);
-        case WeightFormat::INT4_G32: return launch_mma<int(WeightFormat::INT4_G32)>(w, xs, n, out, splits, s);
-        case WeightFormat::FP8_E4M3_B128:
-            return launch_mma<int(WeightFormat::FP8_E4M3_B128)>(w, xs, n, out, splits, s);
+        case WeightFormat::BF16: return launch_mma<int(WeightFormat::BF16)>(w, a, s);
+        case WeightFormat::MXFP4: return launch_mma<int(WeightFormat::MXFP4)>(w, a, s);
+        case WeightFormat::INT4_G32: return launch_mma<int(WeightFormat::INT4_G32)>(w, a, s);
+        case WeightFormat::FP8_E4M3_B128: return launch_mma<int(WeightFormat::FP8_E4M3_B128)>(w, a, s);
         default: return;
     }
 }
 
-void reduce_splits(const float* part, int splits, int64_t count, float* y, cudaStream_t s) {
-    reduce_kernel<<<grid_for(count, 256), 256, 0, s>>>(part, splits, count, y);
-}
 
 void ffma_matmul(const WDesc& w, const float* x, int64_t n, float* y, cudaStream_t s) {
     const int64_t threads = n * w.rows * 32;

@@ -24,10 +24,17 @@ constexpr int kBlockWarps = 4;
 
 // x [count] -> hi, mid, lo bf16 with hi + mid + lo == x (exactly, for finite x; a non-finite x goes in hi alone).
 void split_x(const float* x, int64_t count, __nv_bfloat16* parts, cudaStream_t s);
-// out[split][n][rows] (or y[n][rows] when splits == 1) from the split parts xs[3][n][cols].
-void mma_matmul(const WDesc& w, const __nv_bfloat16* xs, int64_t n, float* out, int splits, cudaStream_t s);
-// y[i] = part[0][i] + part[1][i] + ... in split order.
-void reduce_splits(const float* part, int splits, int64_t count, float* y, cudaStream_t s);
+struct MmaArgs {
+    const __nv_bfloat16* xs;  // x split into parts [3][n][cols] (split_x), unless mma_splits_itself(n)
+    const float* x;           // x [n][cols]: read directly when mma_splits_itself(n)
+    int64_t n;
+    float* y;                 // [n][rows]
+    int splits;               // parts of k (k_splits: the weight's shape alone decides it)
+    float* part;              // [splits][n][rows] partial sums when splits > 1, added in split order into y
+};
+// For so few rows the kernel splits its activations itself (one launch, no split_x).
+bool mma_splits_itself(int64_t n);
+void mma_matmul(const WDesc& w, const MmaArgs& a, cudaStream_t s);
 // F32 / F16 weights, and BF16 / FP8 ones whose width is not a multiple of 32: one warp per output, lanes stride the columns, a fixed shuffle tree adds them.
 void ffma_matmul(const WDesc& w, const float* x, int64_t n, float* y, cudaStream_t s);
 
