@@ -25,21 +25,32 @@ double measure_read_gbps(uint64_t bytes) {
     bytes = bytes / 16 * 16;
     void* buf = device_alloc(bytes);
     void* sink = device_alloc(16);
-    if (cudaMemset(buf, 0x5A, bytes) != cudaSuccess) fail("CUDA: read probe memset failed");
+    auto check = [](cudaError_t e, const char* what) {
+        if (e != cudaSuccess) fail("CUDA read probe: ", what, ": ", cudaGetErrorString(e));
+    };
+    check(cudaMemset(buf, 0x5A, bytes), "memset");
     int sms = 0;
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-    auto ev = event_pair();
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "multiprocessor count");
+    cudaStream_t s = nullptr;
+    cudaEvent_t a = nullptr, b = nullptr;
+    check(cudaStreamCreate(&s), "stream");
+    check(cudaEventCreate(&a), "event");
+    check(cudaEventCreate(&b), "event");
     std::vector<double> gbps;
     for (int i = 0; i < 6; ++i) {
-        record(ev.start);
-        read_kernel<<<unsigned(sms * 8), 512>>>(static_cast<const uint4*>(buf), int64_t(bytes / 16),
-                                                 static_cast<unsigned*>(sink));
-        record(ev.stop);
-        const double ms = elapsed_ms(ev);
-        if (i > 0) gbps.push_back(double(bytes) / (ms * 1e6));
+        check(cudaEventRecord(a, s), "record");
+        read_kernel<<<unsigned(sms * 8), 512, 0, s>>>(static_cast<const uint4*>(buf), int64_t(bytes / 16),
+                                                       static_cast<unsigned*>(sink));
+        check(cudaGetLastError(), "launch");
+        check(cudaEventRecord(b, s), "record");
+        check(cudaEventSynchronize(b), "synchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, a, b), "elapsed time");
+        if (i > 0) gbps.push_back(double(bytes) / (double(ms) * 1e6));
     }
-    if (cudaGetLastError() != cudaSuccess) fail("CUDA: read probe kernel failed");
-    destroy(ev);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaStreamDestroy(s);
     device_free(buf);
     device_free(sink);
     std::sort(gbps.begin(), gbps.end());
