@@ -27,7 +27,9 @@ void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y,
     std::vector<float> g(static_cast<size_t>(n * inter)), u(static_cast<size_t>(n * inter));
     ops::matmul(w.gate, x, n, g.data(), pool);
     ops::matmul(w.up, x, n, u.data(), pool);
-    act.apply(g.data(), u.data(), n * inter, g.data());
+    // elementwise, so the split over threads changes no bit; SiTU's tanh and exp are as costly as a small matmul
+    pool.parallel_for(n * inter, [&](int64_t a, int64_t b) { act.apply(g.data() + a, u.data() + a, b - a, g.data() + a); },
+                      16384);
     ops::matmul(w.down, g.data(), n, y, pool);
 }
 
