@@ -14,6 +14,8 @@
 #include "api/tokenizer_endpoints.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "ops/cuda/backend.h"
+#include "ops/ops.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -246,6 +248,22 @@ struct Server::Impl {
                double(st.expert_bytes_read));
         metric("sluice_expert_io_wait_seconds_total", "counter", "Time forward passes waited for expert reads.",
                st.io_wait_ms / 1000);
+        if (ops::backend() == ops::Backend::Cuda) {  // --device cuda: the weight matmuls on the GPU
+            const cuda::Stats g = cuda::stats();
+            metric("sluice_cuda_matmuls_total", "counter", "Weight matmuls run on the GPU.", double(g.calls));
+            metric("sluice_cuda_matmul_seconds_total", "counter",
+                   "Time in GPU weight matmuls (copies up and down, kernels, waits).", g.busy_ms / 1000);
+            metric("sluice_cuda_h2d_bytes_total", "counter", "Bytes copied to the GPU (activations and weights).",
+                   double(g.h2d_bytes));
+            metric("sluice_cuda_weight_upload_bytes_total", "counter",
+                   "Weight bytes copied to the GPU (streamed experts at every use, kept copies once).",
+                   double(g.weight_upload_bytes));
+            metric("sluice_cuda_d2h_bytes_total", "counter", "Bytes copied back from the GPU.", double(g.d2h_bytes));
+            metric("sluice_cuda_weight_copy_hits_total", "counter", "Matmuls that reused a weight kept in VRAM.",
+                   double(g.weight_hits));
+            metric("sluice_cuda_weight_copy_bytes", "gauge", "Bytes of weights kept in VRAM.",
+                   double(g.resident_weight_bytes));
+        }
         out +=
             "# HELP sluice_http_responses_total HTTP responses by route and status.\n"
             "# TYPE sluice_http_responses_total counter\n";
