@@ -9,6 +9,7 @@
 #include <list>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
 #include "core/stable_memory.h"
@@ -394,6 +395,37 @@ void destroy(EventPair& e) {
     if (e.stop) cudaEventDestroy(static_cast<cudaEvent_t>(e.stop));
     e = {};
 }
+double graph_ms_per_call(const std::function<void()>& body, int reps) {
+    auto& b = backend();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CK(cudaStreamSynchronize(b.stream()));
+    CK(cudaStreamBeginCapture(b.stream(), cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < reps; ++i) body();
+    CK(cudaStreamEndCapture(b.stream(), &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaGraphLaunch(exec, b.stream()));  // warm-up
+    std::vector<double> ms;
+    for (int r = 0; r < 5; ++r) {
+        CK(cudaEventRecord(e0, b.stream()));
+        CK(cudaGraphLaunch(exec, b.stream()));
+        CK(cudaEventRecord(e1, b.stream()));
+        CK(cudaEventSynchronize(e1));
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(double(t) / reps);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
 void* host_alloc_pinned(uint64_t bytes) {
     backend();
     void* p = nullptr;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "ops/weight.h"
@@ -82,6 +83,10 @@ EventPair event_pair();
 void record(void* event);
 float elapsed_ms(const EventPair& e);  // synchronizes on e.stop
 void destroy(EventPair& e);
+// Milliseconds per call of `body` (device work on the backend's stream, no allocation or synchronisation inside),
+// captured `reps` times into one CUDA graph and timed over its replays (median of 5): the kernels' own time, free of
+// the host's launch overhead. Call `body` once before, so its buffers exist.
+double graph_ms_per_call(const std::function<void()>& body, int reps);
 // Pinned host memory (page-locked: full-rate, asynchronous copies).
 void* host_alloc_pinned(uint64_t bytes);
 void host_free_pinned(void* p);
