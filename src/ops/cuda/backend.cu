@@ -89,6 +89,20 @@ public:
     }
     void set_budget(uint64_t b) { budget_bytes_ = b; }
 
+    uint64_t workspace_bytes() const { return x_.bytes + xs_.bytes + y_.bytes + part_.bytes + transient_.bytes; }
+
+    // Grows a work buffer within the budget, evicting kept weight copies for room; when the work buffers alone would
+    // pass the budget, the error names the least that would do.
+    void* grow(DeviceBuffer& buf, uint64_t need, const char* what) {
+        if (need <= buf.bytes) return buf.p;
+        const uint64_t cap = budget(), after = workspace_bytes() - buf.bytes + need;
+        SLUICE_CHECK(after <= cap, "CUDA: ", what, " needs ", need, " bytes of device memory; with the other work "
+                     "buffers that is ", after, " bytes, over the --gpu-memory budget of ", cap,
+                     " bytes: give at least ", after, " (plus room for kept weights), or use a smaller batch");
+        evict_until(cap - after);
+        return buf.reserve(need);
+    }
+
     // Device pointers for w's bytes: a kept copy for stable bytes, else a copy made now into the transient buffer.
     kernels::WDesc place(const Weight& w) {
         const uint64_t db = w.data_bytes(), sb = w.scales ? w.scale_bytes() : 0;
@@ -115,7 +129,7 @@ public:
                 return desc_at(d, dev, scale_at, sb);
             }
         }
-        void* dev = transient_.reserve(total);
+        void* dev = grow(transient_, total, "a weight copied for this call");
         upload(dev, w, scale_at);
         return desc_at(d, dev, scale_at, sb);
     }
@@ -153,10 +167,14 @@ private:
     }
     // Evicts least recently used copies until `bytes` more fit beside the workspace; false if they never can.
     bool make_room(uint64_t bytes) {
-        const uint64_t cap = budget();
-        const uint64_t ws = x_.bytes + xs_.bytes + y_.bytes + part_.bytes + transient_.bytes;
+        const uint64_t cap = budget(), ws = workspace_bytes();
         if (bytes + ws > cap) return false;
-        while (resident_bytes_ + bytes + ws > cap && !lru_.empty()) {
+        evict_until(cap - ws - bytes);
+        return resident_bytes_ + bytes + ws <= cap;
+    }
+    // Frees least recently used copies until the kept ones take at most `limit` bytes.
+    void evict_until(uint64_t limit) {
+        while (resident_bytes_ > limit && !lru_.empty()) {
             auto it = copies_.find(lru_.back());
             CK(cudaStreamSynchronize(stream_));  // a kernel may still read it
             CK(cudaFree(it->second.dev));
@@ -165,7 +183,6 @@ private:
             lru_.pop_back();
         }
         stats.resident_weight_bytes = resident_bytes_;
-        return resident_bytes_ + bytes + ws <= cap;
     }
 
     cudaStream_t stream_ = nullptr;
@@ -201,13 +218,12 @@ void run_matmul(Backend& b, const kernels::WDesc& w, const float* x_dev, int64_t
         kernels::MmaArgs a{nullptr, x_dev, n, y_dev, k_splits(w.rows, w.cols), nullptr};
         if (!kernels::mma_splits_itself(n)) {
             const int64_t count = n * w.cols;
-            auto* xs = static_cast<__nv_bfloat16*>(b.xs_.reserve(uint64_t(count) * 3 * 2));
+            auto* xs = static_cast<__nv_bfloat16*>(b.grow(b.xs_, uint64_t(count) * 3 * 2, "the split activations"));
             kernels::split_x(x_dev, count, xs, s);
             a.xs = xs;
         }
-        if (a.splits > 1) {
-            a.part = static_cast<float*>(b.part_.reserve(uint64_t(a.splits) * uint64_t(n * w.rows) * 4));
-        }
+        if (a.splits > 1)
+            a.part = static_cast<float*>(b.grow(b.part_, uint64_t(a.splits) * uint64_t(n * w.rows) * 4, "partial sums"));
         kernels::mma_matmul(w, a, s);
     }
     CK(cudaGetLastError());
@@ -308,9 +324,15 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y) {
     std::lock_guard lock(b.mu);
     const auto t0 = std::chrono::steady_clock::now();
     const uint64_t x_bytes = uint64_t(n * w.cols) * 4, y_bytes = uint64_t(n * w.rows) * 4;
+    // Every work buffer first: growing one may evict kept weight copies, so the weight is placed last.
+    auto* xd = static_cast<float*>(b.grow(b.x_, x_bytes, "the activations"));
+    auto* yd = static_cast<float*>(b.grow(b.y_, y_bytes, "the results"));
+    if (uses_mma(w.format, w.cols)) {
+        if (!kernels::mma_splits_itself(n)) b.grow(b.xs_, x_bytes / 4 * 6, "the split activations");
+        const int splits = k_splits(w.rows, w.cols);
+        if (splits > 1) b.grow(b.part_, uint64_t(splits) * y_bytes, "partial sums");
+    }
     const kernels::WDesc d = b.place(w);
-    auto* xd = static_cast<float*>(b.x_.reserve(x_bytes));
-    auto* yd = static_cast<float*>(b.y_.reserve(y_bytes));
     auto* h = static_cast<uint8_t*>(b.pinned(std::max(x_bytes, y_bytes)));
     std::memcpy(h, x, x_bytes);
     CK(cudaMemcpyAsync(xd, h, x_bytes, cudaMemcpyHostToDevice, b.stream()));
