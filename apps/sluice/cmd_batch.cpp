@@ -101,13 +101,16 @@ void register_batch(CLI::App& app) {
         lo.prefix_cache_bytes = a->e.prefix_cache_bytes(lo.memory_budget_bytes);
         // recurrent state snapshots within a pass (prefix cache, speculation): reserved in the plan
         if (lo.prefix_cache_bytes > 0 || !a->e.state_dir.empty() || a->e.speculative > 0) lo.snapshot_rows = a->batch_rows;
+        const DraftPlan draft_plan = plan_draft(lo, a->e.draft_model, a->e.draft_memory, a->e.speculative);
         auto model = load_model(a->m.model, lo);
+        const std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->batch_rows);
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;
         eo.max_sequences = a->m.parallel;
         eo.max_context_tokens = a->m.ctx;
         a->e.apply(eo, lo.prefix_cache_bytes);
         a->b.speculative_tokens = a->e.speculative;
+        if (draft) a->b.make_drafter = [d = draft.get()] { return d->drafter(); };
         Engine engine(*model, eo);
         a->b.resume = !a->restart;
         a->b.cancel = &g_cancel;
@@ -124,7 +127,15 @@ void register_batch(CLI::App& app) {
             fail(a->b.input_path, ": ", s.validation_errors.size(),
                  " invalid line(s); nothing ran (--continue-on-invalid runs the valid ones)");
         }
-        if (a->m.stats) print_stats(*model, s.elapsed_s * 1000, s.input_tokens + s.output_tokens, stderr);
+        if (a->m.stats) {
+            print_stats(*model, s.elapsed_s * 1000, s.input_tokens + s.output_tokens, stderr);
+            const EngineStats es = engine.stats();
+            if (a->e.speculative > 0)
+                std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted, %lld decode passes, %lld "
+                             "draft-model passes\n", draft ? "draft_model" : "prompt_lookup", (long long)es.drafted,
+                             (long long)es.accepted, (long long)es.decode_steps,
+                             (long long)(draft ? draft->stats().forward_passes : 0));
+        }
         if (s.status == "cancelled") {
             std::fprintf(stderr, "batch: interrupted; run the same command again to resume\n");
             std::exit(130);

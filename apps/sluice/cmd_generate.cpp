@@ -130,8 +130,6 @@ void register_generate(CLI::App& app) {
         SLUICE_CHECK(a->speculative == 0 || a->temp == 0.0f,
                      "--speculative needs greedy decoding (--temp 0): drafts are checked against the argmax");
         SLUICE_CHECK(a->draft_model.empty() || a->speculative > 0, "--draft-model needs --speculative N (N >= 1)");
-        SLUICE_CHECK(a->draft_memory.empty() || !a->draft_model.empty(), "--draft-memory needs --draft-model");
-        if (!a->draft_model.empty()) check_model_folder(a->draft_model);
         Sampler{sampling};  // checks the values now, not after loading the model
         std::unique_ptr<Tokenizer> tok;
         if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);
@@ -159,36 +157,9 @@ void register_generate(CLI::App& app) {
         LoadOptions load = a->m.to_options();
         // recurrent state snapshots within a pass (speculation; a session's prefix cache): reserved in the plan
         if (a->speculative > 0 || !a->session.empty()) load.snapshot_rows = std::max(a->chunk, a->speculative + 1);
-        std::unique_ptr<DraftModel> draft;
-        LoadOptions draft_load = load;
-        if (!a->draft_model.empty()) {
-            const MemorySplit split = split_memory_budget(
-                load.memory_budget_bytes, a->draft_memory.empty() ? 0 : parse_size(a->draft_memory));
-            load.memory_budget_bytes = split.target_bytes;
-            draft_load.memory_budget_bytes = split.draft_bytes;
-            // the same reader, cache policy and prefetch; the packed store, usage statistics (and any per-model
-            // file added later) are the target's own
-            StreamingOptions ds;
-            ds.policy = load.streaming.policy;
-            ds.prefetch = load.streaming.prefetch;
-            ds.reader = load.streaming.reader;
-            ds.staging_experts = load.streaming.staging_experts;
-            draft_load.streaming = ds;
-            draft_load.max_context_tokens += a->speculative;  // drafts run past the verified context
-        }
+        const DraftPlan draft_plan = plan_draft(load, a->draft_model, a->draft_memory, a->speculative);
         auto model = load_model(a->m.model, load);
-        if (!a->draft_model.empty()) {
-            std::unique_ptr<Model> dm;
-            try {
-                dm = load_model(a->draft_model, draft_load);
-            } catch (const Error& e) {
-                if (draft_load.memory_budget_bytes == 0) throw;
-                fail("draft model ", a->draft_model, ", in its share of the budget (--draft-memory, default a quarter "
-                     "of --memory): ", e.what());
-            }
-            check_draft_compatible(model->info(), a->m.model, dm->info(), a->draft_model);
-            draft = std::make_unique<DraftModel>(std::move(dm), a->chunk);
-        }
+        std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->chunk);
         GenerateOptions opt;
         opt.max_new_tokens = a->n;
         opt.prefill_chunk = a->chunk;

@@ -159,7 +159,9 @@ void register_serve(CLI::App& app) {
         lo.prefix_cache_bytes = a->e.prefix_cache_bytes(lo.memory_budget_bytes);
         // recurrent state snapshots within a pass (prefix cache, speculation): reserved in the plan
         if (lo.prefix_cache_bytes > 0 || !a->e.state_dir.empty() || a->e.speculative > 0) lo.snapshot_rows = a->batch_rows;
+        const DraftPlan draft_plan = plan_draft(lo, a->e.draft_model, a->e.draft_memory, a->e.speculative);
         auto model = load_model(a->m.model, lo);
+        const std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->batch_rows);
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;
         eo.max_sequences = a->m.parallel;
@@ -174,6 +176,7 @@ void register_serve(CLI::App& app) {
         so.model_id = !a->alias.empty() ? a->alias : model_id_from_folder(a->m.model);
         so.default_max_tokens = a->max_tokens;
         so.speculative_tokens = a->e.speculative;
+        if (draft) so.make_drafter = [d = draft.get()] { return d->drafter(); };
         so.request_timeout_s = a->timeout_s;
         so.ping_interval_s = a->ping_s;
         so.max_waiting = a->max_waiting;

@@ -127,6 +127,49 @@ void add_engine_args(CLI::App* sub, EngineArgs& a) {
                     "\"speculative\": false); 0: off")
         ->check(non_negative())
         ->capture_default_str();
+    sub->add_option("--draft-model", a.draft_model,
+                    "draft with this model (same tokenizer, checked at load) instead of prompt lookup; each request "
+                    "gets its own draft state; needs --speculative N");
+    sub->add_option("--draft-memory", a.draft_memory,
+                    "the draft model's share of --memory (default: a quarter); the target gets the rest");
+}
+
+DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const std::string& draft_memory,
+                     int64_t speculative) {
+    SLUICE_CHECK(draft_dir.empty() || speculative > 0, "--draft-model needs --speculative N (N >= 1)");
+    SLUICE_CHECK(draft_memory.empty() || !draft_dir.empty(), "--draft-memory needs --draft-model");
+    DraftPlan plan{draft_dir, target};
+    if (draft_dir.empty()) return plan;
+    check_model_folder(draft_dir);
+    const MemorySplit split =
+        split_memory_budget(target.memory_budget_bytes, draft_memory.empty() ? 0 : parse_size(draft_memory));
+    target.memory_budget_bytes = split.target_bytes;
+    plan.load.memory_budget_bytes = split.draft_bytes;
+    // the same reader, cache policy and prefetch; the packed store, usage statistics and trace are the target's own
+    StreamingOptions ds;
+    ds.policy = target.streaming.policy;
+    ds.prefetch = target.streaming.prefetch;
+    ds.reader = target.streaming.reader;
+    ds.staging_experts = target.streaming.staging_experts;
+    plan.load.streaming = ds;
+    plan.load.prefix_cache_bytes = 0;
+    plan.load.max_context_tokens += speculative * target.max_sequences;  // drafts run past the verified context
+    return plan;
+}
+
+std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& target, const std::string& target_dir,
+                                       int64_t prefill_chunk) {
+    if (plan.dir.empty()) return nullptr;
+    std::unique_ptr<Model> dm;
+    try {
+        dm = load_model(plan.dir, plan.load);
+    } catch (const Error& e) {
+        if (plan.load.memory_budget_bytes == 0) throw;
+        fail("draft model ", plan.dir, ", in its share of the budget (--draft-memory, default a quarter of --memory): ",
+             e.what());
+    }
+    check_draft_compatible(target.info(), target_dir, dm->info(), plan.dir);
+    return std::make_unique<DraftModel>(std::move(dm), prefill_chunk);
 }
 
 void EngineArgs::apply(EngineOptions& eo, uint64_t prefix_cache_bytes) const {

@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "models/model.h"
+#include "runtime/draft_model.h"
 #include "runtime/engine.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -47,12 +48,25 @@ struct EngineArgs {
     int64_t speculative = 0;            // draft tokens per step for greedy requests (prompt lookup); 0: off
     std::string state_dir;              // the prefix cache's SSD tier; empty: none
     std::string state_dir_size = "10G";
+    std::string draft_model;            // drafts from this model instead of prompt lookup (with --speculative)
+    std::string draft_memory;           // its share of --memory; empty: a quarter
     // Sets EngineOptions' prefix cache and state directory fields from these arguments.
     void apply(EngineOptions& eo, uint64_t prefix_cache_bytes) const;
     // auto: an eighth of the memory budget, at most 512 MiB (512 MiB without a budget)
     uint64_t prefix_cache_bytes(uint64_t memory_budget_bytes) const;
 };
 void add_engine_args(CLI::App* sub, EngineArgs& a);
+// --draft-model DIR [--draft-memory SIZE] (generate, serve, batch): plan_draft takes the draft's share out of the
+// target's budget before the target loads; load_draft then loads it and checks that it shares the target's tokenizer.
+struct DraftPlan {
+    std::string dir;    // empty: no draft model
+    LoadOptions load;   // the draft's options (its budget share; the target's reader, policy and sequences)
+};
+DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const std::string& draft_memory,
+                     int64_t speculative);
+std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& target, const std::string& target_dir,
+                                       int64_t prefill_chunk);
+
 // --trace-experts FILE (generate, bench): record every MoE layer's routing, cache hits and read-aheads.
 void add_trace_arg(CLI::App* sub, ModelArgs& a);
 // The residency plan and what it implies: cold bytes a token reads, bytes per token with the expert cache and with

@@ -183,6 +183,7 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
     BatchSummary sum;
     ModelContext ctx = make_model_context(engine, tok, chat_template, o.model_id, o.default_max_tokens);
     ctx.speculative_tokens = o.speculative_tokens;
+    ctx.make_drafter = o.make_drafter;
     BatchValidation input;
     {
         std::ifstream in(o.input_path, std::ios::binary);

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <istream>
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,8 @@ struct BatchOptions {
     std::string status_path;      // empty: OUTPUT with .status.json
     std::string model_id;
     int64_t default_max_tokens = 1024;  // completion tokens when a request sets no limit
-    int64_t speculative_tokens = 0;     // > 0: greedy requests draft this many tokens per step (prompt lookup)
+    int64_t speculative_tokens = 0;     // > 0: requests draft this many tokens per step
+    std::function<Drafter()> make_drafter;  // set: each request's drafter (a draft model's), else prompt lookup
     bool continue_on_invalid = false;   // invalid lines go to the error file instead of failing the job
     bool resume = true;                 // skip custom_ids already in the output or error file
     int64_t max_inflight = 0;           // requests submitted to the engine at once (0: 2 x the engine's sequences)

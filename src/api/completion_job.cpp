@@ -136,6 +136,7 @@ CompletionJob::CompletionJob(Engine& engine, const tok::Tokenizer& tok, ParsedRe
             RequestParams p = req_.params;
             p.prompt = req_.prompts[i / size_t(req_.n)];
             p.sampling.seed += uint64_t(i % size_t(req_.n));
+            if (req_.make_drafter && p.draft_tokens > 0) p.drafter = req_.make_drafter();  // its own draft state
             all.push_back({std::move(p), choice_callback(shared_, tok, int(i), req_.echo, req_.logprobs,
                                                          req_.top_logprobs)});
         }

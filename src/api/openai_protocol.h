@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -48,12 +49,14 @@ struct ModelContext {
     int64_t max_context_tokens = 0;          // one request's prompt + completion may not exceed this
     int64_t default_max_tokens = 0;          // when the request gives none: what is left of the context, capped here
     int64_t speculative_tokens = 0;          // > 0: greedy requests draft this many tokens per step (serve --speculative)
+    std::function<Drafter()> make_drafter;   // set: drafts from a draft model, one drafter per choice; else prompt lookup
 };
 
 struct ParsedRequest {
     Endpoint endpoint = Endpoint::chat_completions;
     std::string model;            // echoed in responses
     RequestParams params;         // prompt ids, limits, sampling, penalties, bias; one per choice (seed + index)
+    std::function<Drafter()> make_drafter;  // set when params drafts from a model: a drafter (own state) per choice
     int n = 1;                    // choices; choice i runs with sampling.seed + i
     bool stream = false;
     bool include_usage = false;   // stream_options.include_usage

@@ -484,6 +484,7 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
             bad("speculative", "This server runs without speculative decoding (start it with --speculative N).",
                 "invalid_value");
         if (!refused) q.draft_tokens = ctx.speculative_tokens;
+        if (q.draft_tokens > 0) r.make_drafter = ctx.make_drafter;
     }
 
     if (chat) {

@@ -81,6 +81,7 @@ struct Server::Impl {
         : engine(e), tok(t), chat_template(ct), opt(std::move(o)) {
         ctx = make_model_context(engine, tok, chat_template, opt.model_id, opt.default_max_tokens);
         ctx.speculative_tokens = opt.speculative_tokens;
+        ctx.make_drafter = opt.make_drafter;
         http::ServerOptions h;
         h.host = opt.host;
         h.port = opt.port;

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,7 +39,8 @@ struct ServerOptions {
     std::vector<std::string> api_keys;  // empty: no authentication
     std::string model_id;               // reported by /v1/models and echoed when a request names none
     int64_t default_max_tokens = 2048;  // completion tokens when a request gives no limit
-    int64_t speculative_tokens = 0;     // > 0: greedy requests draft this many tokens per step (prompt lookup)
+    int64_t speculative_tokens = 0;     // > 0: requests draft this many tokens per step
+    std::function<Drafter()> make_drafter;  // set: each request's drafter (a draft model's), else prompt lookup
     int64_t request_timeout_s = 3600;   // a request still running after this is cancelled
     int64_t ping_interval_s = 15;       // SSE keep-alive comment while nothing else is sent
     int64_t max_waiting = 256;          // requests queued beyond the running ones; more get 503

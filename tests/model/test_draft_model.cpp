@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -258,4 +259,62 @@ TEST(DraftModel, CliSameIdsAndOneLineErrors) {
         EXPECT_NE(out.find("sluice: error: "), std::string::npos) << out;
         EXPECT_NE(out.find(want), std::string::npos) << args << "\n" << out;
     }
+}
+
+// `sluice batch --speculative N --draft-model DIR`: every request (and every choice of an n > 1 one) drafts from its
+// own state in the shared draft model; greedy results are the ones without drafts, sampled ones follow the same
+// distribution (not checked here: test_spec_sampling), and the engine's stats show drafts were kept.
+TEST(DraftModel, BatchJobDraftsPerRequestSameGreedyText) {
+    const std::string dir = test::temp_dir("draft_batch");
+    {
+        std::ofstream in(dir + "/in.jsonl");
+        const char* prompts[] = {"In the beginning", "The quick brown fox", "A fool and his money are soon",
+                                 "Love is patient, love is"};
+        int i = 0;
+        for (const char* p : prompts)
+            in << nlohmann::json{{"custom_id", "r" + std::to_string(i++)},
+                                 {"method", "POST"},
+                                 {"url", "/v1/completions"},
+                                 {"body", {{"model", "m"}, {"prompt", p}, {"max_tokens", 24}, {"temperature", 0}, {"n", i == 4 ? 2 : 1}}}}
+                      .dump()
+               << "\n";
+    }
+    const std::string base = "batch -m " + kTarget + " -i " + dir + "/in.jsonl --parallel 3 -t 1 --memory 256M --ctx 512 --batch-rows 64 ";
+    int status = -1;
+    std::string out = run_cli(base + "-o " + dir + "/plain.jsonl", &status);
+    ASSERT_EQ(status, 0) << out;
+    out = run_cli(base + "-o " + dir + "/draft.jsonl --speculative 3 --draft-model " + kDraft +
+                      " --draft-memory 96M --stats",
+                  &status);
+    ASSERT_EQ(status, 0) << out;
+    auto texts = [](const std::string& path) {
+        std::map<std::string, std::vector<std::string>> t;
+        std::ifstream f(path);
+        for (std::string line; std::getline(f, line);) {
+            const auto j = nlohmann::json::parse(line);
+            for (const auto& c : j["response"]["body"]["choices"]) t[j["custom_id"]].push_back(c["text"]);
+        }
+        return t;
+    };
+    const auto plain = texts(dir + "/plain.jsonl"), drafted = texts(dir + "/draft.jsonl");
+    ASSERT_EQ(plain.size(), 4u);
+    EXPECT_EQ(plain.at("r3").size(), 2u);
+    EXPECT_EQ(plain, drafted);
+    const size_t at = out.find("speculative (draft_model): ");
+    ASSERT_NE(at, std::string::npos) << out;
+    long long drafted_n = 0, accepted_n = 0, passes = 0, draft_passes = 0;
+    ASSERT_EQ(std::sscanf(out.c_str() + at,
+                          "speculative (draft_model): %lld drafted, %lld accepted, %lld decode passes, %lld draft-model",
+                          &drafted_n, &accepted_n, &passes, &draft_passes), 4) << out;
+    EXPECT_GT(draft_passes, 0) << out;  // the drafts came from the draft model, not prompt lookup
+    EXPECT_GT(accepted_n, 0) << out;    // the trained pair agrees often: drafts were made and kept
+
+    out = run_cli(base + "-o " + dir + "/x.jsonl --draft-model " + kDraft, &status);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_NE(out.find("--draft-model needs --speculative N"), std::string::npos) << out;
+    out = run_cli(base + "-o " + dir + "/x.jsonl --speculative 2 --draft-memory 96M --draft-model " +
+                      fixture("dsv3_qlora_group_yarn"),
+                  &status);
+    EXPECT_EQ(status, 1) << out;
+    EXPECT_NE(out.find("vocab_size 320 differs from the target's 4096"), std::string::npos) << out;
 }

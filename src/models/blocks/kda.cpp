@@ -16,21 +16,24 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 namespace {
 
 // Causal depthwise conv over one sequence's rows with its carried taps, then SiLU. raw/out: rows at stride `ld`.
+// Channels are independent, so they are split over the pool (no bit depends on the split).
 void short_conv(const std::vector<float>& weight, int64_t P, int64_t K, float* taps, const float* raw, int64_t m,
-                int64_t ld, float* out) {
-    std::vector<float> win(static_cast<size_t>(K));
-    for (int64_t ch = 0; ch < P; ++ch) {
-        float* tp = taps + ch * (K - 1);
-        const float* wc = weight.data() + ch * K;
-        for (int64_t j = 0; j < m; ++j) {
-            std::copy_n(tp, K - 1, win.data());
-            win[size_t(K - 1)] = raw[j * ld + ch];
-            float s = 0;
-            for (int64_t i = 0; i < K; ++i) s += wc[i] * win[size_t(i)];
-            out[j * ld + ch] = silu(s);
-            std::copy_n(win.data() + 1, K - 1, tp);
+                int64_t ld, float* out, ThreadPool& pool) {
+    pool.parallel_for(P, [&](int64_t c0, int64_t c1) {
+        std::vector<float> win(static_cast<size_t>(K));
+        for (int64_t ch = c0; ch < c1; ++ch) {
+            float* tp = taps + ch * (K - 1);
+            const float* wc = weight.data() + ch * K;
+            for (int64_t j = 0; j < m; ++j) {
+                std::copy_n(tp, K - 1, win.data());
+                win[size_t(K - 1)] = raw[j * ld + ch];
+                float s = 0;
+                for (int64_t i = 0; i < K; ++i) s += wc[i] * win[size_t(i)];
+                out[j * ld + ch] = silu(s);
+                std::copy_n(win.data() + 1, K - 1, tp);
+            }
         }
-    }
+    }, 64);
 }
 
 void l2_normalise(float* x, int64_t D, float scale) {
@@ -61,20 +64,23 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
         ops::matmul(w.b_proj, x, n, beta.data(), pool);
     }
     for (auto& b : beta) b = sigmoid(b);
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t h = 0; h < H; ++h) {
-            const float a = std::exp(w.A_log[size_t(h)]);
-            for (int64_t d = 0; d < D; ++d) {
-                const size_t j = size_t(i * P + h * D + d);
-                const float u = f[j] + w.dt_bias[size_t(h * D + d)];
-                if (c.gate_lower_bound < 0) {
-                    g[j] = c.gate_lower_bound * sigmoid(a * u);
-                } else {
-                    const float sp = u > 20.0f ? u : std::log(1.0f + std::exp(u));
-                    g[j] = -a * sp;
+    // the elementwise loops below are split over the pool by rows: each element's arithmetic is unchanged
+    pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+            for (int64_t h = 0; h < H; ++h) {
+                const float a = std::exp(w.A_log[size_t(h)]);
+                for (int64_t d = 0; d < D; ++d) {
+                    const size_t j = size_t(i * P + h * D + d);
+                    const float u = f[j] + w.dt_bias[size_t(h * D + d)];
+                    if (c.gate_lower_bound < 0) {
+                        g[j] = c.gate_lower_bound * sigmoid(a * u);
+                    } else {
+                        const float sp = u > 20.0f ? u : std::log(1.0f + std::exp(u));
+                        g[j] = -a * sp;
+                    }
                 }
             }
-        }
+    });
 
     const float scale = 1.0f / std::sqrt(float(D));
     for (const auto& s : seqs) {
@@ -91,13 +97,16 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
         }
         for (int p = 0; p < 3; ++p) {
             const auto& cw = p == 0 ? w.q_conv : p == 1 ? w.k_conv : w.v_conv;
-            short_conv(cw, P, K, s.state->conv.data() + p * P * (K - 1), sraw.data() + p * P, m, 3 * P, sq.data() + p * P);
+            short_conv(cw, P, K, s.state->conv.data() + p * P * (K - 1), sraw.data() + p * P, m, 3 * P, sq.data() + p * P,
+                       pool);
         }
-        for (int64_t j = 0; j < m; ++j)
-            for (int64_t h = 0; h < H; ++h) {
-                l2_normalise(sq.data() + j * 3 * P + h * D, D, scale);
-                l2_normalise(sq.data() + j * 3 * P + P + h * D, D, 1.0f);
-            }
+        pool.parallel_for(m, [&](int64_t j0, int64_t j1) {
+            for (int64_t j = j0; j < j1; ++j)
+                for (int64_t h = 0; h < H; ++h) {
+                    l2_normalise(sq.data() + j * 3 * P + h * D, D, scale);
+                    l2_normalise(sq.data() + j * 3 * P + P + h * D, D, 1.0f);
+                }
+        });
         if (s.state->journaling) {
             // what a rollback replays (state/caches.h): raw q|k|v, then k, v, g, beta
             KdaState& st = *s.state;
@@ -131,13 +140,15 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
     }
 
     // gated RMSNorm per head, then o_proj
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t h = 0; h < H; ++h) {
-            float* oh = o.data() + i * P + h * D;
-            ops::rms_norm(oh, w.o_norm.data(), 1, D, c.norm_eps, oh);
-            const float* gt = gate.data() + i * P + h * D;
-            for (int64_t d = 0; d < D; ++d) oh[d] *= sigmoid(gt[d]);
-        }
+    pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+            for (int64_t h = 0; h < H; ++h) {
+                float* oh = o.data() + i * P + h * D;
+                ops::rms_norm(oh, w.o_norm.data(), 1, D, c.norm_eps, oh);
+                const float* gt = gate.data() + i * P + h * D;
+                for (int64_t d = 0; d < D; ++d) oh[d] *= sigmoid(gt[d]);
+            }
+    });
     ops::matmul(w.o_proj, o.data(), n, out, pool);
 }
 
