@@ -82,7 +82,8 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
         }
         if (text.stopped()) {
             d.finish_reason = "stop";
-        } else if (ev.finish == FinishReason::stop || ev.finish == FinishReason::length) {
+        } else if (ev.finish == FinishReason::stop || ev.finish == FinishReason::length ||
+                   ev.finish == FinishReason::unsatisfiable) {
             d.text += text.finish();
             d.finish_reason = to_string(ev.finish);
         } else if (ev.finish == FinishReason::error) {

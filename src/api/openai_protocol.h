@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -14,9 +15,11 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/token_constraint.h"
 
 namespace sluice {
 class ChatTemplate;
+class TokenTrie;
 namespace tok {
 class Tokenizer;
 class StreamDecoder;
@@ -39,6 +42,17 @@ enum class Endpoint { chat_completions, completions };
 
 constexpr int k_max_prompts = 1024;  // completions: prompts in one request, and choices (prompts x n) in all
 
+// The vocabulary's token trie for structured output (runtime/token_mask.h), built on the first request that asks
+// for one and then shared (thread-safe).
+class LazyTokenTrie {
+public:
+    std::shared_ptr<const TokenTrie> get(const tok::Tokenizer& tok, int64_t vocab_size);
+
+private:
+    std::mutex mu_;
+    std::shared_ptr<const TokenTrie> trie_;
+};
+
 // What parsing needs from the loaded model.
 struct ModelContext {
     std::string model_id;                    // the name /v1/models reports (any `model` string is accepted)
@@ -48,7 +62,12 @@ struct ModelContext {
     int64_t max_context_tokens = 0;          // one request's prompt + completion may not exceed this
     int64_t default_max_tokens = 0;          // when the request gives none: what is left of the context, capped here
     int64_t speculative_tokens = 0;          // > 0: greedy requests draft this many tokens per step (serve --speculative)
+    std::shared_ptr<LazyTokenTrie> token_trie = std::make_shared<LazyTokenTrie>();  // copies share it
 };
+
+// response_format: empty for {"type": "text"}, else the constraint of "json_object" / "json_schema" (a 400 naming
+// the field, or the schema keyword's path under response_format.json_schema.schema, when it is invalid).
+ConstraintFactory parse_response_format(const nlohmann::ordered_json& v, const ModelContext& ctx);
 
 struct ParsedRequest {
     Endpoint endpoint = Endpoint::chat_completions;
@@ -97,8 +116,7 @@ struct ParsedRequest {
 //   template; a tool call's `arguments` string that holds a JSON object is handed to the template as that object
 //   (templates index into it). "developer" becomes "system" unless the template itself mentions "developer".
 //   tools (array of {"type":"function","function":{"name",...}}) reach the template; chat_template_kwargs (object)
-//   and reasoning_effort (string) become template variables. response_format {"type":"text"} is accepted;
-//   json_object / json_schema are a 400 (no constrained decoding yet). tool_choice and parallel_tool_calls are
+//   and reasoning_effort (string) become template variables. tool_choice and parallel_tool_calls are
 //   accepted and ignored (listed in ignored_fields), as are user, metadata, store, service_tier, ...
 //   The rendered conversation (add_generation_prompt) is encoded without added special tokens.
 // - completions: prompt a string (encoded with the tokenizer's BOS/EOS), an array of token ids (each in
@@ -110,6 +128,10 @@ struct ParsedRequest {
 //   token_logprobs (null for the first: nothing predicts it), top_logprobs (null for the first) and text_offset
 //   (each token's bytes from 0, as the completion counts them), computed from the raw logits as `sluice logits`
 //   gives them (no penalties or bias). A non-empty suffix is a 400 (not supported); best_of only 1.
+// - response_format (both endpoints): text, json_object (any JSON object) or json_schema {name, schema, strict,
+//   description}: the output is constrained to the schema by a token mask (see parse_response_format); strict is
+//   accepted either way and the schema is always enforced. Nothing else is refused with it: speculation, n,
+//   penalties, bias, logprobs and stop sequences all combine with the mask.
 // - Values nested deeper than 64 levels (tools, tool call arguments, template kwargs) are a 400.
 // Template or tokenizer failures are a 400 naming `messages` / `prompt`; a bug inside is a 500 server_error. No
 // other exception leaves this function.

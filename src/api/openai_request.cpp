@@ -177,9 +177,10 @@ const std::set<std::string, std::less<>> k_common = {"model",
                                                      "frequency_penalty",
                                                      "presence_penalty",
                                                      "ignore_eos",
-                                                     "speculative"};
+                                                     "speculative",
+                                                     "response_format"};
 const std::set<std::string, std::less<>> k_chat = {
-    "messages", "top_logprobs", "tools", "response_format", "chat_template_kwargs", "reasoning_effort", "modalities"};
+    "messages", "top_logprobs", "tools", "chat_template_kwargs", "reasoning_effort", "modalities"};
 const std::set<std::string, std::less<>> k_completions = {"prompt", "echo", "suffix", "best_of"};
 // Known, harmless, and without effect here: accepted and reported in ignored_fields.
 const std::set<std::string, std::less<>> k_ignored = {"user",         "metadata",          "store",
@@ -486,27 +487,14 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
         if (!refused) q.draft_tokens = ctx.speculative_tokens;
     }
 
+    if (const ojson* v = field(body, "response_format")) q.constraint = parse_response_format(*v, ctx);
+
     if (chat) {
         if (const ojson* v = field(body, "logprobs")) r.logprobs = get_bool(*v, "logprobs");
         if (const ojson* v = field(body, "top_logprobs")) {
             r.top_logprobs = int(get_int(*v, "top_logprobs", 0, 20));
             if (r.top_logprobs > 0 && !r.logprobs)
                 bad("top_logprobs", "Invalid 'top_logprobs': 'logprobs' must be set to true when it is used.",
-                    "invalid_value");
-        }
-        if (const ojson* v = field(body, "response_format")) {
-            if (!v->is_object()) bad_type("response_format", "an object", *v);
-            const ojson* type = field(*v, "type");
-            if (!type) bad_missing("response_format.type");
-            const std::string& t = get_string(*type, "response_format.type");
-            if (t == "json_object" || t == "json_schema")
-                not_supported("response_format", cat("of type '", t,
-                                                     "' is not supported by this server (no constrained decoding "
-                                                     "yet); use {\"type\": \"text\"}."));
-            if (t != "text")
-                bad("response_format.type",
-                    cat("Invalid value for 'response_format.type': '", t,
-                        "'. Supported values are: 'text', 'json_object', and 'json_schema'."),
                     "invalid_value");
         }
         if (const ojson* v = field(body, "modalities")) {
