@@ -40,8 +40,10 @@ bool accepting_number(uint8_t phase) {
     return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits;
 }
 
-bool more_ws(Frame& f) {
-    if (f.ws >= kMaxWhitespace) return false;
+// A whitespace run may indent one line of pretty-printed JSON at this depth (two bytes a level), no more: weak
+// models otherwise spend their tokens on spaces.
+bool more_ws(Frame& f, int32_t depth) {
+    if (f.ws >= max_whitespace(depth)) return false;
     ++f.ws;
     return true;
 }
@@ -107,7 +109,7 @@ bool Automaton::begin_value(Frame& f, uint8_t b) const {
             return b == '[';
         case Kind::string:
             f.phase = kString;
-            f.off = 0, f.lo = 0;
+            f.off = 0, f.lo = 0, f.hi = 0;
             return b == '"';
         case Kind::number:
         case Kind::integer:
@@ -160,7 +162,7 @@ bool Automaton::step(State& s, uint8_t b) const {
         const SchemaNode& n = g_.nodes[size_t(f.node)];
         switch (f.phase) {
             case kValue:
-                if (is_ws(b)) return more_ws(f);
+                if (is_ws(b)) return more_ws(f, s.depth);
                 if (!begin_value(f, b)) return false;
                 break;
             case kLiteral:
@@ -169,13 +171,17 @@ bool Automaton::step(State& s, uint8_t b) const {
                 --s.depth;  // a literal that is complete: b belongs to the parent
                 continue;
             case kString:
-                if (f.off == 0) {
+                if (f.off == 0) {  // f.hi counts the characters begun
                     if (b == '"') {
+                        if (f.hi < n.min_length) return false;
                         --s.depth;
                         return true;
                     }
+                    if (b < 0x20) return false;
+                    if ((b & 0xC0) == 0x80) return true;  // a UTF-8 continuation byte
+                    if (f.hi >= n.max_length) return false;
+                    ++f.hi;
                     if (b == '\\') f.off = 1;
-                    else if (b < 0x20) return false;
                     return true;
                 }
                 if (f.off == 1) {
@@ -228,7 +234,7 @@ bool Automaton::step(State& s, uint8_t b) const {
                 return true;
             case kObjOpen:
             case kObjComma:
-                if (is_ws(b)) return more_ws(f);
+                if (is_ws(b)) return more_ws(f, s.depth);
                 f.ws = 0;
                 if (b == '"' && (n.additional >= 0 || !n.keys.empty())) {
                     f.phase = kKey;
@@ -243,14 +249,14 @@ bool Automaton::step(State& s, uint8_t b) const {
             case kKey:
                 return key_step(f, b);
             case kColon:
-                if (is_ws(b)) return more_ws(f);
+                if (is_ws(b)) return more_ws(f, s.depth);
                 if (b != ':') return false;
                 f.phase = kObjAfter;
                 f.ws = 0;
                 if (f.prop >= 0) f.seen |= uint64_t(1) << f.prop;
                 return push_value(s, f.prop >= 0 ? n.key_nodes[size_t(f.prop)] : n.additional);
             case kObjAfter:
-                if (is_ws(b)) return more_ws(f);
+                if (is_ws(b)) return more_ws(f, s.depth);
                 f.ws = 0;
                 if (b == '}') {
                     if ((f.seen & n.required) != n.required) return false;
@@ -262,7 +268,7 @@ bool Automaton::step(State& s, uint8_t b) const {
                 if (n.additional >= 0) return true;
                 return n.keys.size() < 64 ? f.seen != (uint64_t(1) << n.keys.size()) - 1 : ~f.seen != 0;
             case kArrOpen:
-                if (is_ws(b)) return more_ws(f);
+                if (is_ws(b)) return more_ws(f, s.depth);
                 f.ws = 0;
                 if (b == ']') {
                     if (n.min_items > 0) return false;
@@ -275,7 +281,7 @@ bool Automaton::step(State& s, uint8_t b) const {
                 if (!push_value(s, n.items)) return false;
                 continue;  // b starts the first item
             case kArrAfter:
-                if (is_ws(b)) return more_ws(f);
+                if (is_ws(b)) return more_ws(f, s.depth);
                 f.ws = 0;
                 if (b == ']') {
                     if (f.off < n.min_items) return false;
@@ -307,8 +313,10 @@ bool Automaton::can_end(const State& s) const {
     return accepting_number(f.phase);
 }
 
-bool Automaton::in_plain_string(const State& s) {
-    return s.depth > 0 && s.frames[size_t(s.depth - 1)].phase == kString && s.frames[size_t(s.depth - 1)].off == 0;
+bool Automaton::in_plain_string(const State& s) const {
+    if (s.depth == 0) return false;
+    const Frame& f = s.frames[size_t(s.depth - 1)];
+    return f.phase == kString && f.off == 0 && g_.nodes[size_t(f.node)].max_length == UINT32_MAX;
 }
 
 }  // namespace sluice::json

@@ -25,7 +25,7 @@ const std::set<std::string> k_annotations = {"title", "description", "default", 
                                              "$comment", "$defs", "definitions", "deprecated", "readOnly",
                                              "writeOnly"};
 const std::set<std::string> k_keywords = {"type", "properties", "required", "additionalProperties", "items",
-                                          "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "$ref"};
+                                          "minItems", "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref"};
 const std::set<std::string> k_types = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
 std::bitset<256> first_bytes(const Grammar& g, int32_t n) {
@@ -210,7 +210,14 @@ private:
     }
 
     int32_t typed(const ojson& s, const std::string& path, const std::string& type, int depth) {
-        if (type == "string") return add(Kind::string, path);
+        if (type == "string") {
+            const uint32_t mn = count(s, path, "minLength", 0), mx = count(s, path, "maxLength", UINT32_MAX);
+            if (mn > mx) bad(join(path, "minLength"), "'minLength' is greater than 'maxLength': no string satisfies both");
+            const int32_t n = add(Kind::string, path);
+            g_.nodes[size_t(n)].min_length = mn;
+            g_.nodes[size_t(n)].max_length = mx;
+            return n;
+        }
         if (type == "number") return add(Kind::number, path);
         if (type == "integer") return add(Kind::integer, path);
         if (type == "boolean" || type == "null") {

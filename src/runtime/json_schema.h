@@ -1,6 +1,6 @@
 // A JSON Schema compiled into the node graph that runtime/json_automaton walks byte by byte (structured output).
 // Supported: type (one name or an array of them), properties, required, additionalProperties (false, true or a
-// schema), items, minItems, maxItems, enum, const, anyOf / oneOf (alternatives told apart by their first byte: one
+// schema), items, minItems, maxItems, minLength, maxLength (characters), enum, const, anyOf / oneOf (alternatives told apart by their first byte: one
 // per JSON type, literals merged), $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion included);
 // annotations (title, description, default, examples, $schema, $id, $comment) are ignored. Everything else that
 // constrains values (pattern, format, minimum, minLength, ...) is refused rather than silently not enforced.
@@ -43,6 +43,8 @@ struct SchemaNode {
     // array
     int32_t items = -1;  // -1: no item may appear (maxItems 0 or items: false)
     uint32_t min_items = 0, max_items = UINT32_MAX;
+    // string: length in characters (code points; an escape is one)
+    uint32_t min_length = 0, max_length = UINT32_MAX;
     // literals (enum, const, boolean, null): the values' JSON texts, distinct, in byte order
     std::vector<std::string> literals;
     // choice: alternatives, each a node of another kind, whose first bytes do not overlap

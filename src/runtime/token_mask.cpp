@@ -105,7 +105,7 @@ void JsonConstraint::walk(uint32_t node, int depth) {
         json::State& s = st[size_t(depth) + 1];
         s.copy_from(st[size_t(depth)]);
         if (!a_->step(s, n.byte)) continue;
-        if (n.plain_below && json::Automaton::in_plain_string(s)) {
+        if (n.plain_below && a_->in_plain_string(s)) {
             std::fill(allowed_.begin() + n.lo, allowed_.begin() + n.hi, uint8_t(1));
             continue;
         }

@@ -82,7 +82,7 @@ TEST_F(StructuredOutput, GreedyAndSampledOutputsAreInstances) {
     int stopped = 0;
     for (const Out& o : out) {
         if (o.finish != FinishReason::stop) {
-            EXPECT_EQ(o.finish, FinishReason::length);  // a long string may run out of tokens; never anything else
+            EXPECT_EQ(o.finish, FinishReason::length) << text(o);  // a long string may run out of tokens; never anything else
             continue;
         }
         ++stopped;

@@ -101,7 +101,11 @@ TEST(JsonAutomaton, RefusesAtTheFirstWrongByte) {
     EXPECT_EQ(run(a, R"({"name":"\ud800"})"), -1 - 12);       // a surrogate escape
     EXPECT_EQ(run(a, "{\"name\":\"a\tb\"}"), -1 - 10);        // a raw control character
     EXPECT_EQ(run(a, R"({"name":"","age":1} )"), -1 - 19);    // nothing after the value
-    EXPECT_EQ(run(a, std::string(kMaxWhitespace + 1, ' ')), -1 - kMaxWhitespace);
+    EXPECT_EQ(run(a, std::string(max_whitespace(1) + 1, ' ')), -1 - max_whitespace(1));
+    // pretty-printed: a newline and two spaces a level
+    EXPECT_EQ(run(a, "{\n  \"name\": \"x\",\n  \"age\": 1,\n  \"pets\": 1\n}"), -1 - 32);  // no "pets" here
+    EXPECT_EQ(run(a, "{\n  \"name\": \"x\",\n  \"tags\": [\n    \"a\"\n  ],\n  \"age\": 1\n}"), 1);
+    EXPECT_EQ(run(a, "{\"name\":      \"x\"}"), -1 - 13);
 }
 
 TEST(JsonAutomaton, LiteralsThatArePrefixesOfOthers) {
@@ -113,6 +117,15 @@ TEST(JsonAutomaton, LiteralsThatArePrefixesOfOthers) {
     EXPECT_EQ(run(top, "1"), 1);   // may end, or go on to 12
     EXPECT_EQ(run(top, "12"), 1);
     EXPECT_EQ(run(top, "123"), -1 - 2);
+}
+
+TEST(JsonAutomaton, StringLengthsCountCharacters) {
+    const Automaton a = from(R"({"type":"string","minLength":2,"maxLength":3})");
+    EXPECT_EQ(run(a, R"("ab")"), 1);
+    EXPECT_EQ(run(a, R"("a")"), -1 - 2);
+    EXPECT_EQ(run(a, R"("abcd")"), -1 - 4);
+    EXPECT_EQ(run(a, "\"\xc3\xa9\\n\xe2\x82\xac\""), 1);  // three characters: an accent, an escape, a euro sign
+    EXPECT_EQ(error_path(R"({"type":"string","minLength":3,"maxLength":2})"), "minLength");
 }
 
 TEST(JsonAutomaton, AnyObjectAndRecursion) {

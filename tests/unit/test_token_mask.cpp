@@ -53,7 +53,7 @@ const std::shared_ptr<const TokenTrie>& qwen3_trie() {
 }
 
 const char* k_schema = R"({"type":"object","additionalProperties":false,"required":["name","age","pets"],
-  "properties":{"name":{"type":"string"},"age":{"type":"integer"},"alive":{"type":"boolean"},
+  "properties":{"name":{"type":"string","maxLength":8},"nick":{"type":"string"},"age":{"type":"integer"},"alive":{"type":"boolean"},
   "pets":{"type":"array","maxItems":3,"items":{"type":"object","required":["kind"],"additionalProperties":false,
      "properties":{"kind":{"enum":["cat","dog"]},"weight":{"type":["number","null"]}}}}}})";
 
@@ -70,7 +70,7 @@ TEST(TokenMask, AllowsExactlyTheTokensTheAutomatonAccepts) {
     const int64_t V = trie->vocab_size();
     ASSERT_GT(V, 150000);
     // states along one text: object start, a key, a string value, a number, an enum, inside an array
-    const std::string text = R"({"name": "Jo \"x\" y", "age": 41, "pets": [{"kind": "dog", "weight": 2.5e1}, {"kind":)";
+    const std::string text = R"({"name": "Jo \"x\" y", "nick": "a\u00e9 \"b", "age": 41, "pets": [{"kind": "dog", "weight": 2.5e1}, {"kind":)";
     JsonConstraint c(a, trie);
     json::State s = a->start(), t;
     int checked = 0;
