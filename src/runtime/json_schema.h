@@ -3,7 +3,7 @@
 // schema), items, minItems, maxItems, minLength, maxLength (characters), enum, const, anyOf / oneOf (alternatives told apart by their first byte: one
 // per JSON type, literals merged), $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion included);
 // annotations (title, description, default, examples, $schema, $id, $comment) are ignored. Everything else that
-// constrains values (pattern, format, minimum, minLength, ...) is refused rather than silently not enforced.
+// constrains values (pattern, format, minimum, multipleOf, ...) is refused rather than silently not enforced.
 //
 // Compile errors are SchemaError: the message and the path of the offending keyword inside the schema
 // ("properties.items.items.type[1]"). Refused too: schemas with no finite instance (a required property or minItems
