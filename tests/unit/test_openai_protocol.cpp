@@ -94,6 +94,18 @@ std::string k_msgs_body() { return std::string("{") + k_msgs + "}"; }
 
 }  // namespace
 
+TEST(OpenAiRequest, ResponseFormatMakesAConstraint) {
+    const std::string m = std::string(R"({"model": "m", )") + k_msgs;
+    EXPECT_FALSE(chat(m + R"(, "response_format": {"type": "text"}})").params.constraint);
+    EXPECT_TRUE(chat(m + R"(, "response_format": {"type": "json_object"}})").params.constraint);
+    const ParsedRequest r = completions(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_schema",
+        "json_schema": {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"a": {"type":
+        "integer"}}, "required": ["a"], "additionalProperties": false}}}})");
+    ASSERT_TRUE(r.params.constraint);
+    auto c = r.params.constraint();
+    EXPECT_FALSE(c->finished());
+}
+
 TEST(OpenAiRequest, ChatFieldsReachParams) {
     const std::string body = std::string(R"({"model": "anything", )") + k_msgs + R"(,
         "max_tokens": 50, "max_completion_tokens": 40, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
@@ -294,8 +306,16 @@ TEST(OpenAiRequest, BadInputsNameTheField) {
         {C, with(m, R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs"},
         {C, with(m, R"("logprobs": true, "top_logprobs": -1)"), "top_logprobs"},
         {C, with(m, R"("top_logprobs": 3)"), "top_logprobs"},
-        {C, with(m, R"("response_format": {"type": "json_object"})"), "response_format"},
-        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format"},
+        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format.json_schema.name"},
+        {C, with(m, R"("response_format": {"type": "json_schema"})"), "response_format.json_schema"},
+        {C, with(m, R"("response_format": {"type": "json_object", "json_schema": {}})"), "response_format.json_schema"},
+        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {"name": "a b"}})"),
+         "response_format.json_schema.name"},
+        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "extra": 1}})"),
+         "response_format.json_schema.extra"},
+        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
+             {"properties": {"a": {"items": {"type": "strin"}}}}}})"),
+         "response_format.json_schema.schema.properties.a.items.type"},
         {C, with(m, R"("response_format": {"type": "xml"})"), "response_format.type"},
         {C, with(m, R"("response_format": "text")"), "response_format"},
         {C, with(m, R"("tools": "x")"), "tools"},
@@ -310,6 +330,9 @@ TEST(OpenAiRequest, BadInputsNameTheField) {
              std::string(70, '[') + std::string(70, ']') + R"(}"}}]}]})",
          "messages[0].tool_calls[0].function.arguments"},
         {P, R"({"model": "m"})", "prompt"},
+        {P, with(p, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
+             {"type": "array", "minItems": 2, "maxItems": 1}}})"),
+         "response_format.json_schema.schema.minItems"},
         {P, with(p, R"("messages": [])"), "messages"},
         {P, R"({"model": "m", "prompt": 5})", "prompt"},
         {P, R"({"model": "m", "prompt": []})", "prompt"},
