@@ -77,8 +77,8 @@ const std::map<std::string, std::string> k_states = {
 void BM_Mask(benchmark::State& state, const std::string& tok_name, const std::string& where) {
     const Vocab& v = vocab(tok_name);
     const bool any = where.rfind("any_", 0) == 0;
-    auto a = std::make_shared<const json::Automaton>(
-        any ? json::any_object_grammar() : json::compile_schema(nlohmann::ordered_json::parse(k_schema)));
+    auto a = std::make_shared<const schema::Automaton>(
+        any ? schema::any_object_grammar() : schema::compile_schema(nlohmann::ordered_json::parse(k_schema)));
     JsonConstraint c(a, v.trie);
     if (!c.feed(k_states.at(where))) state.SkipWithError("prefix refused");
     const std::vector<int32_t> eos{*v.tok->eos_id()};

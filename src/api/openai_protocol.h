@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "api/tool_calls.h"
 #include "runtime/engine.h"
 #include "runtime/token_constraint.h"
 
@@ -87,7 +88,17 @@ struct ParsedRequest {
     std::vector<std::string> echo_texts;
     int choices() const { return int(prompts.size()) * n; }
     std::vector<std::string> ignored_fields;  // accepted-and-ignored known fields, for a warning log line
+    // chat with tools and tool_choice other than "none": the output's tool calls are parsed (tool_calls.h) into
+    // message.tool_calls, finish_reason "tool_calls"
+    bool parse_tools = false;
+    ToolSyntax tool_syntax = ToolSyntax::hermes;
 };
+
+// tools, tool_choice and parallel_tool_calls of a chat body (after response_format): checks the tool definitions
+// (each function's parameters compiled as a schema), sets r.parse_tools / r.tool_syntax, and for tool_choice
+// "required" or a named function r.params.constraint (hermes syntax only). Returns the tools for the template (null
+// when none).
+nlohmann::ordered_json parse_tools(const nlohmann::ordered_json& body, const ModelContext& ctx, ParsedRequest& r);
 
 // Validates `body` for `endpoint`. Throws ApiError (400 and the field) on: a body that is not an object, missing or
 // mistyped required fields, values out of range (temperature 0..2, top_p 0..1, n 1..128, penalties -2..2,
@@ -116,8 +127,9 @@ struct ParsedRequest {
 //   template; a tool call's `arguments` string that holds a JSON object is handed to the template as that object
 //   (templates index into it). "developer" becomes "system" unless the template itself mentions "developer".
 //   tools (array of {"type":"function","function":{"name",...}}) reach the template; chat_template_kwargs (object)
-//   and reasoning_effort (string) become template variables. tool_choice and parallel_tool_calls are
-//   accepted and ignored (listed in ignored_fields), as are user, metadata, store, service_tier, ...
+//   and reasoning_effort (string) become template variables. tool_choice: none, auto, required or a named
+//   function (see parse_tools); user, metadata, store, service_tier, ... are accepted and ignored (listed in
+//   ignored_fields).
 //   The rendered conversation (add_generation_prompt) is encoded without added special tokens.
 // - completions: prompt a string (encoded with the tokenizer's BOS/EOS), an array of token ids (each in
 //   [0, vocab_size)), or an array of up to k_max_prompts strings or of token-id arrays (one kind; each element is one
@@ -194,6 +206,7 @@ struct ChoiceResult {
     std::string finish_reason;            // "stop" or "length"
     nlohmann::json logprobs;              // null, or the endpoint's logprobs object (chat_logprobs_json /
                                           // completion_logprobs_json)
+    std::vector<ToolCall> tool_calls;     // chat: message.tool_calls (content null when text is empty)
 };
 
 // Non-streaming bodies: chat.completion / text_completion.
@@ -206,6 +219,10 @@ nlohmann::json completion_json(const ParsedRequest& req, const std::string& id, 
 nlohmann::json chunk_json(const ParsedRequest& req, const std::string& id, int64_t created, int index,
                           const std::string& delta_text, const std::string& finish_reason, bool role_first,
                           const nlohmann::json& logprobs = nullptr);
+// A chat choice's tool calls as stream chunks, in OpenAI's shape: per call a delta with its index, id, type and
+// function name (arguments ""), then its arguments in fragments; the finish_reason goes in a chunk after these.
+std::vector<nlohmann::json> tool_call_chunks(const ParsedRequest& req, const std::string& id, int64_t created,
+                                             int index, const std::vector<ToolCall>& calls);
 // The final usage chunk (choices: []) sent when include_usage is set.
 nlohmann::json usage_chunk_json(const ParsedRequest& req, const std::string& id, int64_t created, const Usage& u);
 

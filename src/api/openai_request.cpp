@@ -180,12 +180,12 @@ const std::set<std::string, std::less<>> k_common = {"model",
                                                      "speculative",
                                                      "response_format"};
 const std::set<std::string, std::less<>> k_chat = {
-    "messages", "top_logprobs", "tools", "chat_template_kwargs", "reasoning_effort", "modalities"};
+    "messages", "top_logprobs", "tools", "tool_choice", "chat_template_kwargs", "reasoning_effort", "modalities"};
 const std::set<std::string, std::less<>> k_completions = {"prompt", "echo", "suffix", "best_of"};
 // Known, harmless, and without effect here: accepted and reported in ignored_fields.
 const std::set<std::string, std::less<>> k_ignored = {"user",         "metadata",          "store",
                                                       "service_tier", "safety_identifier", "prompt_cache_key"};
-const std::set<std::string, std::less<>> k_chat_ignored = {"tool_choice", "parallel_tool_calls", "verbosity"};
+const std::set<std::string, std::less<>> k_chat_ignored = {"parallel_tool_calls", "verbosity"};
 // Known OpenAI chat fields we cannot honour: a 400 rather than a silently different answer.
 const std::set<std::string, std::less<>> k_chat_unsupported = {"functions", "function_call", "audio", "prediction",
                                                                "web_search_options"};
@@ -286,27 +286,6 @@ ojson build_messages(const ojson& msgs, bool template_knows_developer) {
         out.push_back(std::move(msg));
     }
     return out;
-}
-
-ojson check_tools(const ojson& tools) {
-    if (!tools.is_array()) bad_type("tools", "an array", tools);
-    for (size_t i = 0; i < tools.size(); ++i) {
-        const ojson& t = tools[i];
-        const std::string p = cat("tools[", i, "]");
-        if (!t.is_object()) bad_type(p, "an object", t);
-        const ojson* type = field(t, "type");
-        if (!type) bad_missing(p + ".type");
-        if (get_string(*type, p + ".type") != "function")
-            bad(p + ".type", cat("Invalid value for '", p, ".type': only 'function' tools are supported."),
-                "invalid_value");
-        const ojson* f = field(t, "function");
-        if (!f) bad_missing(p + ".function");
-        if (!f->is_object()) bad_type(p + ".function", "an object", *f);
-        const ojson* name = field(*f, "name");
-        if (!name) bad_missing(p + ".function.name");
-        get_string(*name, p + ".function.name");
-    }
-    return tools;
 }
 
 void parse_stop(const ojson& v, std::vector<std::string>& out) {
@@ -506,7 +485,7 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
         }
         ChatRequest cr;
         cr.add_generation_prompt = true;
-        if (const ojson* v = field(body, "tools")) cr.tools = check_tools(*v);
+        cr.tools = parse_tools(body, ctx, r);
         if (const ojson* v = field(body, "reasoning_effort"))
             cr.kwargs["reasoning_effort"] = get_string(*v, "reasoning_effort");
         if (const ojson* v = field(body, "chat_template_kwargs")) {

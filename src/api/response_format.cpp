@@ -51,9 +51,9 @@ ConstraintFactory parse_response_format(const ojson& v, const ModelContext& ctx)
         if (key != "type" && !(t == "json_schema" && key == "json_schema"))
             bad(p + "." + key, cat("Unrecognized request argument supplied: ", p, ".", key), "unknown_parameter");
     if (t == "text") return {};
-    json::Grammar grammar;
+    schema::Grammar grammar;
     if (t == "json_object") {
-        grammar = json::any_object_grammar();
+        grammar = schema::any_object_grammar();
     } else {
         const std::string jp = p + ".json_schema";
         const auto js = v.find("json_schema");
@@ -77,8 +77,8 @@ ConstraintFactory parse_response_format(const ojson& v, const ModelContext& ctx)
         const auto schema = js->find("schema");
         const ojson any = ojson::object();
         try {
-            grammar = json::compile_schema(schema == js->end() || schema->is_null() ? any : *schema);
-        } catch (const json::SchemaError& e) {
+            grammar = schema::compile_schema(schema == js->end() || schema->is_null() ? any : *schema);
+        } catch (const schema::SchemaError& e) {
             const std::string at = e.path.empty() ? jp + ".schema" : jp + ".schema." + e.path;
             bad(at, cat("Invalid schema for response_format '", name->get<std::string>(), "': at '", at,
                         "': ", e.what(), "."));
@@ -86,7 +86,7 @@ ConstraintFactory parse_response_format(const ojson& v, const ModelContext& ctx)
     }
     const int64_t vocab = ctx.vocab_size > 0 ? ctx.vocab_size : ctx.tokenizer->vocab_size();
     std::shared_ptr<LazyTokenTrie> lazy = ctx.token_trie ? ctx.token_trie : std::make_shared<LazyTokenTrie>();
-    return json_constraint_factory(std::make_shared<const json::Automaton>(std::move(grammar)),
+    return json_constraint_factory(std::make_shared<const schema::Automaton>(std::move(grammar)),
                                    lazy->get(*ctx.tokenizer, vocab));
 }
 

@@ -6,7 +6,7 @@
 
 #include <utility>
 
-namespace sluice::json {
+namespace sluice::schema {
 
 namespace {
 
@@ -31,6 +31,7 @@ enum Phase : uint8_t {
     kObjComma,   // after ','
     kArrOpen,    // after '['
     kArrAfter,   // after an item
+    kSequence,   // a sequence: off = the parts begun
 };
 
 bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
@@ -119,6 +120,10 @@ bool Automaton::begin_value(Frame& f, uint8_t b) const {
             f.phase = kLiteral;
             f.lo = 0, f.hi = uint32_t(n.literals.size()), f.off = 0;
             return narrow(n.literals, f, b);
+        case Kind::sequence:
+            f.phase = kSequence;
+            f.off = 0;
+            return true;  // b is not consumed: step() hands it to the first part
         case Kind::choice:
             break;
     }
@@ -157,14 +162,31 @@ bool Automaton::literal_step(Frame& f, uint8_t b) const {
 }
 
 bool Automaton::step(State& s, uint8_t b) const {
+    if (!step_inner(s, b)) return false;
+    settle(s);
+    return true;
+}
+
+bool Automaton::step_inner(State& s, uint8_t b) const {
     while (s.depth > 0) {
         Frame& f = s.frames[size_t(s.depth - 1)];
         const SchemaNode& n = g_.nodes[size_t(f.node)];
         switch (f.phase) {
             case kValue:
+                if (n.kind == Kind::sequence) {
+                    begin_value(f, b);
+                    continue;
+                }
                 if (is_ws(b)) return more_ws(f, s.depth);
                 if (!begin_value(f, b)) return false;
                 break;
+            case kSequence:
+                if (f.off >= n.parts.size()) {
+                    --s.depth;
+                    continue;
+                }
+                if (!push_value(s, n.parts[f.off++])) return false;
+                continue;
             case kLiteral:
                 if (literal_step(f, b)) break;
                 if (n.literals[f.lo].size() != f.off) return false;
@@ -294,15 +316,28 @@ bool Automaton::step(State& s, uint8_t b) const {
             default:
                 return false;
         }
-        // a value entered or extended by b: a literal whose only candidate is now complete ends here
+        // a value entered or extended by b: a literal whose only candidate is now complete ends here (or goes on
+        // with the node that follows it)
         Frame& t = s.frames[size_t(s.depth - 1)];
         if (t.phase == kLiteral) {
-            const std::vector<std::string>& lits = g_.nodes[size_t(t.node)].literals;
-            if (t.hi - t.lo == 1 && lits[t.lo].size() == t.off) --s.depth;
+            const SchemaNode& ln = g_.nodes[size_t(t.node)];
+            if (t.hi - t.lo == 1 && ln.literals[t.lo].size() == t.off) {
+                const int32_t next = ln.then.empty() ? -1 : ln.then[t.lo];
+                --s.depth;
+                if (next >= 0) return push_value(s, next);
+            }
         }
         return true;
     }
     return false;  // the top-level value is complete: nothing may follow
+}
+
+void Automaton::settle(State& s) const {
+    while (s.depth > 0) {
+        const Frame& t = s.frames[size_t(s.depth - 1)];
+        if (t.phase != kSequence || t.off < g_.nodes[size_t(t.node)].parts.size()) return;
+        --s.depth;
+    }
 }
 
 bool Automaton::can_end(const State& s) const {
@@ -319,4 +354,4 @@ bool Automaton::in_plain_string(const State& s) const {
     return f.phase == kString && f.off == 0 && g_.nodes[size_t(f.node)].max_length == UINT32_MAX;
 }
 
-}  // namespace sluice::json
+}  // namespace sluice::schema

@@ -13,7 +13,7 @@
 
 #include "runtime/json_schema.h"
 
-namespace sluice::json {
+namespace sluice::schema {
 
 constexpr int kMaxStack = 48;
 constexpr int max_whitespace(int32_t open_values) { return 1 + 2 * open_values; }
@@ -60,6 +60,8 @@ private:
     bool push_value(State& s, int32_t node) const;
     bool literal_step(Frame& f, uint8_t b) const;
     bool key_step(Frame& f, uint8_t b) const;
+    bool step_inner(State& s, uint8_t b) const;
+    void settle(State& s) const;  // pops sequences whose last part is complete
 };
 
-}  // namespace sluice::json
+}  // namespace sluice::schema

@@ -9,7 +9,7 @@
 #include <map>
 #include <set>
 
-namespace sluice::json {
+namespace sluice::schema {
 
 namespace {
 
@@ -406,6 +406,8 @@ bool starts_value(const Grammar& g, int32_t n, uint8_t b) {
                                [b](const std::string& l) { return !l.empty() && uint8_t(l[0]) == b; });
         case Kind::choice:
             return std::any_of(s.alts.begin(), s.alts.end(), [&](int32_t a) { return starts_value(g, a, b); });
+        case Kind::sequence:
+            return !s.parts.empty() && starts_value(g, s.parts[0], b);
     }
     return false;
 }
@@ -414,4 +416,19 @@ Grammar any_object_grammar() { return compile_schema(ojson{{"type", "object"}});
 
 Grammar compile_schema(const ojson& schema) { return Compiler(schema).run(); }
 
-}  // namespace sluice::json
+int32_t append_grammar(Grammar& into, const Grammar& g) {
+    const int32_t base = int32_t(into.nodes.size());
+    const auto shift = [base](int32_t& x) {
+        if (x >= 0) x += base;
+    };
+    for (SchemaNode n : g.nodes) {
+        for (auto* v : {&n.key_nodes, &n.alts, &n.then, &n.parts})
+            for (int32_t& x : *v) shift(x);
+        shift(n.additional);
+        shift(n.items);
+        into.nodes.push_back(std::move(n));
+    }
+    return g.root + base;
+}
+
+}  // namespace sluice::schema

@@ -19,7 +19,7 @@
 
 #include "core/error.h"
 
-namespace sluice::json {
+namespace sluice::schema {
 
 class SchemaError : public Error {
 public:
@@ -32,7 +32,8 @@ constexpr int kMaxNodes = 4096;
 constexpr int kMaxProperties = 64;
 
 struct SchemaNode {
-    enum class Kind : uint8_t { object, array, string, number, integer, literals, choice };
+    // sequence (not made from a schema: tool calls, api/tool_choice): its parts one after the other
+    enum class Kind : uint8_t { object, array, string, number, integer, literals, choice, sequence };
     Kind kind = Kind::string;
     // object: property names in byte order, each one's schema, which are required (bit i: keys[i]), and the schema
     // of other keys (-1: none allowed)
@@ -47,6 +48,8 @@ struct SchemaNode {
     uint32_t min_length = 0, max_length = UINT32_MAX;
     // literals (enum, const, boolean, null): the values' JSON texts, distinct, in byte order
     std::vector<std::string> literals;
+    std::vector<int32_t> then;  // literals: per literal, a node read right after it (-1: none); empty: none
+    std::vector<int32_t> parts;  // sequence
     // choice: alternatives, each a node of another kind, whose first bytes do not overlap
     std::vector<int32_t> alts;
 };
@@ -61,7 +64,10 @@ Grammar any_object_grammar();
 // Throws SchemaError.
 Grammar compile_schema(const nlohmann::ordered_json& schema);
 
+// Copies g's nodes into `into` (ids shifted) and returns g's root there.
+int32_t append_grammar(Grammar& into, const Grammar& g);
+
 // Whether `b` can be the first byte of a value of node n (choice: of any alternative).
 bool starts_value(const Grammar& g, int32_t n, uint8_t b);
 
-}  // namespace sluice::json
+}  // namespace sluice::schema

@@ -16,8 +16,8 @@ namespace {
 bool plain(uint8_t b) { return b != '"' && b != '\\' && b >= 0x20; }
 
 // Walk scratch: one state per trie depth, shared by every constraint of the (engine) thread.
-std::vector<json::State>& scratch(size_t depth) {
-    thread_local std::vector<json::State> s;
+std::vector<schema::State>& scratch(size_t depth) {
+    thread_local std::vector<schema::State> s;
     if (s.size() < depth) s.resize(depth);
     return s;
 }
@@ -94,15 +94,15 @@ std::span<const uint8_t> TokenTrie::bytes_of(int32_t id) const {
             size_t(offset_[size_t(id) + 1] - offset_[size_t(id)])};
 }
 
-JsonConstraint::JsonConstraint(std::shared_ptr<const json::Automaton> automaton, std::shared_ptr<const TokenTrie> trie)
+JsonConstraint::JsonConstraint(std::shared_ptr<const schema::Automaton> automaton, std::shared_ptr<const TokenTrie> trie)
     : a_(std::move(automaton)), trie_(std::move(trie)), state_(a_->start()) {}
 
 void JsonConstraint::walk(uint32_t node, int depth) {
     const auto& nodes = trie_->nodes();
-    std::vector<json::State>& st = scratch(size_t(depth) + 2);
+    std::vector<schema::State>& st = scratch(size_t(depth) + 2);
     for (uint32_t c = nodes[node].first_child; c; c = nodes[c].next_sibling) {
         const TokenTrie::Node& n = nodes[c];
-        json::State& s = st[size_t(depth) + 1];
+        schema::State& s = st[size_t(depth) + 1];
         s.copy_from(st[size_t(depth)]);
         if (!a_->step(s, n.byte)) continue;
         if (n.plain_below && a_->in_plain_string(s)) {
@@ -150,7 +150,7 @@ bool JsonConstraint::feed(std::string_view bytes) {
     return true;
 }
 
-ConstraintFactory json_constraint_factory(std::shared_ptr<const json::Automaton> automaton,
+ConstraintFactory json_constraint_factory(std::shared_ptr<const schema::Automaton> automaton,
                                           std::shared_ptr<const TokenTrie> trie) {
     return [automaton = std::move(automaton), trie = std::move(trie)]() -> std::unique_ptr<TokenConstraint> {
         return std::make_unique<JsonConstraint>(automaton, trie);

@@ -52,24 +52,24 @@ private:
 // The mask of one request's output against a schema. Not thread-safe (one per choice, used on the engine thread).
 class JsonConstraint : public TokenConstraint {
 public:
-    JsonConstraint(std::shared_ptr<const json::Automaton> automaton, std::shared_ptr<const TokenTrie> trie);
+    JsonConstraint(std::shared_ptr<const schema::Automaton> automaton, std::shared_ptr<const TokenTrie> trie);
     bool mask(std::span<float> logits, std::span<const int32_t> end_ids) override;
     void accept(int32_t id) override;
-    bool finished() const override { return json::Automaton::done(state_); }
+    bool finished() const override { return schema::Automaton::done(state_); }
     // The allowed ids as a 0/1 vector (what mask() applies), for tests and the benchmark.
     const std::vector<uint8_t>& allowed_by_position() const { return allowed_; }
     // Feeds raw bytes (tests): false when one is refused.
     bool feed(std::string_view bytes);
 
 private:
-    std::shared_ptr<const json::Automaton> a_;
+    std::shared_ptr<const schema::Automaton> a_;
     std::shared_ptr<const TokenTrie> trie_;
-    json::State state_;
+    schema::State state_;
     std::vector<uint8_t> allowed_;  // by sorted position
     void walk(uint32_t node, int depth);
 };
 
-ConstraintFactory json_constraint_factory(std::shared_ptr<const json::Automaton> automaton,
+ConstraintFactory json_constraint_factory(std::shared_ptr<const schema::Automaton> automaton,
                                           std::shared_ptr<const TokenTrie> trie);
 
 }  // namespace sluice

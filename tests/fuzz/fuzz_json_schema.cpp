@@ -46,15 +46,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string schema_text = in.substr(0, nul), feed = nul == std::string::npos ? "" : in.substr(nul + 1);
     const nlohmann::ordered_json schema = nlohmann::ordered_json::parse(schema_text, nullptr, false);
     if (schema.is_discarded()) return 0;
-    json::Grammar g;
+    schema::Grammar g;
     try {
-        g = json::compile_schema(schema);
-    } catch (const json::SchemaError& e) {
+        g = schema::compile_schema(schema);
+    } catch (const schema::SchemaError& e) {
         check(std::string(e.what()).size() > 0);
         return 0;
     }
-    auto a = std::make_shared<const json::Automaton>(std::move(g));
-    json::State s = a->start();
+    auto a = std::make_shared<const schema::Automaton>(std::move(g));
+    schema::State s = a->start();
     for (char c : feed)
         if (!a->step(s, uint8_t(c))) break;
     (void)a->can_end(s);

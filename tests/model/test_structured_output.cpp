@@ -40,7 +40,7 @@ protected:
     static std::shared_ptr<const TokenTrie>* trie_;
 
     static ConstraintFactory factory(const char* schema) {
-        auto a = std::make_shared<const json::Automaton>(json::compile_schema(nlohmann::ordered_json::parse(schema)));
+        auto a = std::make_shared<const schema::Automaton>(schema::compile_schema(nlohmann::ordered_json::parse(schema)));
         return json_constraint_factory(a, *trie_);
     }
     RequestParams params(const char* schema, float temperature, uint64_t seed, int64_t draft = 0) {

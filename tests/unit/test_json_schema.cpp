@@ -8,7 +8,7 @@
 #include "runtime/json_automaton.h"
 #include "runtime/json_schema.h"
 
-using namespace sluice::json;
+using namespace sluice::schema;
 using ojson = nlohmann::ordered_json;
 
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/openai_protocol.h"
+#include "runtime/token_mask.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -106,6 +107,33 @@ TEST(OpenAiRequest, ResponseFormatMakesAConstraint) {
     EXPECT_FALSE(c->finished());
 }
 
+TEST(OpenAiRequest, ToolChoice) {
+    const std::string m = std::string(R"({"model": "m", )") + k_msgs +
+                          R"(, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+                              {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+    const ParsedRequest a = chat(m + "}");
+    EXPECT_TRUE(a.parse_tools);  // auto by default
+    EXPECT_EQ(a.tool_syntax, ToolSyntax::hermes);
+    EXPECT_FALSE(a.params.constraint);
+    EXPECT_FALSE(chat(m + R"(, "tool_choice": "none"})").parse_tools);
+    for (const char* choice : {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
+        const ParsedRequest r = chat(m + R"(, "tool_choice": )" + choice + "}");
+        EXPECT_TRUE(r.parse_tools);
+        ASSERT_TRUE(r.params.constraint) << choice;
+        // the constraint writes one hermes call with the parameters' schema
+        auto c = r.params.constraint();
+        auto* jc = dynamic_cast<JsonConstraint*>(c.get());
+        ASSERT_TRUE(jc);
+        EXPECT_TRUE(jc->feed("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}"));
+        EXPECT_FALSE(c->finished());
+        EXPECT_TRUE(jc->feed("}\n</tool_call>"));
+        EXPECT_TRUE(c->finished());
+        auto c2 = r.params.constraint();
+        EXPECT_FALSE(dynamic_cast<JsonConstraint*>(c2.get())->feed("<tool_call>\n{\"name\": \"get_weather\", "
+                                                                  "\"arguments\": {}}"));  // city is required
+    }
+}
+
 TEST(OpenAiRequest, ChatFieldsReachParams) {
     const std::string body = std::string(R"({"model": "anything", )") + k_msgs + R"(,
         "max_tokens": 50, "max_completion_tokens": 40, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
@@ -134,7 +162,7 @@ TEST(OpenAiRequest, ChatFieldsReachParams) {
     EXPECT_TRUE(r.logprobs);
     EXPECT_EQ(r.top_logprobs, 5);
     EXPECT_FALSE(r.params.stop_at_eos);
-    for (const char* f : {"user", "metadata", "tool_choice"})
+    for (const char* f : {"user", "metadata"})
         EXPECT_NE(std::find(r.ignored_fields.begin(), r.ignored_fields.end(), f), r.ignored_fields.end()) << f;
 }
 
@@ -319,6 +347,24 @@ TEST(OpenAiRequest, BadInputsNameTheField) {
         {C, with(m, R"("response_format": {"type": "xml"})"), "response_format.type"},
         {C, with(m, R"("response_format": "text")"), "response_format"},
         {C, with(m, R"("tools": "x")"), "tools"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "a b"}}])"), "tools[0].function.name"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f"}, "extra": 1}])"), "tools[0].extra"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])"),
+         "tools[0].function.parameters"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+             "properties": {"a": {"type": "strin"}}}}}])"),
+         "tools[0].function.parameters.properties.a.type"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f"}},
+             {"type": "function", "function": {"name": "f"}}])"),
+         "tools[1].function.name"},
+        {C, with(m, R"("tool_choice": "sometimes")"), "tool_choice"},
+        {C, with(m, R"("tool_choice": "required")"), "tool_choice"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f"}}],
+             "tool_choice": {"type": "function", "function": {"name": "g"}})"),
+         "tool_choice.function.name"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+             "response_format": {"type": "json_object"})"),
+         "tool_choice"},
         {C, with(m, R"("tools": [{"type": "function"}])"), "tools[0].function"},
         {C, with(m, R"("tools": [{"type": "function", "function": {"name": 1}}])"), "tools[0].function.name"},
         {C, with(m, R"("chat_template_kwargs": "x")"), "chat_template_kwargs"},

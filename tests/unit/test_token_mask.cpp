@@ -57,8 +57,8 @@ const char* k_schema = R"({"type":"object","additionalProperties":false,"require
   "pets":{"type":"array","maxItems":3,"items":{"type":"object","required":["kind"],"additionalProperties":false,
      "properties":{"kind":{"enum":["cat","dog"]},"weight":{"type":["number","null"]}}}}}})";
 
-std::shared_ptr<const json::Automaton> automaton(const char* schema) {
-    return std::make_shared<const json::Automaton>(json::compile_schema(ojson::parse(schema)));
+std::shared_ptr<const schema::Automaton> automaton(const char* schema) {
+    return std::make_shared<const schema::Automaton>(schema::compile_schema(ojson::parse(schema)));
 }
 
 }  // namespace
@@ -72,7 +72,7 @@ TEST(TokenMask, AllowsExactlyTheTokensTheAutomatonAccepts) {
     // states along one text: object start, a key, a string value, a number, an enum, inside an array
     const std::string text = R"({"name": "Jo \"x\" y", "nick": "a\u00e9 \"b", "age": 41, "pets": [{"kind": "dog", "weight": 2.5e1}, {"kind":)";
     JsonConstraint c(a, trie);
-    json::State s = a->start(), t;
+    schema::State s = a->start(), t;
     int checked = 0;
     for (size_t i = 0; i <= text.size(); ++i) {
         if (i % 3 == 0 || i == text.size()) {
