@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""Structured output (response_format json_object / json_schema) through the official `openai` client against
-`sluice serve` on the shipped trained model (models/sluice-k2-tiny, its own vocabulary), and through `sluice batch`.
+"""Structured output (response_format json_object / json_schema) and tool calls (tools, tool_choice) through the
+official `openai` client against `sluice serve` on the shipped trained model (models/sluice-k2-tiny, its own
+vocabulary), and through `sluice batch`. The tiny model's template has no tool syntax, so the server uses the hermes
+form (<tool_call>{"name", "arguments"}</tool_call>), and tool_choice "required" / a named function makes even this
+model write a valid call.
 
 Checks: chat and completions outputs parse and match the schema (an independent validator below), streamed deltas
 add up to the whole answer, sampled choices (n, seed) are instances too, greedy output is the same with and
@@ -187,6 +190,94 @@ class StructuredOutputTest(unittest.TestCase):
             errs = [json.loads(l) for l in f]
         self.assertEqual(errs[0]["custom_id"], "bad")
         self.assertIn("response_format.json_schema.schema.pattern", json.dumps(errs[0]))
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "unit"],
+                   "properties": {"city": {"type": "string", "maxLength": 10},
+                                  "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "required": ["zone"], "additionalProperties": False,
+                                       "properties": {"zone": {"type": "integer"}}}}}
+TOOL_MESSAGES = [{"role": "user", "content": "What is the weather in Oslo?"}]
+
+
+class ToolCallTest(unittest.TestCase):
+    def call(self, **kw):
+        kw.setdefault("max_tokens", 200)
+        return client().chat.completions.create(model="m", messages=TOOL_MESSAGES, temperature=0,
+                                                tools=[WEATHER, TIME], **kw)
+
+    def check_call(self, c, tool):
+        self.assertEqual(c.type, "function")
+        self.assertTrue(c.id.startswith("call_"), c.id)
+        self.assertEqual(c.function.name, tool["function"]["name"])
+        args = json.loads(c.function.arguments)
+        self.assertTrue(is_instance(args, tool["function"]["parameters"]), c.function.arguments)
+
+    def test_required(self):
+        r = self.call(tool_choice="required")
+        ch = r.choices[0]
+        self.assertEqual(ch.finish_reason, "tool_calls")
+        self.assertIsNone(ch.message.content)
+        self.assertEqual(len(ch.message.tool_calls), 1)
+        tool = WEATHER if ch.message.tool_calls[0].function.name == "get_weather" else TIME
+        self.check_call(ch.message.tool_calls[0], tool)
+
+    def test_named(self):
+        for tool in (WEATHER, TIME):
+            r = self.call(tool_choice={"type": "function", "function": {"name": tool["function"]["name"]}})
+            self.assertEqual(r.choices[0].finish_reason, "tool_calls")
+            self.check_call(r.choices[0].message.tool_calls[0], tool)
+
+    def test_streamed_deltas(self):
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        whole = self.call(tool_choice=named).choices[0].message.tool_calls[0]
+        first, args, finish, content = None, "", None, ""
+        for chunk in self.call(tool_choice=named, stream=True):
+            if not chunk.choices:
+                continue
+            d = chunk.choices[0].delta
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                self.assertEqual(tc.index, 0)
+                if first is None:
+                    first = tc
+                    self.assertEqual(tc.type, "function")
+                    self.assertEqual(tc.function.name, "get_weather")
+                    self.assertTrue(tc.id.startswith("call_"))
+                else:
+                    self.assertIsNone(tc.id)
+                args += tc.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        self.assertIsNotNone(first)
+        self.assertEqual(args, whole.function.arguments)
+        self.assertEqual(finish, "tool_calls")
+        self.assertEqual(content, "")
+
+    def test_auto_and_none_answer_in_text(self):
+        for choice in ("auto", "none"):
+            r = self.call(tool_choice=choice, max_tokens=16)
+            self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+            self.assertIsNone(r.choices[0].message.tool_calls)
+            self.assertTrue(r.choices[0].message.content)
+
+    def test_bad_tools_name_the_field(self):
+        bad_schema = {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"x": {"type": "strin"}}}}}
+        cases = [
+            ({"tools": [bad_schema]}, "tools[0].function.parameters.properties.x.type"),
+            ({"tools": [{"type": "function", "function": {"name": "no spaces"}}]}, "tools[0].function.name"),
+            ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
+            ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+             "tool_choice.function.name"),
+            ({"tool_choice": "required"}, "tool_choice"),
+        ]
+        for extra, param in cases:
+            with self.assertRaises(openai.BadRequestError) as e:
+                client().chat.completions.create(model="m", messages=TOOL_MESSAGES, max_tokens=8, **extra)
+            self.assertEqual(e.exception.body["param"], param, e.exception.body)
 
 
 def main():
