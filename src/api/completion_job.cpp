@@ -117,16 +117,10 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
     };
 }
 
-// The special tokens that tool-call syntaxes are made of (Kimi's section markers, harmony's message framing).
+// The special tokens that tool-call syntaxes are made of: kept in the text that is parsed for calls.
 bool is_tool_marker(const tok::Tokenizer& tok, int32_t id) {
-    static const char* k_markers[] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
-                                      "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>",
-                                      "<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|call|>",
-                                      "<|constrain|>", "<|return|>"};
-    const std::string t = tok.decode_bytes({id}, false);
-    for (const char* m : k_markers)
-        if (t == m) return true;
-    return false;
+    const std::vector<std::string>& m = tool_call_markers();
+    return std::find(m.begin(), m.end(), tok.decode_bytes({id}, false)) != m.end();
 }
 
 // The bytes of the prompt's tokens, as ChoiceText::offset() counts a completion's.

@@ -47,9 +47,13 @@ constexpr int k_max_prompts = 1024;  // completions: prompts in one request, and
 // for one and then shared (thread-safe).
 class LazyTokenTrie {
 public:
+    LazyTokenTrie() = default;
+    // markers: special tokens kept in the trie (TokenTrie::from_tokenizer), for the tool-call syntaxes
+    explicit LazyTokenTrie(std::vector<std::string> markers) : markers_(std::move(markers)) {}
     std::shared_ptr<const TokenTrie> get(const tok::Tokenizer& tok, int64_t vocab_size);
 
 private:
+    std::vector<std::string> markers_;
     std::mutex mu_;
     std::shared_ptr<const TokenTrie> trie_;
 };
@@ -64,6 +68,7 @@ struct ModelContext {
     int64_t default_max_tokens = 0;          // when the request gives none: what is left of the context, capped here
     int64_t speculative_tokens = 0;          // > 0: greedy requests draft this many tokens per step (serve --speculative)
     std::shared_ptr<LazyTokenTrie> token_trie = std::make_shared<LazyTokenTrie>();  // copies share it
+    std::shared_ptr<LazyTokenTrie> tool_token_trie = std::make_shared<LazyTokenTrie>(tool_call_markers());
 };
 
 // response_format: empty for {"type": "text"}, else the constraint of "json_object" / "json_schema" (a 400 naming

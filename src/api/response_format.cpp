@@ -31,7 +31,7 @@ bool valid_name(const std::string& n) {
 
 std::shared_ptr<const TokenTrie> LazyTokenTrie::get(const tok::Tokenizer& tok, int64_t vocab_size) {
     std::lock_guard lock(mu_);
-    if (!trie_) trie_ = TokenTrie::from_tokenizer(tok, vocab_size);
+    if (!trie_) trie_ = TokenTrie::from_tokenizer(tok, vocab_size, markers_);
     return trie_;
 }
 

@@ -164,6 +164,14 @@ ToolOutput parse_tool_calls(ToolSyntax syntax, std::string_view text) {
     return parse_hermes(text);
 }
 
+const std::vector<std::string>& tool_call_markers() {
+    static const std::vector<std::string> m = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                                               "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                                               "<|tool_call_end|>", "<|channel|>", "<|message|>", "<|start|>",
+                                               "<|end|>", "<|call|>", "<|constrain|>", "<|return|>"};
+    return m;
+}
+
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls) {
     nlohmann::json a = nlohmann::json::array();
     for (const ToolCall& c : calls)

@@ -37,6 +37,9 @@ struct ToolOutput {
 // Never throws: a block that does not parse stays in the content.
 ToolOutput parse_tool_calls(ToolSyntax syntax, std::string_view text);
 
+// The special tokens the syntaxes are made of (Kimi's section markers, harmony's message framing).
+const std::vector<std::string>& tool_call_markers();
+
 // message.tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}]
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls);
 

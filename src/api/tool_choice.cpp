@@ -1,8 +1,7 @@
 // tools and tool_choice on /v1/chat/completions: tool definitions checked (a 400 naming the field, or the path of a
 // parameters schema keyword), which calls to parse from the output (tool_calls.h), and for tool_choice "required" or
-// a named function a constraint that makes the model write one call in its family's syntax with arguments that
-// match the function's parameters (hermes syntax only: Kimi's and gpt-oss's markers are special tokens, which the
-// byte-level mask cannot force yet; there those choices are a 400 naming tool_choice).
+// a named function a constraint that makes the model write one call in its family's syntax (special tokens
+// included: see call_grammar) with arguments that match the function's parameters.
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -28,22 +27,44 @@ bool valid_name(const std::string& n) {
     return std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
 }
 
-// One call in hermes syntax: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, NAME one of `names`,
-// ARGS an instance of that function's parameters.
-schema::Grammar hermes_call(const std::vector<std::string>& names, const std::vector<schema::Grammar>& params) {
+// One call in the syntax's form, NAME one of `names`, ARGS an instance of that function's parameters; a special
+// token of the syntax is a 0x00 byte and its text (TokenTrie::from_tokenizer's markers):
+// - hermes: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
+// - kimi: <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>ARGS
+//   <|tool_call_end|><|tool_calls_section_end|>
+// - harmony (after the generation prompt's "<|start|>assistant", as gpt-oss's template writes a call):
+//   " to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>"
+schema::Grammar call_grammar(ToolSyntax syntax, const std::vector<std::string>& names,
+                             const std::vector<schema::Grammar>& params) {
+    const std::string z(1, '\0');
+    std::string head, tail, suffix;
+    switch (syntax) {
+        case ToolSyntax::hermes:
+            head = "<tool_call>\n{\"name\": \"", tail = "\", \"arguments\": ", suffix = "}\n</tool_call>";
+            break;
+        case ToolSyntax::kimi:
+            head = z + "<|tool_calls_section_begin|>" + z + "<|tool_call_begin|>functions.";
+            tail = ":0" + z + "<|tool_call_argument_begin|>";
+            suffix = z + "<|tool_call_end|>" + z + "<|tool_calls_section_end|>";
+            break;
+        case ToolSyntax::harmony:
+            head = " to=functions.", tail = z + "<|channel|>commentary json" + z + "<|message|>";
+            suffix = z + "<|call|>";
+            break;
+    }
     schema::Grammar g;
     g.nodes.emplace_back().kind = schema::SchemaNode::Kind::literals;  // the root: one prefix per function
-    const int32_t suffix = int32_t(g.nodes.size());
+    const int32_t end = int32_t(g.nodes.size());
     g.nodes.emplace_back().kind = schema::SchemaNode::Kind::literals;
-    g.nodes[size_t(suffix)].literals = {"}\n</tool_call>"};
+    g.nodes[size_t(end)].literals = {suffix};
     std::vector<std::pair<std::string, int32_t>> prefixes;
     for (size_t i = 0; i < names.size(); ++i) {
         const int32_t args = schema::append_grammar(g, params[i]);
         const int32_t seq = int32_t(g.nodes.size());
         schema::SchemaNode& s = g.nodes.emplace_back();
         s.kind = schema::SchemaNode::Kind::sequence;
-        s.parts = {args, suffix};
-        prefixes.push_back({"<tool_call>\n{\"name\": \"" + names[i] + "\", \"arguments\": ", seq});
+        s.parts = {args, end};
+        prefixes.push_back({head + names[i] + tail, seq});
     }
     std::sort(prefixes.begin(), prefixes.end());
     for (auto& [text, seq] : prefixes) {
@@ -143,19 +164,15 @@ ojson parse_tools(const ojson& body, const ModelContext& ctx, ParsedRequest& r) 
     if (mode == "required" || mode == "named") {
         if (r.params.constraint)
             bad("tool_choice", "'tool_choice' that requires a call cannot be combined with 'response_format'.");
-        if (r.tool_syntax != ToolSyntax::hermes)
-            bad("tool_choice", cat("'tool_choice' '", mode == "named" ? "a named function" : mode,
-                                   "' is not supported for this model's tool-call syntax yet (its markers are special "
-                                   "tokens); use 'auto'."),
-                "unsupported_parameter");
         std::vector<std::string> n;
         std::vector<schema::Grammar> p;
         for (size_t i = 0; i < names.size(); ++i)
             if (mode == "required" || names[i] == named) n.push_back(names[i]), p.push_back(params[i]);
         const int64_t vocab = ctx.vocab_size > 0 ? ctx.vocab_size : ctx.tokenizer->vocab_size();
-        std::shared_ptr<LazyTokenTrie> lazy = ctx.token_trie ? ctx.token_trie : std::make_shared<LazyTokenTrie>();
-        r.params.constraint = json_constraint_factory(std::make_shared<const schema::Automaton>(hermes_call(n, p)),
-                                                      lazy->get(*ctx.tokenizer, vocab));
+        std::shared_ptr<LazyTokenTrie> lazy =
+            ctx.tool_token_trie ? ctx.tool_token_trie : std::make_shared<LazyTokenTrie>(tool_call_markers());
+        r.params.constraint = json_constraint_factory(
+            std::make_shared<const schema::Automaton>(call_grammar(r.tool_syntax, n, p)), lazy->get(*ctx.tokenizer, vocab));
     }
     return tools ? *tools : ojson();
 }

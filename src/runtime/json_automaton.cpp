@@ -177,7 +177,8 @@ bool Automaton::step_inner(State& s, uint8_t b) const {
                     begin_value(f, b);
                     continue;
                 }
-                if (is_ws(b)) return more_ws(f, s.depth);
+                // whitespace before a value, unless it begins a literal (a tool-call prefix may start with a space)
+                if (is_ws(b) && !(n.kind == Kind::literals && starts_value(g_, f.node, b))) return more_ws(f, s.depth);
                 if (!begin_value(f, b)) return false;
                 break;
             case kSequence:

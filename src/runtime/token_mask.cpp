@@ -75,13 +75,16 @@ TokenTrie::TokenTrie(const std::vector<std::string>& bytes) : vocab_size_(int64_
     }
 }
 
-std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const tok::Tokenizer& tok, int64_t vocab_size) {
+std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const tok::Tokenizer& tok, int64_t vocab_size,
+                                                           const std::vector<std::string>& markers) {
     std::vector<std::string> bytes(size_t(std::max<int64_t>(vocab_size, 0)));
     const int32_t n = std::min<int32_t>(tok.vocab_size(), int32_t(bytes.size()));
     for (int32_t id = 0; id < n; ++id) {
-        if (tok.is_special(id)) continue;
         try {
-            bytes[size_t(id)] = tok.decode_bytes({id}, false);
+            std::string b = tok.decode_bytes({id}, false);
+            if (tok.is_special(id))
+                b = std::find(markers.begin(), markers.end(), b) != markers.end() ? std::string(1, '\0') + b : "";
+            bytes[size_t(id)] = std::move(b);
         } catch (const Error&) {  // an id the vocabulary leaves out
         }
     }

@@ -24,8 +24,12 @@ public:
     // bytes[id]: the bytes token id stands for; empty: never allowed in structured output (special tokens, ids past
     // the tokenizer's vocabulary, tokens that decode to nothing).
     explicit TokenTrie(const std::vector<std::string>& bytes);
-    // From a tokenizer, for a model whose logits have vocab_size entries.
-    static std::shared_ptr<const TokenTrie> from_tokenizer(const tok::Tokenizer& tok, int64_t vocab_size);
+    // From a tokenizer, for a model whose logits have vocab_size entries. Special tokens whose text is one of
+    // `markers` stay in, as a 0x00 byte and their text: no JSON value contains that byte, so only a grammar literal
+    // that starts with it (the tool-call syntaxes, api/tool_choice) can force such a token, and its spelling in
+    // ordinary tokens does not match.
+    static std::shared_ptr<const TokenTrie> from_tokenizer(const tok::Tokenizer& tok, int64_t vocab_size,
+                                                           const std::vector<std::string>& markers = {});
 
     struct Node {
         uint32_t first_child = 0, next_sibling = 0;  // 0: none (node 0 is the root)
