@@ -142,7 +142,7 @@ ojson parse_tools(const ojson& body, const ModelContext& ctx, ParsedRequest& r) 
             if (mode != "none" && mode != "auto" && mode != "required")
                 bad("tool_choice", cat("Invalid value for 'tool_choice': '", mode,
                                        "'. Supported values are: 'none', 'auto', 'required' or a named function."));
-        } else if (c.is_object() && c.value("type", "") == "function" && c.contains("function") &&
+        } else if (c.is_object() && c.contains("type") && c["type"] == "function" && c.contains("function") &&
                    c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
             mode = "named";
             named = c["function"]["name"].get<std::string>();
