@@ -83,8 +83,9 @@ struct TokenEvent {
     int64_t n_prompt = 0;       // prompt tokens
     int64_t n_cached = 0;       // ... of which came from the prefix cache (not computed)
     int64_t n_generated = 0;    // generated tokens so far, this one included
-    std::span<const float> logits;  // the distribution `id` was drawn from (after penalties and bias, before
-                                    // temperature), valid only during the callback; empty when id == -1
+    std::span<const float> logits;  // the distribution `id` was drawn from (after penalties, bias and a
+                                    // constraint's mask, before temperature), valid only during the callback; empty
+                                    // when id == -1
     std::string error;          // the message when finish == error
     int64_t prompt_position = -1;  // >= 0: a prompt_logits event (id -1): logits after prompt[0..prompt_position]
 };
