@@ -24,6 +24,9 @@ struct CompletionJob::Shared {
     std::vector<uint8_t> echoed;
     std::vector<size_t> prompt_bytes;
     int n = 1;             // choices per prompt
+    bool parse_tools = false;        // ParsedRequest::parse_tools
+    ToolSyntax tool_syntax = ToolSyntax::hermes;
+    std::vector<std::string> raw;    // per choice under parse_tools: the output with the syntax's markers kept
     int64_t n_prompt = 0;  // all prompts' tokens
     bool cancelled = false;
 
@@ -38,6 +41,8 @@ struct CompletionJob::Shared {
 namespace {
 
 int64_t now_unix_s() { return int64_t(std::time(nullptr)); }
+
+bool is_tool_marker(const tok::Tokenizer& tok, int32_t id);
 
 // Under echo the choice's first delta is its prompt: the echoed text and (with logprobs) the prompt tokens' entries.
 void queue_echo(CompletionJob::Shared& sh, int index) {
@@ -78,11 +83,17 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
         if (ev.id >= 0) {
             sh->generated[ci] = ev.n_generated;
             d.text = text.push(ev.id);
+            if (sh->parse_tools) {
+                if (ev.id < tok.vocab_size() && (!tok.is_special(ev.id) || is_tool_marker(tok, ev.id)))
+                    sh->raw[ci] += tok.decode_bytes({ev.id}, false);
+                d.text.clear();  // held back: the whole output is parsed when the choice ends
+            }
             if (logprobs) d.logprobs.push_back(chat_logprob_entry(tok, ev.id, ev.logits, top_n));
         }
         if (text.stopped()) {
             d.finish_reason = "stop";
-        } else if (ev.finish == FinishReason::stop || ev.finish == FinishReason::length) {
+        } else if (ev.finish == FinishReason::stop || ev.finish == FinishReason::length ||
+                   ev.finish == FinishReason::unsatisfiable) {
             d.text += text.finish();
             d.finish_reason = to_string(ev.finish);
         } else if (ev.finish == FinishReason::error) {
@@ -91,9 +102,25 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
             d.error = "cancelled";
         }
         const bool end = !d.finish_reason.empty() || !d.error.empty();
+        if (end && sh->parse_tools && d.error.empty()) {
+            ToolOutput out = parse_tool_calls(sh->tool_syntax, sh->raw[ci]);
+            if (!out.calls.empty()) {
+                d.text = out.content;
+                d.tool_calls = std::move(out.calls);
+                d.finish_reason = "tool_calls";
+            } else {
+                d.text = text.text();  // no call: the answer as it would have been streamed
+            }
+        }
         sh->push(std::move(d));
         return !end;
     };
+}
+
+// The special tokens that tool-call syntaxes are made of: kept in the text that is parsed for calls.
+bool is_tool_marker(const tok::Tokenizer& tok, int32_t id) {
+    const std::vector<std::string>& m = tool_call_markers();
+    return std::find(m.begin(), m.end(), tok.decode_bytes({id}, false)) != m.end();
 }
 
 // The bytes of the prompt's tokens, as ChoiceText::offset() counts a completion's.
@@ -124,6 +151,9 @@ CompletionJob::CompletionJob(Engine& engine, const tok::Tokenizer& tok, ParsedRe
     sh.echoed.assign(n_choices, 0);
     sh.prompt_bytes.assign(n_choices, 0);
     sh.n = req_.n;
+    sh.parse_tools = req_.parse_tools;
+    sh.tool_syntax = req_.tool_syntax;
+    sh.raw.assign(n_choices, std::string());
     for (size_t i = 0; i < n_choices; ++i) {
         sh.texts.emplace_back(tok, req_.stop);
         if (req_.echo) sh.prompt_bytes[i] = token_bytes(tok, req_.prompts[i / size_t(req_.n)]);
@@ -176,6 +206,7 @@ bool CompletionJob::wait(std::vector<ChoiceDelta>& out, std::chrono::millisecond
             continue;
         }
         same->text += d.text;
+        same->tool_calls = std::move(d.tool_calls);
         for (auto& e : d.logprobs) same->logprobs.push_back(std::move(e));
         same->finish_reason = d.finish_reason;
         same->error = d.error;
@@ -247,6 +278,7 @@ nlohmann::json CompletionJob::wait_result(std::chrono::steady_clock::time_point 
             }
             auto& c = choices[size_t(d.index)];
             c.text += d.text;
+            if (!d.tool_calls.empty()) c.tool_calls = std::move(d.tool_calls);
             for (auto& e : d.logprobs) entries[size_t(d.index)].push_back(std::move(e));
             if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
         }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -14,10 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "api/tool_calls.h"
 #include "runtime/engine.h"
+#include "runtime/token_constraint.h"
 
 namespace sluice {
 class ChatTemplate;
+class TokenTrie;
 namespace tok {
 class Tokenizer;
 class StreamDecoder;
@@ -40,6 +44,21 @@ enum class Endpoint { chat_completions, completions };
 
 constexpr int k_max_prompts = 1024;  // completions: prompts in one request, and choices (prompts x n) in all
 
+// The vocabulary's token trie for structured output (runtime/token_mask.h), built on the first request that asks
+// for one and then shared (thread-safe).
+class LazyTokenTrie {
+public:
+    LazyTokenTrie() = default;
+    // markers: special tokens kept in the trie (TokenTrie::from_tokenizer), for the tool-call syntaxes
+    explicit LazyTokenTrie(std::vector<std::string> markers) : markers_(std::move(markers)) {}
+    std::shared_ptr<const TokenTrie> get(const tok::Tokenizer& tok, int64_t vocab_size);
+
+private:
+    std::vector<std::string> markers_;
+    std::mutex mu_;
+    std::shared_ptr<const TokenTrie> trie_;
+};
+
 // What parsing needs from the loaded model.
 struct ModelContext {
     std::string model_id;                    // the name /v1/models reports (any `model` string is accepted)
@@ -50,7 +69,13 @@ struct ModelContext {
     int64_t default_max_tokens = 0;          // when the request gives none: what is left of the context, capped here
     int64_t speculative_tokens = 0;          // > 0: greedy requests draft this many tokens per step (serve --speculative)
     std::function<Drafter()> make_drafter;   // set: drafts from a draft model, one drafter per choice; else prompt lookup
+    std::shared_ptr<LazyTokenTrie> token_trie = std::make_shared<LazyTokenTrie>();  // copies share it
+    std::shared_ptr<LazyTokenTrie> tool_token_trie = std::make_shared<LazyTokenTrie>(tool_call_markers());
 };
+
+// response_format: empty for {"type": "text"}, else the constraint of "json_object" / "json_schema" (a 400 naming
+// the field, or the schema keyword's path under response_format.json_schema.schema, when it is invalid).
+ConstraintFactory parse_response_format(const nlohmann::ordered_json& v, const ModelContext& ctx);
 
 struct ParsedRequest {
     Endpoint endpoint = Endpoint::chat_completions;
@@ -71,7 +96,17 @@ struct ParsedRequest {
     std::vector<std::string> echo_texts;
     int choices() const { return int(prompts.size()) * n; }
     std::vector<std::string> ignored_fields;  // accepted-and-ignored known fields, for a warning log line
+    // chat with tools and tool_choice other than "none": the output's tool calls are parsed (tool_calls.h) into
+    // message.tool_calls, finish_reason "tool_calls"
+    bool parse_tools = false;
+    ToolSyntax tool_syntax = ToolSyntax::hermes;
 };
+
+// tools, tool_choice and parallel_tool_calls of a chat body (after response_format): checks the tool definitions
+// (each function's parameters compiled as a schema), sets r.parse_tools / r.tool_syntax, and for tool_choice
+// "required" or a named function r.params.constraint (hermes syntax only). Returns the tools for the template (null
+// when none).
+nlohmann::ordered_json parse_tools(const nlohmann::ordered_json& body, const ModelContext& ctx, ParsedRequest& r);
 
 // Validates `body` for `endpoint`. Throws ApiError (400 and the field) on: a body that is not an object, missing or
 // mistyped required fields, values out of range (temperature 0..2, top_p 0..1, n 1..128, penalties -2..2,
@@ -100,9 +135,9 @@ struct ParsedRequest {
 //   template; a tool call's `arguments` string that holds a JSON object is handed to the template as that object
 //   (templates index into it). "developer" becomes "system" unless the template itself mentions "developer".
 //   tools (array of {"type":"function","function":{"name",...}}) reach the template; chat_template_kwargs (object)
-//   and reasoning_effort (string) become template variables. response_format {"type":"text"} is accepted;
-//   json_object / json_schema are a 400 (no constrained decoding yet). tool_choice and parallel_tool_calls are
-//   accepted and ignored (listed in ignored_fields), as are user, metadata, store, service_tier, ...
+//   and reasoning_effort (string) become template variables. tool_choice: none, auto, required or a named
+//   function (see parse_tools); user, metadata, store, service_tier, ... are accepted and ignored (listed in
+//   ignored_fields).
 //   The rendered conversation (add_generation_prompt) is encoded without added special tokens.
 // - completions: prompt a string (encoded with the tokenizer's BOS/EOS), an array of token ids (each in
 //   [0, vocab_size)), or an array of up to k_max_prompts strings or of token-id arrays (one kind; each element is one
@@ -113,6 +148,10 @@ struct ParsedRequest {
 //   token_logprobs (null for the first: nothing predicts it), top_logprobs (null for the first) and text_offset
 //   (each token's bytes from 0, as the completion counts them), computed from the raw logits as `sluice logits`
 //   gives them (no penalties or bias). A non-empty suffix is a 400 (not supported); best_of only 1.
+// - response_format (both endpoints): text, json_object (any JSON object) or json_schema {name, schema, strict,
+//   description}: the output is constrained to the schema by a token mask (see parse_response_format); strict is
+//   accepted either way and the schema is always enforced. Nothing else is refused with it: speculation, n,
+//   penalties, bias, logprobs and stop sequences all combine with the mask.
 // - Values nested deeper than 64 levels (tools, tool call arguments, template kwargs) are a 400.
 // Template or tokenizer failures are a 400 naming `messages` / `prompt`; a bug inside is a 500 server_error. No
 // other exception leaves this function.
@@ -175,6 +214,7 @@ struct ChoiceResult {
     std::string finish_reason;            // "stop" or "length"
     nlohmann::json logprobs;              // null, or the endpoint's logprobs object (chat_logprobs_json /
                                           // completion_logprobs_json)
+    std::vector<ToolCall> tool_calls;     // chat: message.tool_calls (content null when text is empty)
 };
 
 // Non-streaming bodies: chat.completion / text_completion.
@@ -187,6 +227,10 @@ nlohmann::json completion_json(const ParsedRequest& req, const std::string& id, 
 nlohmann::json chunk_json(const ParsedRequest& req, const std::string& id, int64_t created, int index,
                           const std::string& delta_text, const std::string& finish_reason, bool role_first,
                           const nlohmann::json& logprobs = nullptr);
+// A chat choice's tool calls as stream chunks, in OpenAI's shape: per call a delta with its index, id, type and
+// function name (arguments ""), then its arguments in fragments; the finish_reason goes in a chunk after these.
+std::vector<nlohmann::json> tool_call_chunks(const ParsedRequest& req, const std::string& id, int64_t created,
+                                             int index, const std::vector<ToolCall>& calls);
 // The final usage chunk (choices: []) sent when include_usage is set.
 nlohmann::json usage_chunk_json(const ParsedRequest& req, const std::string& id, int64_t created, const Usage& u);
 

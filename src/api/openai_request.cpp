@@ -177,14 +177,15 @@ const std::set<std::string, std::less<>> k_common = {"model",
                                                      "frequency_penalty",
                                                      "presence_penalty",
                                                      "ignore_eos",
-                                                     "speculative"};
+                                                     "speculative",
+                                                     "response_format"};
 const std::set<std::string, std::less<>> k_chat = {
-    "messages", "top_logprobs", "tools", "response_format", "chat_template_kwargs", "reasoning_effort", "modalities"};
+    "messages", "top_logprobs", "tools", "tool_choice", "chat_template_kwargs", "reasoning_effort", "modalities"};
 const std::set<std::string, std::less<>> k_completions = {"prompt", "echo", "suffix", "best_of"};
 // Known, harmless, and without effect here: accepted and reported in ignored_fields.
 const std::set<std::string, std::less<>> k_ignored = {"user",         "metadata",          "store",
                                                       "service_tier", "safety_identifier", "prompt_cache_key"};
-const std::set<std::string, std::less<>> k_chat_ignored = {"tool_choice", "parallel_tool_calls", "verbosity"};
+const std::set<std::string, std::less<>> k_chat_ignored = {"parallel_tool_calls", "verbosity"};
 // Known OpenAI chat fields we cannot honour: a 400 rather than a silently different answer.
 const std::set<std::string, std::less<>> k_chat_unsupported = {"functions", "function_call", "audio", "prediction",
                                                                "web_search_options"};
@@ -285,27 +286,6 @@ ojson build_messages(const ojson& msgs, bool template_knows_developer) {
         out.push_back(std::move(msg));
     }
     return out;
-}
-
-ojson check_tools(const ojson& tools) {
-    if (!tools.is_array()) bad_type("tools", "an array", tools);
-    for (size_t i = 0; i < tools.size(); ++i) {
-        const ojson& t = tools[i];
-        const std::string p = cat("tools[", i, "]");
-        if (!t.is_object()) bad_type(p, "an object", t);
-        const ojson* type = field(t, "type");
-        if (!type) bad_missing(p + ".type");
-        if (get_string(*type, p + ".type") != "function")
-            bad(p + ".type", cat("Invalid value for '", p, ".type': only 'function' tools are supported."),
-                "invalid_value");
-        const ojson* f = field(t, "function");
-        if (!f) bad_missing(p + ".function");
-        if (!f->is_object()) bad_type(p + ".function", "an object", *f);
-        const ojson* name = field(*f, "name");
-        if (!name) bad_missing(p + ".function.name");
-        get_string(*name, p + ".function.name");
-    }
-    return tools;
 }
 
 void parse_stop(const ojson& v, std::vector<std::string>& out) {
@@ -487,27 +467,14 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
         if (q.draft_tokens > 0) r.make_drafter = ctx.make_drafter;
     }
 
+    if (const ojson* v = field(body, "response_format")) q.constraint = parse_response_format(*v, ctx);
+
     if (chat) {
         if (const ojson* v = field(body, "logprobs")) r.logprobs = get_bool(*v, "logprobs");
         if (const ojson* v = field(body, "top_logprobs")) {
             r.top_logprobs = int(get_int(*v, "top_logprobs", 0, 20));
             if (r.top_logprobs > 0 && !r.logprobs)
                 bad("top_logprobs", "Invalid 'top_logprobs': 'logprobs' must be set to true when it is used.",
-                    "invalid_value");
-        }
-        if (const ojson* v = field(body, "response_format")) {
-            if (!v->is_object()) bad_type("response_format", "an object", *v);
-            const ojson* type = field(*v, "type");
-            if (!type) bad_missing("response_format.type");
-            const std::string& t = get_string(*type, "response_format.type");
-            if (t == "json_object" || t == "json_schema")
-                not_supported("response_format", cat("of type '", t,
-                                                     "' is not supported by this server (no constrained decoding "
-                                                     "yet); use {\"type\": \"text\"}."));
-            if (t != "text")
-                bad("response_format.type",
-                    cat("Invalid value for 'response_format.type': '", t,
-                        "'. Supported values are: 'text', 'json_object', and 'json_schema'."),
                     "invalid_value");
         }
         if (const ojson* v = field(body, "modalities")) {
@@ -519,7 +486,7 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
         }
         ChatRequest cr;
         cr.add_generation_prompt = true;
-        if (const ojson* v = field(body, "tools")) cr.tools = check_tools(*v);
+        cr.tools = parse_tools(body, ctx, r);
         if (const ojson* v = field(body, "reasoning_effort"))
             cr.kwargs["reasoning_effort"] = get_string(*v, "reasoning_effort");
         if (const ojson* v = field(body, "chat_template_kwargs")) {

@@ -192,7 +192,11 @@ json completion_json(const ParsedRequest& req, const std::string& id, int64_t cr
     for (size_t i = 0; i < choices.size(); ++i) {
         const ChoiceResult& c = choices[i];
         json choice = {{"index", i}, {"logprobs", c.logprobs}, {"finish_reason", finish_json(c.finish_reason)}};
-        if (chat)
+        if (chat && !c.tool_calls.empty())
+            choice["message"] = {{"role", "assistant"},
+                                 {"content", c.text.empty() ? json(nullptr) : json(c.text)},
+                                 {"tool_calls", tool_calls_json(c.tool_calls)}};
+        else if (chat)
             choice["message"] = {{"role", "assistant"}, {"content", c.text}};
         else
             choice["text"] = c.text;
@@ -220,6 +224,32 @@ json chunk_json(const ParsedRequest& req, const std::string& id, int64_t created
                          json::array({std::move(choice)}));
     if (req.include_usage) body["usage"] = nullptr;
     return body;
+}
+
+std::vector<json> tool_call_chunks(const ParsedRequest& req, const std::string& id, int64_t created, int index,
+                                   const std::vector<ToolCall>& calls) {
+    std::vector<json> out;
+    const auto chunk = [&](json call) {
+        json choice = {{"index", index},
+                       {"logprobs", nullptr},
+                       {"finish_reason", nullptr},
+                       {"delta", {{"tool_calls", json::array({std::move(call)})}}}};
+        json body = envelope(req, id, created, "chat.completion.chunk", json::array({std::move(choice)}));
+        if (req.include_usage) body["usage"] = nullptr;
+        out.push_back(std::move(body));
+    };
+    constexpr size_t k_fragment_bytes = 16;
+    for (size_t k = 0; k < calls.size(); ++k) {
+        const ToolCall& c = calls[k];
+        chunk({{"index", k}, {"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", ""}}}});
+        for (size_t at = 0; at < c.arguments.size();) {
+            size_t end = std::min(c.arguments.size(), at + k_fragment_bytes);
+            while (end < c.arguments.size() && (uint8_t(c.arguments[end]) & 0xC0) == 0x80) ++end;  // whole UTF-8
+            chunk({{"index", k}, {"function", {{"arguments", c.arguments.substr(at, end - at)}}}});
+            at = end;
+        }
+    }
+    return out;
 }
 
 json usage_chunk_json(const ParsedRequest& req, const std::string& id, int64_t created, const Usage& u) {

@@ -364,6 +364,16 @@ struct Server::Impl {
                 if (!d.error.empty()) return fail(ApiError(500, "server_error", "generation failed: " + d.error));
                 json lp = nullptr;
                 if (r.logprobs) lp = logprobs_object(r, d.logprobs, d.text_offset);
+                if (!d.tool_calls.empty()) {  // content first, then the calls, then the finish
+                    if (!d.text.empty() && !ex.write(sse(chunk_json(r, job.id(), job.created(), d.index, d.text, "",
+                                                                    false, lp))))
+                        return job.cancel();
+                    for (const json& c : tool_call_chunks(r, job.id(), job.created(), d.index, d.tool_calls))
+                        if (!ex.write(sse(c))) return job.cancel();
+                    if (!ex.write(sse(chunk_json(r, job.id(), job.created(), d.index, "", d.finish_reason, false))))
+                        return job.cancel();
+                    continue;
+                }
                 if (!ex.write(sse(chunk_json(r, job.id(), job.created(), d.index, d.text, d.finish_reason, false, lp))))
                     return job.cancel();  // the client went away
             }

@@ -26,6 +26,8 @@ const char* to_string(FinishReason r) {
             return "cancelled";
         case FinishReason::error:
             return "error";
+        case FinishReason::unsatisfiable:
+            return "schema_unsatisfiable";
     }
     return "";
 }
@@ -48,6 +50,7 @@ struct Engine::Request {
     std::vector<int32_t> context;                 // prompt + generated (only when drafting)
     std::unordered_map<int32_t, int64_t> counts;  // generated id -> count (only with penalties)
     bool adjusts = false;                         // any penalty or bias: sample from an adjusted copy
+    std::unique_ptr<TokenConstraint> constraint;  // structured output (RequestParams::constraint)
     bool done = false;
 
     Request(RequestParams params, TokenCallback cb)
@@ -135,6 +138,7 @@ std::unique_ptr<Engine::Request> Engine::make_request(RequestParams params, Toke
     params.draft_tokens = std::min(params.draft_tokens, opt_.max_batch_rows - 1);
     if (max_pos > 0) params.max_new_tokens = std::min(params.max_new_tokens, max_pos - n);
     auto r = std::make_unique<Request>(std::move(params), std::move(on_event));  // Sampler validates sampling
+    if (r->p.constraint) r->constraint = r->p.constraint();
     r->need_tokens = r->n_prompt + r->p.max_new_tokens;
     if (r->p.draft_tokens > 0) r->context = r->p.prompt;
     return r;
@@ -516,10 +520,20 @@ void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_row
     const int64_t pos0 = r.n_prompt + r.n_generated - 1;  // the position of the decode row
     std::vector<float> adjusted;
     size_t kept = 0;
-    bool ended = false;
+    bool ended = false, unsatisfiable = false;
+    const std::vector<int32_t> no_ids;
     for (;;) {
         std::span<const float> dist(p.logits.data() + logit_rows[kept] * V, size_t(V));
         if (r.adjusts) dist = adjust(r, dist, adjusted);
+        if (r.constraint) {
+            if (!r.adjusts) adjusted.assign(dist.begin(), dist.end());
+            // eos is allowed only where the output may end, and only when it ends the request
+            if (!r.constraint->mask(adjusted, r.p.stop_at_eos ? model_.info().eos_token_ids : no_ids)) {
+                unsatisfiable = ended = true;
+                break;
+            }
+            dist = adjusted;
+        }
         // a draft is verified (kept with the probability the sampler gives it, else replaced by a draw from the
         // rest); after the last draft, or without one, the token is sampled
         Sampler::Verdict v{-1, false};
@@ -545,7 +559,8 @@ void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_row
     // the state keeps the rows of the tokens it was fed and the drafts that were kept (before it may be cached)
     if (kept < draft.size()) r.seq->truncate(pos0 + 1 + int64_t(kept));
     if (!draft.empty()) r.seq->drop_snapshot();  // the next draft takes a new one
-    if (ended) finish(r);
+    if (unsatisfiable) end_with(r, FinishReason::unsatisfiable);
+    else if (ended) finish(r);
 }
 
 // Reports one sampled token; false when the request ends with it (the caller finishes it).
@@ -554,6 +569,7 @@ bool Engine::take_token(Request& r, int32_t id, std::span<const float> dist) {
     r.generated.push_back(id);
     if (r.p.frequency_penalty != 0 || r.p.presence_penalty != 0) ++r.counts[id];
     if (r.p.draft_tokens > 0) r.context.push_back(id);
+    if (r.constraint) r.constraint->accept(id);
     TokenEvent ev;
     ev.id = id;
     ev.n_prompt = r.n_prompt;
@@ -565,6 +581,8 @@ bool Engine::take_token(Request& r, int32_t id, std::span<const float> dist) {
     };
     if ((r.p.stop_at_eos && is_in(model_.info().eos_token_ids)) || is_in(r.p.stop_ids))
         ev.finish = FinishReason::stop;
+    else if (r.constraint && r.constraint->finished())
+        ev.finish = FinishReason::stop;  // the structured output is complete: nothing else may follow
     else if (r.n_generated >= r.p.max_new_tokens)
         ev.finish = FinishReason::length;
     const bool keep = emit(r, ev);

@@ -40,6 +40,7 @@
 #include "runtime/draft.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/token_constraint.h"
 
 namespace sluice {
 
@@ -65,10 +66,16 @@ struct RequestParams {
     int64_t draft_tokens = 0;
     int64_t ngram_min = 1, ngram_max = 4;
     Drafter drafter;
+    // Structured output: a constraint made for this request masks every generated position (after penalties and
+    // bias, before temperature and truncation); the request ends with finish "stop" once the output is complete,
+    // and with finish "unsatisfiable" when no token may come next. Drafts are verified against the masked
+    // distribution, so speculation keeps working (a masked draft is simply rejected). Empty: unconstrained.
+    ConstraintFactory constraint;
 };
 
-enum class FinishReason { none, stop, length, cancelled, error };
-const char* to_string(FinishReason r);  // "", "stop", "length", "cancelled", "error"
+enum class FinishReason { none, stop, length, cancelled, error, unsatisfiable };
+// "", "stop", "length", "cancelled", "error", "schema_unsatisfiable"
+const char* to_string(FinishReason r);
 
 struct TokenEvent {
     int32_t id = -1;            // the generated id; -1 in an event that only finishes (cancelled / error)
@@ -76,8 +83,9 @@ struct TokenEvent {
     int64_t n_prompt = 0;       // prompt tokens
     int64_t n_cached = 0;       // ... of which came from the prefix cache (not computed)
     int64_t n_generated = 0;    // generated tokens so far, this one included
-    std::span<const float> logits;  // the distribution `id` was drawn from (after penalties and bias, before
-                                    // temperature), valid only during the callback; empty when id == -1
+    std::span<const float> logits;  // the distribution `id` was drawn from (after penalties, bias and a
+                                    // constraint's mask, before temperature), valid only during the callback; empty
+                                    // when id == -1
     std::string error;          // the message when finish == error
     int64_t prompt_position = -1;  // >= 0: a prompt_logits event (id -1): logits after prompt[0..prompt_position]
 };

@@ -42,8 +42,11 @@ Sampler::Candidates Sampler::candidates(std::span<const float> logits) const {
     for (size_t i = 0; i < keep; ++i)
         sum += (c.prob[i] = std::exp(double(logits[size_t(c.ids[i])] / p_.temperature - mx)));
     for (auto& q : c.prob) q /= sum;
-    // min-p: drop tokens below min_p * p_max
+    // tokens of probability 0 (a structured-output mask sets logits to -inf) are never candidates, not even the
+    // fallback of a draw that rounding carries past the last one
     size_t n = keep;
+    while (n > 1 && c.prob[n - 1] == 0) --n;
+    // min-p: drop tokens below min_p * p_max
     if (p_.min_p > 0)
         while (n > 1 && c.prob[n - 1] < double(p_.min_p) * c.prob[0]) --n;
     // top-p: smallest prefix whose mass reaches top_p

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/openai_protocol.h"
+#include "runtime/token_mask.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -94,6 +95,45 @@ std::string k_msgs_body() { return std::string("{") + k_msgs + "}"; }
 
 }  // namespace
 
+TEST(OpenAiRequest, ResponseFormatMakesAConstraint) {
+    const std::string m = std::string(R"({"model": "m", )") + k_msgs;
+    EXPECT_FALSE(chat(m + R"(, "response_format": {"type": "text"}})").params.constraint);
+    EXPECT_TRUE(chat(m + R"(, "response_format": {"type": "json_object"}})").params.constraint);
+    const ParsedRequest r = completions(R"({"model": "m", "prompt": "x", "response_format": {"type": "json_schema",
+        "json_schema": {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"a": {"type":
+        "integer"}}, "required": ["a"], "additionalProperties": false}}}})");
+    ASSERT_TRUE(r.params.constraint);
+    auto c = r.params.constraint();
+    EXPECT_FALSE(c->finished());
+}
+
+TEST(OpenAiRequest, ToolChoice) {
+    const std::string m = std::string(R"({"model": "m", )") + k_msgs +
+                          R"(, "tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+                              {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
+    const ParsedRequest a = chat(m + "}");
+    EXPECT_TRUE(a.parse_tools);  // auto by default
+    EXPECT_EQ(a.tool_syntax, ToolSyntax::hermes);
+    EXPECT_FALSE(a.params.constraint);
+    EXPECT_FALSE(chat(m + R"(, "tool_choice": "none"})").parse_tools);
+    for (const char* choice : {R"("required")", R"({"type": "function", "function": {"name": "get_weather"}})"}) {
+        const ParsedRequest r = chat(m + R"(, "tool_choice": )" + choice + "}");
+        EXPECT_TRUE(r.parse_tools);
+        ASSERT_TRUE(r.params.constraint) << choice;
+        // the constraint writes one hermes call with the parameters' schema
+        auto c = r.params.constraint();
+        auto* jc = dynamic_cast<JsonConstraint*>(c.get());
+        ASSERT_TRUE(jc);
+        EXPECT_TRUE(jc->feed("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}"));
+        EXPECT_FALSE(c->finished());
+        EXPECT_TRUE(jc->feed("}\n</tool_call>"));
+        EXPECT_TRUE(c->finished());
+        auto c2 = r.params.constraint();
+        EXPECT_FALSE(dynamic_cast<JsonConstraint*>(c2.get())->feed("<tool_call>\n{\"name\": \"get_weather\", "
+                                                                  "\"arguments\": {}}"));  // city is required
+    }
+}
+
 TEST(OpenAiRequest, ChatFieldsReachParams) {
     const std::string body = std::string(R"({"model": "anything", )") + k_msgs + R"(,
         "max_tokens": 50, "max_completion_tokens": 40, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
@@ -122,7 +162,7 @@ TEST(OpenAiRequest, ChatFieldsReachParams) {
     EXPECT_TRUE(r.logprobs);
     EXPECT_EQ(r.top_logprobs, 5);
     EXPECT_FALSE(r.params.stop_at_eos);
-    for (const char* f : {"user", "metadata", "tool_choice"})
+    for (const char* f : {"user", "metadata"})
         EXPECT_NE(std::find(r.ignored_fields.begin(), r.ignored_fields.end(), f), r.ignored_fields.end()) << f;
 }
 
@@ -294,11 +334,37 @@ TEST(OpenAiRequest, BadInputsNameTheField) {
         {C, with(m, R"("logprobs": true, "top_logprobs": 21)"), "top_logprobs"},
         {C, with(m, R"("logprobs": true, "top_logprobs": -1)"), "top_logprobs"},
         {C, with(m, R"("top_logprobs": 3)"), "top_logprobs"},
-        {C, with(m, R"("response_format": {"type": "json_object"})"), "response_format"},
-        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format"},
+        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {}})"), "response_format.json_schema.name"},
+        {C, with(m, R"("response_format": {"type": "json_schema"})"), "response_format.json_schema"},
+        {C, with(m, R"("response_format": {"type": "json_object", "json_schema": {}})"), "response_format.json_schema"},
+        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {"name": "a b"}})"),
+         "response_format.json_schema.name"},
+        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "extra": 1}})"),
+         "response_format.json_schema.extra"},
+        {C, with(m, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
+             {"properties": {"a": {"items": {"type": "strin"}}}}}})"),
+         "response_format.json_schema.schema.properties.a.items.type"},
         {C, with(m, R"("response_format": {"type": "xml"})"), "response_format.type"},
         {C, with(m, R"("response_format": "text")"), "response_format"},
         {C, with(m, R"("tools": "x")"), "tools"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "a b"}}])"), "tools[0].function.name"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f"}, "extra": 1}])"), "tools[0].extra"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}])"),
+         "tools[0].function.parameters"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+             "properties": {"a": {"type": "strin"}}}}}])"),
+         "tools[0].function.parameters.properties.a.type"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f"}},
+             {"type": "function", "function": {"name": "f"}}])"),
+         "tools[1].function.name"},
+        {C, with(m, R"("tool_choice": "sometimes")"), "tool_choice"},
+        {C, with(m, R"("tool_choice": "required")"), "tool_choice"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f"}}],
+             "tool_choice": {"type": "function", "function": {"name": "g"}})"),
+         "tool_choice.function.name"},
+        {C, with(m, R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+             "response_format": {"type": "json_object"})"),
+         "tool_choice"},
         {C, with(m, R"("tools": [{"type": "function"}])"), "tools[0].function"},
         {C, with(m, R"("tools": [{"type": "function", "function": {"name": 1}}])"), "tools[0].function.name"},
         {C, with(m, R"("chat_template_kwargs": "x")"), "chat_template_kwargs"},
@@ -310,6 +376,9 @@ TEST(OpenAiRequest, BadInputsNameTheField) {
              std::string(70, '[') + std::string(70, ']') + R"(}"}}]}]})",
          "messages[0].tool_calls[0].function.arguments"},
         {P, R"({"model": "m"})", "prompt"},
+        {P, with(p, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
+             {"type": "array", "minItems": 2, "maxItems": 1}}})"),
+         "response_format.json_schema.schema.minItems"},
         {P, with(p, R"("messages": [])"), "messages"},
         {P, R"({"model": "m", "prompt": 5})", "prompt"},
         {P, R"({"model": "m", "prompt": []})", "prompt"},

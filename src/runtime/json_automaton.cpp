@@ -1,0 +1,358 @@
+// The schema automaton (see json_automaton.h). Each frame is a value being read: its node and phase. A value that
+// ends on its own last byte (a string's quote, a closing bracket, the last byte of the only literal left) is popped
+// at once; one that ends only when a byte that cannot extend it arrives (a number, a literal that is a prefix of
+// another) is popped then, and that byte goes to the parent.
+#include "runtime/json_automaton.h"
+
+#include <utility>
+
+namespace sluice::schema {
+
+namespace {
+
+using Kind = SchemaNode::Kind;
+
+enum Phase : uint8_t {
+    kValue,      // before a value (whitespace, then its first byte)
+    kLiteral,    // inside one of the node's literals
+    kString,     // inside a string
+    kMinus,      // number: after '-'
+    kZero,       // number: the integer part is "0"
+    kInt,        // number: integer digits
+    kDot,        // number: after '.'
+    kFrac,       // number: fraction digits
+    kExp,        // number: after 'e' / 'E'
+    kExpSign,    // number: after the exponent's sign
+    kExpDigits,  // number: exponent digits
+    kObjOpen,    // after '{'
+    kKey,        // inside a key
+    kColon,      // after a key
+    kObjAfter,   // after a property's value
+    kObjComma,   // after ','
+    kArrOpen,    // after '['
+    kArrAfter,   // after an item
+    kSequence,   // a sequence: off = the parts begun
+};
+
+bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
+bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
+bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
+bool accepting_number(uint8_t phase) {
+    return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits;
+}
+
+// A whitespace run may indent one line of pretty-printed JSON at this depth (two bytes a level), no more: weak
+// models otherwise spend their tokens on spaces.
+bool more_ws(Frame& f, int32_t depth) {
+    if (f.ws >= max_whitespace(depth)) return false;
+    ++f.ws;
+    return true;
+}
+
+// Narrows [lo, hi) of sorted strings sharing their first `off` bytes to those whose next byte is b.
+bool narrow(const std::vector<std::string>& v, Frame& f, uint8_t b) {
+    uint32_t lo = f.lo;
+    while (lo < f.hi && (v[lo].size() <= f.off || uint8_t(v[lo][f.off]) < b)) ++lo;
+    uint32_t hi = lo;
+    while (hi < f.hi && v[hi].size() > f.off && uint8_t(v[hi][f.off]) == b) ++hi;
+    if (lo == hi) return false;
+    f.lo = lo, f.hi = hi, ++f.off;
+    return true;
+}
+
+}  // namespace
+
+Automaton::Automaton(Grammar g) : g_(std::move(g)), dispatch_(g_.nodes.size(), -1) {
+    for (size_t n = 0; n < g_.nodes.size(); ++n) {
+        if (g_.nodes[n].kind != Kind::choice) continue;
+        dispatch_[n] = int32_t(choice_.size());
+        std::array<int32_t, 256>& row = choice_.emplace_back();
+        row.fill(-1);
+        for (int b = 0; b < 256; ++b)
+            for (int32_t a : g_.nodes[n].alts)
+                if (starts_value(g_, a, uint8_t(b))) row[size_t(b)] = a;
+    }
+}
+
+State Automaton::start() const {
+    State s;
+    s.depth = 1;
+    s.frames[0] = Frame{};
+    s.frames[0].node = g_.root;
+    s.frames[0].phase = kValue;
+    return s;
+}
+
+bool Automaton::push_value(State& s, int32_t node) const {
+    if (s.depth >= kMaxStack) return false;
+    Frame& f = s.frames[size_t(s.depth++)];
+    f = Frame{};
+    f.node = node;
+    f.phase = kValue;
+    return true;
+}
+
+// The first byte of the value of f's node: chooses the alternative and enters the value.
+bool Automaton::begin_value(Frame& f, uint8_t b) const {
+    if (dispatch_[size_t(f.node)] >= 0) {
+        const int32_t a = choice_[size_t(dispatch_[size_t(f.node)])][b];
+        if (a < 0) return false;
+        f.node = a;
+    }
+    const SchemaNode& n = g_.nodes[size_t(f.node)];
+    f.ws = 0;
+    switch (n.kind) {
+        case Kind::object:
+            f.phase = kObjOpen;
+            return b == '{';
+        case Kind::array:
+            f.phase = kArrOpen;
+            return b == '[';
+        case Kind::string:
+            f.phase = kString;
+            f.off = 0, f.lo = 0, f.hi = 0;
+            return b == '"';
+        case Kind::number:
+        case Kind::integer:
+            f.phase = b == '-' ? kMinus : b == '0' ? kZero : kInt;
+            return b == '-' || is_digit(b);
+        case Kind::literals:
+            f.phase = kLiteral;
+            f.lo = 0, f.hi = uint32_t(n.literals.size()), f.off = 0;
+            return narrow(n.literals, f, b);
+        case Kind::sequence:
+            f.phase = kSequence;
+            f.off = 0;
+            return true;  // b is not consumed: step() hands it to the first part
+        case Kind::choice:
+            break;
+    }
+    return false;
+}
+
+bool Automaton::key_step(Frame& f, uint8_t b) const {
+    const SchemaNode& n = g_.nodes[size_t(f.node)];
+    const auto seen = [&](uint32_t k) { return (f.seen >> k & 1) != 0; };
+    if (b == '"') {
+        const bool exact = f.lo < f.hi && n.keys[f.lo].size() == f.off;
+        if (exact && seen(f.lo)) return false;  // a property written twice
+        if (exact) f.prop = int16_t(f.lo);
+        else if (n.additional >= 0) f.prop = -1;
+        else return false;
+        f.phase = kColon;
+        f.ws = 0;
+        return true;
+    }
+    if (b == '\\' || b < 0x20) return false;
+    if (f.lo < f.hi && !narrow(n.keys, f, b)) {
+        f.lo = f.hi;  // no property starts so: another key, if those are allowed
+        ++f.off;
+    } else if (f.lo == f.hi) {
+        ++f.off;
+    }
+    if (n.additional >= 0) return true;
+    for (uint32_t k = f.lo; k < f.hi; ++k)
+        if (!seen(k)) return true;
+    return false;
+}
+
+bool Automaton::literal_step(Frame& f, uint8_t b) const {
+    const std::vector<std::string>& lits = g_.nodes[size_t(f.node)].literals;
+    return narrow(lits, f, b);
+}
+
+bool Automaton::step(State& s, uint8_t b) const {
+    if (!step_inner(s, b)) return false;
+    settle(s);
+    return true;
+}
+
+bool Automaton::step_inner(State& s, uint8_t b) const {
+    while (s.depth > 0) {
+        Frame& f = s.frames[size_t(s.depth - 1)];
+        const SchemaNode& n = g_.nodes[size_t(f.node)];
+        switch (f.phase) {
+            case kValue:
+                if (n.kind == Kind::sequence) {
+                    begin_value(f, b);
+                    continue;
+                }
+                // whitespace before a value, unless it begins a literal (a tool-call prefix may start with a space)
+                if (is_ws(b) && !(n.kind == Kind::literals && starts_value(g_, f.node, b))) return more_ws(f, s.depth);
+                if (!begin_value(f, b)) return false;
+                break;
+            case kSequence:
+                if (f.off >= n.parts.size()) {
+                    --s.depth;
+                    continue;
+                }
+                if (!push_value(s, n.parts[f.off++])) return false;
+                continue;
+            case kLiteral:
+                if (literal_step(f, b)) break;
+                if (n.literals[f.lo].size() != f.off) return false;
+                --s.depth;  // a literal that is complete: b belongs to the parent
+                continue;
+            case kString:
+                if (f.off == 0) {  // f.hi counts the characters begun
+                    if (b == '"') {
+                        if (f.hi < n.min_length) return false;
+                        --s.depth;
+                        return true;
+                    }
+                    if (b < 0x20) return false;
+                    if ((b & 0xC0) == 0x80) return true;  // a UTF-8 continuation byte
+                    if (f.hi >= n.max_length) return false;
+                    ++f.hi;
+                    if (b == '\\') f.off = 1;
+                    return true;
+                }
+                if (f.off == 1) {
+                    if (b == 'u') {
+                        f.off = 2;
+                        return true;
+                    }
+                    f.off = 0;
+                    return b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' ||
+                           b == 't';
+                }
+                if (!is_hex(b)) return false;
+                if (f.off == 2) f.lo = (b == 'd' || b == 'D');
+                else if (f.off == 3 && f.lo && !is_digit(b)) return false;       // \uD8..: a surrogate
+                else if (f.off == 3 && f.lo && b >= '8') return false;
+                f.off = f.off == 5 ? 0 : f.off + 1;
+                return true;
+            case kMinus:
+                if (!is_digit(b)) return false;
+                f.phase = b == '0' ? kZero : kInt;
+                return true;
+            case kZero:
+            case kInt:
+            case kFrac:
+            case kExpDigits:
+                if (is_digit(b) && f.phase != kZero) return true;
+                if (n.kind == Kind::number && (f.phase == kZero || f.phase == kInt) && b == '.') {
+                    f.phase = kDot;
+                    return true;
+                }
+                if (n.kind == Kind::number && f.phase != kExpDigits && (b == 'e' || b == 'E')) {
+                    f.phase = kExp;
+                    return true;
+                }
+                --s.depth;  // the number ended before b
+                continue;
+            case kDot:
+                if (!is_digit(b)) return false;
+                f.phase = kFrac;
+                return true;
+            case kExp:
+                if (b == '+' || b == '-') {
+                    f.phase = kExpSign;
+                    return true;
+                }
+                [[fallthrough]];
+            case kExpSign:
+                if (!is_digit(b)) return false;
+                f.phase = kExpDigits;
+                return true;
+            case kObjOpen:
+            case kObjComma:
+                if (is_ws(b)) return more_ws(f, s.depth);
+                f.ws = 0;
+                if (b == '"' && (n.additional >= 0 || !n.keys.empty())) {
+                    f.phase = kKey;
+                    f.lo = 0, f.hi = uint32_t(n.keys.size()), f.off = 0;
+                    return true;
+                }
+                if (b == '}' && f.phase == kObjOpen && (f.seen & n.required) == n.required) {
+                    --s.depth;
+                    return true;
+                }
+                return false;
+            case kKey:
+                return key_step(f, b);
+            case kColon:
+                if (is_ws(b)) return more_ws(f, s.depth);
+                if (b != ':') return false;
+                f.phase = kObjAfter;
+                f.ws = 0;
+                if (f.prop >= 0) f.seen |= uint64_t(1) << f.prop;
+                return push_value(s, f.prop >= 0 ? n.key_nodes[size_t(f.prop)] : n.additional);
+            case kObjAfter:
+                if (is_ws(b)) return more_ws(f, s.depth);
+                f.ws = 0;
+                if (b == '}') {
+                    if ((f.seen & n.required) != n.required) return false;
+                    --s.depth;
+                    return true;
+                }
+                if (b != ',') return false;
+                f.phase = kObjComma;
+                if (n.additional >= 0) return true;
+                return n.keys.size() < 64 ? f.seen != (uint64_t(1) << n.keys.size()) - 1 : ~f.seen != 0;
+            case kArrOpen:
+                if (is_ws(b)) return more_ws(f, s.depth);
+                f.ws = 0;
+                if (b == ']') {
+                    if (n.min_items > 0) return false;
+                    --s.depth;
+                    return true;
+                }
+                if (n.items < 0) return false;
+                f.phase = kArrAfter;
+                f.off = 1;
+                if (!push_value(s, n.items)) return false;
+                continue;  // b starts the first item
+            case kArrAfter:
+                if (is_ws(b)) return more_ws(f, s.depth);
+                f.ws = 0;
+                if (b == ']') {
+                    if (f.off < n.min_items) return false;
+                    --s.depth;
+                    return true;
+                }
+                if (b != ',' || f.off >= n.max_items) return false;
+                ++f.off;
+                return push_value(s, n.items);
+            default:
+                return false;
+        }
+        // a value entered or extended by b: a literal whose only candidate is now complete ends here (or goes on
+        // with the node that follows it)
+        Frame& t = s.frames[size_t(s.depth - 1)];
+        if (t.phase == kLiteral) {
+            const SchemaNode& ln = g_.nodes[size_t(t.node)];
+            if (t.hi - t.lo == 1 && ln.literals[t.lo].size() == t.off) {
+                const int32_t next = ln.then.empty() ? -1 : ln.then[t.lo];
+                --s.depth;
+                if (next >= 0) return push_value(s, next);
+            }
+        }
+        return true;
+    }
+    return false;  // the top-level value is complete: nothing may follow
+}
+
+void Automaton::settle(State& s) const {
+    while (s.depth > 0) {
+        const Frame& t = s.frames[size_t(s.depth - 1)];
+        if (t.phase != kSequence || t.off < g_.nodes[size_t(t.node)].parts.size()) return;
+        --s.depth;
+    }
+}
+
+bool Automaton::can_end(const State& s) const {
+    if (s.depth == 0) return true;
+    if (s.depth != 1) return false;
+    const Frame& f = s.frames[0];
+    if (f.phase == kLiteral) return g_.nodes[size_t(f.node)].literals[f.lo].size() == f.off;
+    return accepting_number(f.phase);
+}
+
+bool Automaton::in_plain_string(const State& s) const {
+    if (s.depth == 0) return false;
+    const Frame& f = s.frames[size_t(s.depth - 1)];
+    return f.phase == kString && f.off == 0 && g_.nodes[size_t(f.node)].max_length == UINT32_MAX;
+}
+
+}  // namespace sluice::schema
