@@ -19,7 +19,7 @@ namespace {
 struct PlanArgs {
     std::string model, like, memory, drives, device = "cpu", rates, usage_stats, batch_sizes = "1,4,16,64,256";
     int64_t threads = 0, ctx = 4096, parallel = 1, prefill_chunk = 256;
-    bool json = false, no_overlap = false;
+    bool json = false, overlap = false;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -68,7 +68,7 @@ void run_plan(const PlanArgs& a) {
     s.ctx = a.ctx;
     s.parallel = a.parallel;
     s.prefill_chunk = a.prefill_chunk;
-    s.overlap = !a.no_overlap;
+    s.overlap = a.overlap;
     s.batch_sizes.clear();
     for (const std::string& b : split(a.batch_sizes)) {
         size_t used = 0;
@@ -120,7 +120,8 @@ void register_plan(CLI::App& app) {
     sub->add_option("--prefill-chunk", a->prefill_chunk, "prompt tokens per prefill pass")->check(positive())
         ->capture_default_str();
     sub->add_option("--batch-sizes", a->batch_sizes, "decode batch sizes to project")->capture_default_str();
-    sub->add_flag("--no-overlap", a->no_overlap, "add I/O and compute time instead of overlapping them");
+    sub->add_flag("--overlap", a->overlap,
+                  "time a pass as max(I/O, compute) (full overlap) instead of their sum (what bench measures here)");
     sub->add_flag("--json", a->json, "one JSON object on stdout");
     sub->callback([a] {
         if (a->model.empty() == a->like.empty())

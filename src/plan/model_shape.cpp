@@ -143,8 +143,8 @@ ModelShape shape_from_tensors(std::vector<ShapeTensor> tensors, const std::strin
             if (l >= 0 && (first_moe < 0 || l < first_moe)) first_moe = l;
         }
     SLUICE_CHECK(first_moe >= 0, m.source, ": no routed expert tensors ('.experts.' in their names)");
-    std::vector<SpineExtent> expert0;  // parts of one expert, for its cache slot size
-    bool stacked = false;
+    // each expert's parts (a stacked bank [E, ...] holds expert e's at e/E of it), for its cache slot size
+    std::map<std::pair<int64_t, int64_t>, uint64_t> slot_of;
     for (const auto& x : tensors) {
         const int64_t l = layer_of(x.name);
         if (is_routed(x.name)) {
@@ -155,19 +155,23 @@ ModelShape shape_from_tensors(std::vector<ShapeTensor> tensors, const std::strin
             }
             moe_layers.insert(l);
             m.routed_expert_bytes_total += x.nbytes;
-            if (l == first_moe) {
-                const std::string mat = matrix_of(x.name);
-                const bool per_expert = contains(x.name, ".experts.0.");
-                const bool bank = !std::isdigit(static_cast<unsigned char>(x.name[x.name.find(".experts.") + 9]));
-                if (per_expert || bank) {
-                    if (bank) stacked = true;
-                    const uint64_t len = bank ? x.nbytes / uint64_t(m.n_experts) : x.nbytes;
-                    expert0.push_back({x.file, x.file_offset, len, 0});
-                    if (!is_scale(x.name)) {
-                        expert_matrices_first.insert(mat);
-                        if (m.expert_format.empty() || m.expert_format == "f32") m.expert_format = format_of(x);
-                    }
-                }
+            const size_t at = x.name.find(".experts.") + 9;
+            const bool bank = at >= x.name.size() || !std::isdigit(static_cast<unsigned char>(x.name[at]));
+            if (bank) {
+                // a fused gate_up bank [E, 2I, H] (DeepSeek form) binds gate and up as two matrices, read apart;
+                // gpt-oss's interleaved gate_up_proj_blocks is one
+                const uint64_t parts = ends_with(x.name, "gate_up_proj") ? 2 : 1;
+                const uint64_t len = x.nbytes / uint64_t(m.n_experts) / parts;
+                for (int64_t e = 0; e < m.n_experts; ++e)
+                    for (uint64_t q = 0; q < parts; ++q)
+                        slot_of[{l, e}] += io::padded_bytes(x.file_offset + (uint64_t(e) * parts + q) * len, len);
+                if (parts == 2 && l == first_moe) expert_matrices_first.insert(x.name + "#up");
+            } else {
+                slot_of[{l, std::stoll(x.name.substr(at))}] += io::padded_bytes(x.file_offset, x.nbytes);
+            }
+            if (l == first_moe && (bank || contains(x.name, ".experts.0.")) && !is_scale(x.name)) {
+                expert_matrices_first.insert(matrix_of(x.name));
+                if (m.expert_format.empty() || m.expert_format == "f32") m.expert_format = format_of(x);
             }
             continue;
         }
@@ -195,7 +199,6 @@ ModelShape shape_from_tensors(std::vector<ShapeTensor> tensors, const std::strin
     m.n_moe_layers = int64_t(moe_layers.size());
     m.expert_bytes = m.routed_expert_bytes_total / uint64_t(m.n_moe_layers * m.n_experts);
     m.expert_matmuls = std::max<int64_t>(1, int64_t(expert_matrices_first.size()));
-    (void)stacked;
     uint64_t streamable = 0;
     m.layer_read_bytes.resize(size_t(m.n_layers));
     for (size_t l = 0; l < layer_ext.size(); ++l) {
@@ -206,7 +209,7 @@ ModelShape shape_from_tensors(std::vector<ShapeTensor> tensors, const std::strin
     m.spine_bytes += expert_bias_bytes;
     m.spine_fixed_bytes = m.spine_bytes - std::min(m.spine_bytes, streamable);
     m.expert_slot_bytes = 0;
-    for (const auto& p : expert0) m.expert_slot_bytes += io::padded_bytes(p.offset, p.length);
+    for (const auto& [key, bytes] : slot_of) m.expert_slot_bytes = std::max(m.expert_slot_bytes, bytes);
     m.expert_slot_bytes = io::align_up(std::max(m.expert_slot_bytes, m.expert_bytes), io::k_direct_alignment_bytes);
     return m;
 }

@@ -47,6 +47,9 @@ PassProjection project_pass(const ModelShape& m, const ResidencyPlan& plan, cons
     p.expert_bytes_read = experts_used * (1.0 - hit_rate) * double(m.expert_slot_bytes);
     p.spine_bytes_read = double(plan.spine_streamed_bytes);
     p.io_ms = ms_for(p.expert_bytes_read + p.spine_bytes_read, drive_gbps);
+    // a layer's misses are issued together: the first lands after one read's latency, the rest stream behind it
+    const double layers_missing = L * (1.0 - std::pow(std::clamp(hit_rate, 0.0, 1.0), p.distinct_experts));
+    p.io_ms += layers_missing * rates.drive_latency_ms;
     const bool timed = !rates.kernels.empty();
     if (timed) {
         double c = 0, calls = 0;

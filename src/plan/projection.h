@@ -8,10 +8,13 @@
 // Distinct experts a pass of R rows touches per MoE layer: E·(1−(1−k/E)^R) (independent routing), each read once
 // and multiplied with R·k/distinct rows on average.
 // Time of a pass: compute = Σ matrices bytes / kernel rate at their row count + one call overhead per matmul;
-// I/O = missed slot bytes (+ streamed spine) / the drives' rate. The engine overlaps them (each layer's misses are
+// I/O = missed slot bytes (+ streamed spine) / the drives' rate, plus one read's latency for each MoE layer that
+// misses at all (probability 1−h^distinct; its misses are issued together). The engine overlaps them (each layer's misses are
 // read while its cache hits and shared expert compute, the next layer's likely experts are read ahead while this
-// layer and the next attention compute), so a pass takes max(I/O, compute) when overlapped, the sum when not
-// (--no-prefetch still overlaps within a layer; `overlap` false models no overlap at all).
+// layer and the next attention compute), so a pass could take max(I/O, compute). On the machine the projection was
+// checked on (2 shared vCPUs, a virtual disk: bench/plan_check.py) reads cost CPU time and bench measures little
+// overlap, and the sum I/O + compute predicts the measured decode speed better; it is the default, and `overlap`
+// (plan --overlap) gives max(I/O, compute), the bound for a machine whose reads take no compute time.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +41,7 @@ struct PlanSettings {
     int64_t staging_experts = 4;       // StreamingOptions::staging_experts
     int64_t prefill_chunk = 256;       // P: rows per prefill pass
     std::vector<int64_t> batch_sizes = {1, 4, 16, 64, 256};
-    bool overlap = true;
+    bool overlap = false;              // true: max(I/O, compute); false: their sum (see the top of this file)
     std::vector<double> usage_share;   // optional: each expert's share of routing (sums to n_moe_layers), any order
 };
 

@@ -19,9 +19,10 @@ std::string drives_text(const std::vector<double>& d) {
     return s;
 }
 const char* overlap_text(bool overlap) {
-    return overlap ? "max(I/O, compute): the engine overlaps them (a layer's misses are read while its cache hits and "
-                     "shared expert compute; the next layer's likely experts are read ahead)"
-                   : "I/O + compute (no overlap assumed)";
+    return overlap ? "max(I/O, compute) (--overlap): full overlap, as the engine is built for (a layer's misses are "
+                     "read while its hits and shared expert compute; the next layer's likely experts are read ahead)"
+                   : "I/O + compute: the engine overlaps reads with compute, but bench measured little overlap where "
+                     "reads cost CPU time (bench/plan_check.py); --overlap gives max(I/O, compute)";
 }
 nlohmann::json pass_json(const PassProjection& p, bool timed) {
     nlohmann::json j = {{"rows", p.rows},
