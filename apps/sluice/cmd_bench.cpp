@@ -29,6 +29,7 @@
 #include "ops/cuda/backend.h"
 #include "ops/ops.h"
 #include "plan/kernel_probe.h"
+#include "plan/model_shape.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -72,7 +73,7 @@ void register_bench(CLI::App& app) {
         uint64_t seed = 1;
         bool json = false;
         bool greedy = false;
-        std::string save_rates, rates_pool = "64M";
+        std::string save_rates, rates_pool = "64M", rates_formats = "all";
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("bench", "Cold decode with experts streamed under --memory, next to the drive's raw rate");
@@ -95,6 +96,11 @@ void register_bench(CLI::App& app) {
     sub->add_flag("--greedy", a->greedy,
                   "decode the argmax token (default: a random token each step, since a random-weight model's greedy "
                   "output repeats itself and would route every step to the same, cached experts)");
+    sub->add_option("--rates-formats", a->rates_formats,
+                    "weight formats --save-rates probes: all (f32, bf16, f16, fp8, mxfp4, int4) or model (this "
+                    "model's only: quicker, for measuring rates next to each run)")
+        ->check(CLI::IsMember({"all", "model"}))
+        ->capture_default_str();
     sub->callback([a] {
         LoadOptions lo = a->m.to_options();
         if (lo.memory_budget_bytes == 0) lo.stream_experts = true;
@@ -187,6 +193,12 @@ void register_bench(CLI::App& app) {
             KernelProbeOptions ko;
             ko.threads = lo.n_threads;
             ko.pool_bytes = parse_size(a->rates_pool);
+            if (a->rates_formats == "model") {
+                const ModelShape shape = shape_from_folder(a->m.model);
+                for (const auto& [fmt, bytes] : shape.spine_matmul_bytes) ko.formats.push_back(fmt);
+                ko.formats.push_back(shape.expert_format);
+                if (!shape.head_format.empty()) ko.formats.push_back(shape.head_format);
+            }
             MachineRates rates = measure_kernel_rates(ko);
             rates.drive_gbps = raw.gbps;
             rates.drive_method = raw.method;

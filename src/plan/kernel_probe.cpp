@@ -61,6 +61,7 @@ MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
                                       o.seconds_per_point / 4);
     }
     for (const auto& [name, format] : probed_formats()) {
+        if (!o.formats.empty() && std::find(o.formats.begin(), o.formats.end(), name) == o.formats.end()) continue;
         // copies cycling through a pool of pool_bytes, so the weights are not the cache's (unless it is larger)
         std::vector<QuantizedWeight> copies;
         copies.push_back(quantize(src.data(), rows, cols, format));

@@ -21,6 +21,7 @@ struct KernelProbeOptions {
     uint64_t pool_bytes = uint64_t(64) << 20;
     double seconds_per_point = 0.15;
     int repetitions = 3;
+    std::vector<std::string> formats;  // empty: every probed format
 };
 
 const std::vector<std::pair<std::string, WeightFormat>>& probed_formats();  // every CPU format a checkpoint ships

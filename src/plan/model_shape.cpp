@@ -116,9 +116,8 @@ ModelShape shape_from_tensors(std::vector<ShapeTensor> tensors, const std::strin
     const nlohmann::json& t = top.contains("text_config") && top["text_config"].is_object() ? top["text_config"] : top;
     ModelShape m;
     m.source = std::move(source);
-    m.model_type = top.value("model_type", t.value("model_type", std::string()));
-    if (m.model_type.empty() || (top.contains("text_config") && top.value("model_type", "") == "kimi_k3"))
-        m.model_type = top.value("model_type", std::string());
+    // the top level's (K3: kimi_k3; its text_config says kimi_linear)
+    if (top.contains("model_type") && top["model_type"].is_string()) m.model_type = top["model_type"].get<std::string>();
     m.n_layers = get_int_any(t, {"num_hidden_layers"}, 0);
     m.n_experts = get_int_any(t, {"n_routed_experts", "num_experts", "num_local_experts"}, 0);
     m.top_k = get_int_any(t, {"num_experts_per_tok", "num_experts_per_token"}, 0);
