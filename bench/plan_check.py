@@ -51,6 +51,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--ctx", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="compute threads of bench (and so of its rates); 1 keeps a loaded machine's descheduled "
+                         "workers from stalling every matmul's barrier")
     ap.add_argument("--no-prefetch", action="store_true",
                     help="bench without the look-ahead reads (plan does not model their wasted guesses)")
     ap.add_argument("--json", help="also write the rows here")
@@ -68,7 +71,8 @@ def main():
         models.append((name, d))
     models.append(("sluice-k2-tiny", os.path.abspath(TINY)))
 
-    common = ["--ctx", str(a.ctx), "--tokens", str(a.tokens), "--prompt-tokens", "16", "--raw-seconds", "1"]
+    common = ["--ctx", str(a.ctx), "--tokens", str(a.tokens), "--prompt-tokens", "16", "--raw-seconds", "1",
+              "-t", str(a.threads)]
     if a.no_prefetch:
         common.append("--no-prefetch")
 
