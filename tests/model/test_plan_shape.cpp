@@ -4,6 +4,8 @@
 // streams the spine.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include "core/error.h"
 #include "models/model.h"
 #include "plan/model_shape.h"
@@ -49,7 +51,7 @@ void expect_same_plan(const std::string& dir, const ModelShape& m, uint64_t budg
 }  // namespace
 
 TEST_P(PlanShape, SameAsEngine) {
-    const std::string dir = GetParam();
+    const std::string dir = kData + "/" + GetParam();
     const ModelShape m = shape_from_folder(dir);
     PlanMachine mc;
     mc.memory_bytes = uint64_t(1) << 40;
@@ -80,11 +82,17 @@ TEST_P(PlanShape, SameAsEngine) {
     }
 }
 
+// Folders under tests/data (the trained model under the repository's models/).
 INSTANTIATE_TEST_SUITE_P(Fixtures, PlanShape,
-                         ::testing::Values(kData + "/fixtures/dsv3_qlora_group_yarn", kData + "/fixtures/dsv3_fp8_block128",
-                                           kData + "/fixtures/k2_thinking_int4", kData + "/fixtures/dsv3_fused_experts",
-                                           kData + "/fixtures/kimi_k3_attnres_mxfp4",
-                                           kData + "/fixtures/kimi_linear_qlora_groups",
-                                           kData + "/fixtures/qwen3_moe_norm_dense", kData + "/fixtures/mixtral_hub",
-                                           kData + "/fixtures/gpt_oss_swa_sinks_mxfp4", kData + "/fixtures/tied_head",
-                                           kData + "/../../models/sluice-k2-tiny"));
+                         ::testing::Values("fixtures/dsv3_qlora_group_yarn", "fixtures/dsv3_fp8_block128",
+                                           "fixtures/k2_thinking_int4", "fixtures/dsv3_fused_experts",
+                                           "fixtures/kimi_k3_attnres_mxfp4", "fixtures/kimi_linear_qlora_groups",
+                                           "fixtures/qwen3_moe_norm_dense", "fixtures/mixtral_hub",
+                                           "fixtures/gpt_oss_swa_sinks_mxfp4", "fixtures/tied_head",
+                                           "../../models/sluice-k2-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                             std::string name = info.param.substr(info.param.rfind('/') + 1);
+                             for (char& c : name)
+                                 if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                             return name;
+                         });

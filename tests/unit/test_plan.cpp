@@ -162,7 +162,9 @@ TEST(Plan, RatesFileRoundTripAndErrors) {
         {"{" + good + R"(, "threads": 0, )" + k + "}", "threads must be a positive integer"},
         {"{" + good + R"(, "drive_latency_ms": -1, )" + k + "}", "drive_latency_ms must be >= 0"},
     };
-    for (const auto& [text, want] : bad) {
+    for (const auto& c : bad) {  // not a structured binding: clang 14 cannot capture one in the lambda
+        const std::string& text = c.first;
+        const std::string& want = c.second;
         const std::string e = error_of([&] { (void)parse_rates(text, "r.json"); });
         EXPECT_NE(e.find("r.json"), std::string::npos) << text;
         EXPECT_NE(e.find(want), std::string::npos) << text << " -> " << e;
