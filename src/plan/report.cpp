@@ -55,7 +55,7 @@ std::string projection_text(const ModelShape& m, const PlanMachine& mc, const Pl
     os << "\n\n" << p.plan.describe();
     os << "  experts cached     " << p.cache_slots << " of " << m.n_moe_layers * m.n_experts << " ("
        << fmt("%.2f%%", 100 * p.cache_share) << ")\n\n";
-    os << "expert misses: " << p.hit_model << "; expected hit rate " << fmt("%.1f%%", 100 * p.hit_rate) << "\n";
+    os << "expert misses: " << p.hit_model << "; expected hit rate " << fmt("%.2f%%", 100 * p.hit_rate) << "\n";
     os << "a pass of R rows touches E(1-(1-k/E)^R) distinct experts per MoE layer, each read once\n";
     if (p.timed)
         os << "time per pass = " << overlap_text(s.overlap) << "\n"
