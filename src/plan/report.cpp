@@ -73,11 +73,14 @@ std::string projection_text(const ModelShape& m, const PlanMachine& mc, const Pl
                   "I/O ms", "compute ms", "pass ms", "tok/s");
     os << line;
     auto print = [&](const std::string& what, const PassProjection& x) {
-        const double tps = p.timed ? x.tok_per_s : (x.io_ms > 0 ? 1000.0 * double(x.rows) / x.io_ms : INFINITY);
-        std::snprintf(line, sizeof line, "%-18s %6lld %9.1f %13.3f %9.2f %11s %10s %10.2f%s\n", what.c_str(),
+        const bool reads = x.io_ms > 0;
+        const std::string tps = p.timed ? fmt("%.2f", x.tok_per_s)
+                                : reads ? fmt("%.2f", 1000.0 * double(x.rows) / x.io_ms)
+                                        : std::string("-");
+        std::snprintf(line, sizeof line, "%-18s %6lld %9.1f %13.3f %9.2f %11s %10s %10s%s\n", what.c_str(),
                       (long long)x.rows, x.distinct_experts, x.bytes_read_per_token() / 1e6, x.io_ms,
                       p.timed ? fmt("%.2f", x.compute_ms).c_str() : "-", p.timed ? fmt("%.2f", x.pass_ms).c_str() : "-",
-                      tps, p.timed ? "" : " (drive-bound ceiling)");
+                      tps.c_str(), p.timed ? "" : reads ? " (drive-bound ceiling)" : " (nothing to read: not drive-bound)");
         os << line;
     };
     print("decode", p.decode);
