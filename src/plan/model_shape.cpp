@@ -275,7 +275,7 @@ ModelShape shape_from_published(const std::string& like) {
     o.vocab_size = p.vocab;
     const SynthPlan plan = plan_synth(o);
     std::vector<ShapeTensor> list;
-    uint64_t offset = 0;  // as if written back to back in one file, 4 KiB-aligned
+    uint64_t offset = 0;  // as if written back to back in one file (64-byte aligned)
     for (const auto& t : plan.tensors) {
         list.push_back({t.name, t.dtype, t.shape, t.nbytes(), 0, offset});
         offset = io::align_up(offset + t.nbytes(), 64);
