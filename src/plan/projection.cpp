@@ -94,20 +94,26 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
     }
     for (double g : machine.drives_gbps) p.drive_gbps += g;
     MachineRates rates;
-    if (machine.device == "cuda") {
-        p.untimed_reason = "no CUDA kernel rates are measured yet (sluice's engine runs on the CPU); only bytes and the "
+    if (!machine.rates) {
+        p.untimed_reason = machine.device == "cuda"
+                               ? "no CUDA kernel rates are measured yet (no --rates file; sluice bench --save-rates on a "
+                                 "CUDA machine writes them); only bytes and the drive-bound ceiling are projected"
+                               : "no --rates file: only bytes and the drive-bound ceiling are projected (sluice bench "
+                                 "--save-rates FILE measures the kernels)";
+    } else if (machine.rates->device != machine.device) {
+        SLUICE_CHECK(machine.device == "cuda", "--rates: the file's kernel rates are for ", machine.rates->device,
+                     ", not ", machine.device, " (--device)");
+        p.untimed_reason = "no CUDA kernel rates are measured yet: the --rates file holds " + machine.rates->device +
+                           " rates (sluice bench --save-rates on a CUDA machine measures them); only bytes and the "
                            "drive-bound ceiling are projected";
-    } else if (!machine.rates) {
-        p.untimed_reason = "no --rates file: only bytes and the drive-bound ceiling are projected (sluice bench "
-                           "--save-rates FILE measures the kernels)";
     } else {
         rates = *machine.rates;
-        SLUICE_CHECK(rates.device == "cpu", "--rates: the file's rates are for ", rates.device, ", not cpu");
         // kernels were measured with rates.threads threads; assume they scale linearly to --threads
-        if (machine.threads > 0 && rates.threads > 0 && machine.threads != rates.threads)
+        if (machine.device == "cpu" && machine.threads > 0 && rates.threads > 0 && machine.threads != rates.threads)
             for (auto& [fmt, k] : rates.kernels)
                 for (double& g : k.gbps) g *= double(machine.threads) / double(rates.threads);
-        p.timed = true;
+        p.timed = !rates.kernels.empty();
+        if (!p.timed) p.untimed_reason = "the --rates file has no kernel rates";
     }
     p.decode = project_pass(m, p.plan, rates, p.hit_rate, p.drive_gbps, 1, 1, s.overlap);
     p.prefill = project_pass(m, p.plan, rates, p.hit_rate, p.drive_gbps, s.prefill_chunk, 1, s.overlap);
