@@ -7,11 +7,15 @@
 // --parallel B (> 1): then B copies of the job decode together through the Engine on a freshly loaded (cold) model,
 // reporting aggregate tok/s and expert bytes read per generated token next to B = 1 (each expert is read once for
 // all the rows that chose it, so bytes per token fall as B grows).
+// --save-rates FILE: also writes the rates `sluice plan --rates` projects from (plan/rates.h): the raw drive rate above,
+// one read's latency alone (queue depth 1), and the matmul kernels' GB/s per weight format and row count
+// (plan/kernel_probe.h, on a --rates-pool working set, with the model's thread count).
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -24,6 +28,8 @@
 #include "models/model.h"
 #include "ops/cuda/backend.h"
 #include "ops/ops.h"
+#include "plan/kernel_probe.h"
+#include "plan/model_shape.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -67,6 +73,7 @@ void register_bench(CLI::App& app) {
         uint64_t seed = 1;
         bool json = false;
         bool greedy = false;
+        std::string save_rates, rates_pool = "64M", rates_formats = "all";
     };
     auto a = std::make_shared<Args>();
     auto* sub = app.add_subcommand("bench", "Cold decode with experts streamed under --memory, next to the drive's raw rate");
@@ -81,9 +88,19 @@ void register_bench(CLI::App& app) {
         ->capture_default_str();
     sub->add_option("-s,--seed", a->seed, "seed of the random prompt")->capture_default_str();
     sub->add_flag("--json", a->json, "last line of stdout: one JSON object");
+    sub->add_option("--save-rates", a->save_rates,
+                    "write the measured drive and kernel rates to FILE, for sluice plan --rates FILE");
+    sub->add_option("--rates-pool", a->rates_pool,
+                    "working set of the kernel probe of --save-rates (larger than the last-level cache: DRAM rates)")
+        ->capture_default_str();
     sub->add_flag("--greedy", a->greedy,
                   "decode the argmax token (default: a random token each step, since a random-weight model's greedy "
                   "output repeats itself and would route every step to the same, cached experts)");
+    sub->add_option("--rates-formats", a->rates_formats,
+                    "weight formats --save-rates probes: all (f32, bf16, f16, fp8, mxfp4, int4) or model (this "
+                    "model's only: quicker, for measuring rates next to each run)")
+        ->check(CLI::IsMember({"all", "model"}))
+        ->capture_default_str();
     sub->callback([a] {
         LoadOptions lo = a->m.to_options();
         if (lo.memory_budget_bytes == 0) lo.stream_experts = true;
@@ -172,6 +189,32 @@ void register_bench(CLI::App& app) {
         const uint64_t rss = peak_rss_bytes();
         const io::ReadProbeResult raw_after = io::measure_read_gbps(po);
         const io::ReadProbeResult& raw = raw_after.gbps >= raw_before.gbps ? raw_after : raw_before;
+        if (!a->save_rates.empty()) {
+            KernelProbeOptions ko;
+            ko.threads = lo.n_threads;
+            ko.pool_bytes = parse_size(a->rates_pool);
+            if (a->rates_formats == "model") {
+                const ModelShape shape = shape_from_folder(a->m.model);
+                for (const auto& [fmt, bytes] : shape.spine_matmul_bytes) ko.formats.push_back(fmt);
+                ko.formats.push_back(shape.expert_format);
+                if (!shape.head_format.empty()) ko.formats.push_back(shape.head_format);
+            }
+            MachineRates rates = measure_kernel_rates(ko);
+            rates.device = std::string(ops::backend_name(ops::backend()));  // where ops::matmul ran the probe
+            rates.drive_gbps = raw.gbps;
+            rates.drive_method = raw.method;
+            io::ReadProbeOptions lat = po;
+            lat.queue_depth = 1;
+            lat.duration_s = std::min(1.0, a->raw_seconds);
+            rates.drive_latency_ms = io::measure_read_gbps(lat).p50_ms;
+            {
+                std::ofstream f(a->save_rates, std::ios::binary | std::ios::trunc);
+                f << rates_to_json(rates);
+                SLUICE_CHECK(f.good(), a->save_rates, ": cannot write the rates file");
+            }
+            std::fprintf(stderr, "  rates   written to %s (drive %.2f GB/s, %.3f ms per read alone; kernels on %s)\n",
+                         a->save_rates.c_str(), rates.drive_gbps, rates.drive_latency_ms, a->rates_pool.c_str());
+        }
         const double spine_raw_gbps = sp ? std::max(spine_raw_before.gbps, io::measure_read_gbps(spo).gbps) : 0.0;
 
 

@@ -19,6 +19,7 @@ void register_template(CLI::App& app);
 void register_pack(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_batch(CLI::App& app);
+void register_plan(CLI::App& app);
 
 // inspect on a GGUF file (inspect_gguf.cpp): by its .gguf name or its "GGUF" magic.
 bool is_gguf_path(const std::string& path);

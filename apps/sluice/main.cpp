@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     sluice::cli::register_pack(app);
     sluice::cli::register_serve(app);
     sluice::cli::register_batch(app);
+    sluice::cli::register_plan(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

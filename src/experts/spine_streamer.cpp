@@ -12,6 +12,33 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kMergeGapBytes = 64 * 1024;  // read small gaps between a layer's tensors rather than split
 }  // namespace
 
+SpineLayerReads merge_spine_extents(std::vector<SpineExtent> ext) {
+    std::sort(ext.begin(), ext.end(), [](const SpineExtent& a, const SpineExtent& b) {
+        return a.file != b.file ? a.file < b.file : a.offset < b.offset;
+    });
+    SpineLayerReads r;
+    auto& out = r.regions;
+    uint64_t covered_file = ~0u, covered_end = 0;  // union of the extents, for weight_bytes
+    for (const SpineExtent& e : ext) {
+        if (e.length == 0) continue;
+        const uint64_t start = e.file == covered_file ? std::max(covered_end, e.offset) : e.offset;
+        if (e.offset + e.length > start) r.weight_bytes += e.offset + e.length - start;
+        if (e.file != covered_file) covered_end = 0;
+        covered_file = e.file;
+        covered_end = std::max(covered_end, e.offset + e.length);
+        if (!out.empty() && out.back().file == e.file && e.offset <= out.back().offset + out.back().length + kMergeGapBytes) {
+            out.back().length = std::max(out.back().length, e.offset + e.length - out.back().offset);
+        } else {
+            out.push_back(e);
+        }
+    }
+    for (SpineExtent& e : out) {
+        e.slot_pos = r.read_bytes;
+        r.read_bytes += io::padded_bytes(e.offset, e.length);
+    }
+    return r;
+}
+
 SpineStreamer::SpineStreamer(const Checkpoint& ck, std::vector<std::vector<Weight*>> layers)
     : ck_(ck), layers_(std::move(layers)), regions_(layers_.size()), layer_bytes_(layers_.size(), 0) {
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -28,29 +55,10 @@ SpineStreamer::SpineStreamer(const Checkpoint& ck, std::vector<std::vector<Weigh
             add(w->data, w->data_bytes());
             add(w->scales, w->scale_bytes());
         }
-        std::sort(ext.begin(), ext.end(),
-                  [](const Region& a, const Region& b) { return a.file != b.file ? a.file < b.file : a.offset < b.offset; });
-        auto& out = regions_[l];
-        uint64_t covered_file = ~0u, covered_end = 0;  // union of the extents, for weight_bytes_total()
-        for (const Region& r : ext) {
-            const uint64_t start = r.file == covered_file ? std::max(covered_end, r.offset) : r.offset;
-            if (r.offset + r.length > start) weight_bytes_total_ += r.offset + r.length - start;
-            if (r.file != covered_file) covered_end = 0;
-            covered_file = r.file;
-            covered_end = std::max(covered_end, r.offset + r.length);
-            if (!out.empty() && out.back().file == r.file &&
-                r.offset <= out.back().offset + out.back().length + kMergeGapBytes) {
-                out.back().length = std::max(out.back().length, r.offset + r.length - out.back().offset);
-            } else {
-                out.push_back(r);
-            }
-        }
-        uint64_t pos = 0;
-        for (Region& r : out) {
-            r.slot_pos = pos;
-            pos += io::padded_bytes(r.offset, r.length);
-        }
-        layer_bytes_[l] = pos;
+        SpineLayerReads reads = merge_spine_extents(std::move(ext));
+        regions_[l] = std::move(reads.regions);
+        layer_bytes_[l] = reads.read_bytes;
+        weight_bytes_total_ += reads.weight_bytes;
     }
 }
 

@@ -18,6 +18,20 @@
 
 namespace sluice {
 
+// One layer's streamable tensors as file extents -> the reads a slot holds: sorted, neighbours within 64 KiB merged,
+// each read padded to 4 KiB (O_DIRECT). The planner (plan/model_shape) sizes layers with this too.
+struct SpineExtent {
+    uint32_t file = 0;
+    uint64_t offset = 0, length = 0;
+    uint64_t slot_pos = 0;  // after merge_spine_extents: 4 KiB-aligned position of its padded read in the slot
+};
+struct SpineLayerReads {
+    std::vector<SpineExtent> regions;  // merged
+    uint64_t read_bytes = 0;           // slot bytes the layer needs (padded reads)
+    uint64_t weight_bytes = 0;         // distinct tensor bytes (no padding, no gaps)
+};
+SpineLayerReads merge_spine_extents(std::vector<SpineExtent> extents);
+
 struct SpineStreamStats {
     uint64_t layers_read = 0;
     uint64_t bytes_read = 0;   // device bytes, alignment padding included
@@ -51,11 +65,7 @@ public:
     io::DirectReader& reader() { return *reader_; }
 
 private:
-    struct Region {  // one merged extent of a file; bytes [offset, offset + length)
-        uint32_t file = 0;
-        uint64_t offset = 0, length = 0;
-        uint64_t slot_pos = 0;  // 4 KiB-aligned position of its padded read in the slot
-    };
+    using Region = SpineExtent;  // one merged extent of a file; bytes [offset, offset + length)
     struct Slot {
         io::AlignedBuffer buffer;
         ops::PinnedRegion pinned;  // page-locked while the CUDA backend copies the layer's matrices from it

@@ -1,0 +1,86 @@
+#include "plan/kernel_probe.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "core/thread_pool.h"
+#include "ops/ops.h"
+#include "ops/quantize.h"
+
+namespace sluice {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Median of `reps` timings of `fn` (each timing runs it until min_seconds pass), seconds per call.
+template <class F>
+double median_call_seconds(F&& fn, int reps, double min_seconds) {
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+        int64_t calls = 0;
+        const auto t0 = Clock::now();
+        do {
+            fn(calls++);
+        } while (seconds_since(t0) < min_seconds);
+        t.push_back(seconds_since(t0) / double(calls));
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+}  // namespace
+
+const std::vector<std::pair<std::string, WeightFormat>>& probed_formats() {
+    static const std::vector<std::pair<std::string, WeightFormat>> f = {
+        {"f32", WeightFormat::F32},   {"bf16", WeightFormat::BF16},         {"f16", WeightFormat::F16},
+        {"fp8", WeightFormat::FP8_E4M3_B128}, {"mxfp4", WeightFormat::MXFP4}, {"int4", WeightFormat::INT4_G32}};
+    return f;
+}
+
+MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
+    ThreadPool pool(o.threads);
+    MachineRates r;
+    r.device = "cpu";
+    r.threads = pool.n_threads();
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int64_t rows = o.matrix_rows, cols = o.matrix_cols;
+    std::vector<float> src(size_t(rows * cols));
+    for (auto& v : src) v = u(rng);
+    const int64_t max_n = o.row_counts.empty() ? 1 : o.row_counts.back();
+    std::vector<float> x(size_t(max_n * cols)), y(size_t(max_n * rows));
+    for (auto& v : x) v = u(rng);
+    // the fixed cost of a call: a tiny matrix, hot in cache, one row
+    {
+        const QuantizedWeight q = quantize(src.data(), 16, 256, WeightFormat::BF16);
+        const Weight w = q.view();
+        r.matmul_overhead_us =
+            1e6 * median_call_seconds([&](int64_t) { ops::matmul(w, x.data(), 1, y.data(), pool); }, o.repetitions,
+                                      o.seconds_per_point / 4);
+    }
+    for (const auto& [name, format] : probed_formats()) {
+        if (!o.formats.empty() && std::find(o.formats.begin(), o.formats.end(), name) == o.formats.end()) continue;
+        // copies cycling through a pool of pool_bytes, so the weights are not the cache's (unless it is larger)
+        std::vector<QuantizedWeight> copies;
+        copies.push_back(quantize(src.data(), rows, cols, format));
+        const uint64_t one = copies[0].data.size() + copies[0].scales.size();
+        const size_t n_copies = size_t(std::max<uint64_t>(1, o.pool_bytes / std::max<uint64_t>(1, one)));
+        while (copies.size() < n_copies) copies.push_back(copies[0]);
+        KernelRate k;
+        for (int64_t n : o.row_counts) {
+            const double s = median_call_seconds(
+                [&](int64_t i) { ops::matmul(copies[size_t(i) % copies.size()].view(), x.data(), n, y.data(), pool); },
+                o.repetitions, o.seconds_per_point);
+            // the call's fixed cost is accounted apart (matmul_overhead_us)
+            const double bytes_s = std::max(s - r.matmul_overhead_us * 1e-6, s * 0.05);
+            k.rows.push_back(n);
+            k.gbps.push_back(double(one) / bytes_s / 1e9);
+        }
+        r.kernels[name] = std::move(k);
+    }
+    return r;
+}
+
+}  // namespace sluice

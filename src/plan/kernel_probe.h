@@ -1,0 +1,33 @@
+// The kernel half of `sluice bench --save-rates`: GB/s of weight bytes that ops::matmul streams per weight format
+// and input row count, on one matrix shape whose copies cycle through pool_bytes (so they come from memory, or from
+// a last-level cache larger than the pool), plus the fixed cost of one call (a tiny matrix, one row). Medians of
+// `repetitions` timings per point.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/weight.h"
+#include "plan/rates.h"
+
+namespace sluice {
+
+struct KernelProbeOptions {
+    int threads = 0;  // 0: all cores (as the engine's pool)
+    int64_t matrix_rows = 1024, matrix_cols = 1024;
+    std::vector<int64_t> row_counts = {1, 4, 16, 64, 256};
+    uint64_t pool_bytes = uint64_t(64) << 20;
+    double seconds_per_point = 0.15;
+    int repetitions = 3;
+    std::vector<std::string> formats;  // empty: every probed format
+};
+
+const std::vector<std::pair<std::string, WeightFormat>>& probed_formats();  // every CPU format a checkpoint ships
+
+// Fills threads, kernels and matmul_overhead_us (drive_gbps is the caller's; device says "cpu", the caller corrects
+// it when ops::matmul runs on another backend).
+MachineRates measure_kernel_rates(const KernelProbeOptions& options);
+
+}  // namespace sluice

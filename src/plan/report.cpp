@@ -1,0 +1,132 @@
+// `sluice plan`'s output: text for people, JSON for scripts (bench/plan_check.py reads it).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "plan/projection.h"
+
+namespace sluice {
+
+namespace {
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, f, a, b, c, d);
+    return buf;
+}
+std::string drives_text(const std::vector<double>& d) {
+    std::string s;
+    for (double g : d) s += (s.empty() ? "" : ",") + fmt("%g", g) + " GB/s";
+    return s;
+}
+const char* overlap_text(bool overlap) {
+    return overlap ? "max(I/O, compute) (--overlap): full overlap, as the engine is built for (a layer's misses are "
+                     "read while its hits and shared expert compute; the next layer's likely experts are read ahead)"
+                   : "I/O + compute: the engine overlaps reads with compute, but bench measured little overlap where "
+                     "reads cost CPU time (bench/plan_check.py); --overlap gives max(I/O, compute)";
+}
+nlohmann::json pass_json(const PassProjection& p, bool timed) {
+    nlohmann::json j = {{"rows", p.rows},
+                        {"distinct_experts_per_layer", p.distinct_experts},
+                        {"expert_bytes_read", p.expert_bytes_read},
+                        {"spine_bytes_read", p.spine_bytes_read},
+                        {"bytes_read_per_token", p.bytes_read_per_token()},
+                        {"io_ms", p.io_ms}};
+    if (timed) {
+        j["compute_ms"] = p.compute_ms;
+        j["pass_ms"] = p.pass_ms;
+        j["tok_per_s"] = p.tok_per_s;
+    } else {
+        if (p.io_ms > 0) j["io_bound_tok_per_s"] = 1000.0 * double(p.rows) / p.io_ms;
+    }
+    return j;
+}
+}  // namespace
+
+std::string projection_text(const ModelShape& m, const PlanMachine& mc, const PlanSettings& s, const Projection& p) {
+    std::ostringstream os;
+    os << "model: " << m.source << "\n"
+       << "  " << m.n_layers << " layers (" << m.n_moe_layers << " MoE) x " << m.n_experts << " experts, top "
+       << m.top_k << "; expert " << format_bytes(m.expert_bytes) << " (" << m.expert_format << ", "
+       << format_bytes(m.expert_slot_bytes) << " as read); spine " << format_bytes(m.spine_bytes) << "; model "
+       << format_bytes(m.model_bytes()) << "\n"
+       << "machine: memory " << format_bytes(mc.memory_bytes) << ", " << mc.drives_gbps.size() << " drive(s) "
+       << drives_text(mc.drives_gbps) << " = " << fmt("%.2f", p.drive_gbps) << " GB/s, device " << mc.device;
+    if (mc.threads > 0) os << ", " << mc.threads << " threads";
+    os << "\n\n" << p.plan.describe();
+    os << "  experts cached     " << p.cache_slots << " of " << m.n_moe_layers * m.n_experts << " ("
+       << fmt("%.2f%%", 100 * p.cache_share) << ")\n\n";
+    os << "expert misses: " << p.hit_model << "; expected hit rate " << fmt("%.2f%%", 100 * p.hit_rate) << "\n";
+    os << "a pass of R rows touches E(1-(1-k/E)^R) distinct experts per MoE layer, each read once\n";
+    if (p.timed)
+        os << "time per pass = " << overlap_text(s.overlap) << "\n"
+           << "kernel rates: " << (mc.rates ? std::to_string(mc.rates->threads) : std::string("?"))
+           << " thread(s) as measured"
+           << (mc.threads > 0 && mc.rates && mc.rates->threads > 0 && mc.threads != mc.rates->threads
+                   ? ", scaled linearly to " + std::to_string(mc.threads)
+                   : std::string())
+           << "; attention over the context is not counted\n";
+    else
+        os << "no time projection: " << p.untimed_reason << "\n";
+    os << "\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "%-18s %6s %9s %13s %9s %11s %10s %10s\n", "", "rows", "experts", "MB read/tok",
+                  "I/O ms", "compute ms", "pass ms", "tok/s");
+    os << line;
+    auto print = [&](const std::string& what, const PassProjection& x) {
+        const bool reads = x.io_ms > 0;
+        const std::string tps = p.timed ? fmt("%.2f", x.tok_per_s)
+                                : reads ? fmt("%.2f", 1000.0 * double(x.rows) / x.io_ms)
+                                        : std::string("-");
+        std::snprintf(line, sizeof line, "%-18s %6lld %9.1f %13.3f %9.2f %11s %10s %10s%s\n", what.c_str(),
+                      (long long)x.rows, x.distinct_experts, x.bytes_read_per_token() / 1e6, x.io_ms,
+                      p.timed ? fmt("%.2f", x.compute_ms).c_str() : "-", p.timed ? fmt("%.2f", x.pass_ms).c_str() : "-",
+                      tps.c_str(), p.timed ? "" : reads ? " (drive-bound ceiling)" : " (nothing to read: not drive-bound)");
+        os << line;
+    };
+    print("decode", p.decode);
+    print("prefill chunk", p.prefill);
+    for (const auto& b : p.batches) print("batch B=" + std::to_string(b.rows), b);
+    return os.str();
+}
+
+std::string projection_json(const ModelShape& m, const PlanMachine& mc, const PlanSettings& s, const Projection& p) {
+    nlohmann::json j;
+    j["model"] = {{"source", m.source},
+                  {"model_type", m.model_type},
+                  {"layers", m.n_layers},
+                  {"moe_layers", m.n_moe_layers},
+                  {"experts", m.n_experts},
+                  {"top_k", m.top_k},
+                  {"expert_bytes", m.expert_bytes},
+                  {"expert_slot_bytes", m.expert_slot_bytes},
+                  {"expert_format", m.expert_format},
+                  {"spine_bytes", m.spine_bytes},
+                  {"model_bytes", m.model_bytes()}};
+    j["machine"] = {{"memory_bytes", mc.memory_bytes}, {"drives_gbps", mc.drives_gbps}, {"device", mc.device},
+                    {"threads", mc.threads}};
+    const ResidencyPlan& r = p.plan;
+    j["memory_plan"] = {{"budget_bytes", r.budget_bytes},
+                        {"spine_bytes", r.spine_bytes},
+                        {"spine_streamed_bytes", r.spine_streamed_bytes},
+                        {"first_streamed_layer", r.first_streamed_layer},
+                        {"state_bytes", r.state_bytes},
+                        {"staging_bytes", r.staging_bytes},
+                        {"expert_cache_bytes", r.expert_cache_bytes},
+                        {"min_bytes", r.min_bytes()}};
+    j["cache_slots"] = p.cache_slots;
+    j["cache_share"] = p.cache_share;
+    j["hit_rate"] = p.hit_rate;
+    j["hit_model"] = p.hit_model;
+    j["drive_gbps"] = p.drive_gbps;
+    j["timed"] = p.timed;
+    if (!p.timed) j["untimed_reason"] = p.untimed_reason;
+    j["time_model"] = p.timed ? (s.overlap ? "max(io, compute)" : "io + compute") : "io only";
+    j["prefill_chunk"] = s.prefill_chunk;
+    j["decode"] = pass_json(p.decode, p.timed);
+    j["prefill"] = pass_json(p.prefill, p.timed);
+    j["batches"] = nlohmann::json::array();
+    for (const auto& b : p.batches) j["batches"].push_back(pass_json(b, p.timed));
+    return j.dump();
+}
+
+}  // namespace sluice

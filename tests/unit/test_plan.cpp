@@ -1,0 +1,186 @@
+// `sluice plan`'s arithmetic (plan/projection.h), its rates file (plan/rates.h) and the published shapes it plans
+// for (plan/model_shape.h), on hand-made figures whose answers are worked out in the comments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "plan/model_shape.h"
+#include "plan/projection.h"
+#include "plan/rates.h"
+
+using namespace sluice;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// 2 MoE layers of 4 experts (top 1) of 1 MB; 2 MB of bf16 spine matrices; no head.
+ModelShape toy() {
+    ModelShape m;
+    m.source = "toy";
+    m.n_layers = 2;
+    m.n_moe_layers = 2;
+    m.n_experts = 4;
+    m.top_k = 1;
+    m.expert_bytes = 1'000'000;
+    m.expert_slot_bytes = 1'000'000;
+    m.expert_format = "bf16";
+    m.expert_matmuls = 3;
+    m.spine_matmul_bytes["bf16"] = 2'000'000;
+    m.spine_matmuls = 4;
+    return m;
+}
+
+MachineRates flat_rates(double gbps) {
+    MachineRates r;
+    r.threads = 2;
+    r.drive_gbps = gbps;
+    r.kernels["bf16"] = {{1, 256}, {gbps, gbps}};
+    return r;
+}
+
+}  // namespace
+
+TEST(Plan, DistinctExperts) {
+    EXPECT_DOUBLE_EQ(distinct_experts(8, 2, 1), 2.0);
+    EXPECT_NEAR(distinct_experts(8, 2, 2), 8 * (1 - 0.75 * 0.75), 1e-12);  // 3.5
+    EXPECT_NEAR(distinct_experts(896, 16, 256), 896 * (1 - std::pow(1 - 16.0 / 896, 256)), 1e-9);
+    EXPECT_NEAR(distinct_experts(8, 2, 1000), 8.0, 1e-9);
+}
+
+TEST(Plan, SkewedHitRate) {
+    EXPECT_DOUBLE_EQ(skewed_hit_rate({1, 4, 2, 3}, 2), 0.7);  // the two most used: (4 + 3) / 10
+    EXPECT_DOUBLE_EQ(skewed_hit_rate({1, 1, 1, 1}, 1), 0.25);  // uniform: the cache share
+    EXPECT_DOUBLE_EQ(skewed_hit_rate({1, 1}, 5), 1.0);
+    EXPECT_DOUBLE_EQ(skewed_hit_rate({}, 5), 0.0);
+}
+
+TEST(Plan, KernelRateInterpolatesTimePerByte) {
+    KernelRate k{{1, 4}, {4.0, 1.0}};
+    EXPECT_DOUBLE_EQ(k.at(1), 4.0);
+    EXPECT_DOUBLE_EQ(k.at(0.5), 4.0);  // clamped at the ends
+    EXPECT_DOUBLE_EQ(k.at(100), 1.0);
+    // at 2 rows, halfway in log(rows): time per byte halfway between 1/4 and 1: 0.625 -> 1.6 GB/s
+    EXPECT_NEAR(k.at(2), 1.6, 1e-12);
+}
+
+TEST(Plan, DecodePass) {
+    const ModelShape m = toy();
+    ResidencyPlan plan;  // nothing streams
+    MachineRates r = flat_rates(1.0);
+    // decode: 1 distinct expert per layer, 2 in all; hit rate 0.5 -> 1 MB read -> 1 ms at 1 GB/s.
+    // compute: 2 MB spine + 2 MB experts at 1 GB/s = 4 ms; I/O + compute = 5 ms -> 200 tok/s; overlapped 4 ms.
+    PassProjection p = project_pass(m, plan, r, 0.5, 1.0, 1, 1, false);
+    EXPECT_DOUBLE_EQ(p.distinct_experts, 1.0);
+    EXPECT_DOUBLE_EQ(p.expert_bytes_read, 1e6);
+    EXPECT_NEAR(p.io_ms, 1.0, 1e-12);
+    EXPECT_NEAR(p.compute_ms, 4.0, 1e-12);
+    EXPECT_NEAR(p.tok_per_s, 200.0, 1e-9);
+    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, true).tok_per_s, 250.0, 1e-9);
+    // a read's latency of 0.5 ms for each layer that misses at all: with h = 0.5 and one expert, half of them
+    r.drive_latency_ms = 0.5;
+    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, false).io_ms, 1.0 + 2 * 0.5 * 0.5, 1e-12);
+    // a call overhead of 100 us for each of 4 spine + 2 x 3 expert matmuls: +1 ms
+    r.drive_latency_ms = 0;
+    r.matmul_overhead_us = 100;
+    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, false).compute_ms, 5.0, 1e-12);
+    // a streamed spine is read on every pass
+    plan.spine_streamed_bytes = 3'000'000;
+    EXPECT_NEAR(project_pass(m, plan, flat_rates(1.0), 0.5, 1.0, 1, 1, false).io_ms, 4.0, 1e-12);
+}
+
+TEST(Plan, BatchReadsEachExpertOnce) {
+    const ModelShape m = toy();
+    const ResidencyPlan plan;
+    // 4 rows: distinct = 4 (1 - 0.75^4) = 2.734375 per layer; nothing cached: 2 x 2.734375 MB read, shared by 4 rows
+    const PassProjection p = project_pass(m, plan, flat_rates(1.0), 0.0, 2.0, 4, 4, false);
+    EXPECT_NEAR(p.distinct_experts, 2.734375, 1e-12);
+    EXPECT_NEAR(p.bytes_read_per_token(), 2 * 2.734375e6 / 4, 1e-6);
+    EXPECT_NEAR(p.io_ms, 2 * 2.734375 / 2.0, 1e-12);
+}
+
+TEST(Plan, ImpossibleFiguresAreErrors) {
+    const ModelShape m = shape_from_published("mixtral");
+    PlanMachine mc;
+    mc.memory_bytes = uint64_t(64) << 30;
+    EXPECT_NE(error_of([&] { (void)project(m, mc, {}); }).find("--drives"), std::string::npos);
+    mc.drives_gbps = {7.0, 0.0};
+    EXPECT_NE(error_of([&] { (void)project(m, mc, {}); }).find("--drives"), std::string::npos);
+    mc.drives_gbps = {7.0};
+    mc.memory_bytes = uint64_t(1) << 30;  // below Mixtral's spine + state: the minimum is named
+    const std::string e = error_of([&] { (void)project(m, mc, {}); });
+    EXPECT_NE(e.find("below the minimum working set of"), std::string::npos) << e;
+    mc.memory_bytes = uint64_t(64) << 30;
+    EXPECT_NO_THROW((void)project(m, mc, {}));
+}
+
+TEST(Plan, DriveRates) {
+    EXPECT_DOUBLE_EQ(parse_drive_rate("7GB/s"), 7.0);
+    EXPECT_DOUBLE_EQ(parse_drive_rate("7 GB/s"), 7.0);
+    EXPECT_DOUBLE_EQ(parse_drive_rate("3500MB/s"), 3.5);
+    EXPECT_DOUBLE_EQ(parse_drive_rate("6.5"), 6.5);
+    for (const char* bad : {"0GB/s", "-7GB/s", "fast", "7XB/s", "", "nan", "inf"})
+        EXPECT_NE(error_of([&] { (void)parse_drive_rate(bad); }).find("--drives"), std::string::npos) << bad;
+}
+
+TEST(Plan, RatesFileRoundTripAndErrors) {
+    MachineRates r = flat_rates(2.5);
+    r.drive_latency_ms = 0.2;
+    r.matmul_overhead_us = 3;
+    const MachineRates back = parse_rates(rates_to_json(r), "r.json");
+    EXPECT_DOUBLE_EQ(back.drive_gbps, 2.5);
+    EXPECT_DOUBLE_EQ(back.drive_latency_ms, 0.2);
+    EXPECT_DOUBLE_EQ(back.matmul_overhead_us, 3);
+    EXPECT_EQ(back.threads, 2);
+    EXPECT_EQ(back.kernels.at("bf16").rows, (std::vector<int64_t>{1, 256}));
+    const std::string good = R"("sluice_rates": 1, "drive_gbps": 1.5)";
+    const std::string k = R"("kernels": {"bf16": {"rows": [1, 4], "gbps": [2, 1]}})";
+    EXPECT_NO_THROW(parse_rates("{" + good + ", " + k + "}", "r.json"));
+    const std::pair<std::string, std::string> bad[] = {
+        {"not json", "not valid JSON"},
+        {"[]", "not a JSON object"},
+        {R"({"drive_gbps": 1, )" + k + "}", "sluice_rates"},
+        {R"({"sluice_rates": 1, )" + k + "}", "drive_gbps is missing"},
+        {R"({"sluice_rates": 1, "drive_gbps": 0, )" + k + "}", "drive_gbps must be a positive rate"},
+        {R"({"sluice_rates": 1, "drive_gbps": -2, )" + k + "}", "drive_gbps"},
+        {R"({"sluice_rates": 1, "drive_gbps": "7", )" + k + "}", "drive_gbps must be a number"},
+        {"{" + good + "}", "kernels must be an object"},
+        {"{" + good + R"(, "kernels": {}})", "kernels is empty"},
+        {"{" + good + R"(, "kernels": {"bf16": {"rows": [4, 1], "gbps": [1, 2]}}})", "kernels.bf16.rows must be increasing"},
+        {"{" + good + R"(, "kernels": {"bf16": {"rows": [1], "gbps": [0]}}})", "kernels.bf16.gbps[0]"},
+        {"{" + good + R"(, "kernels": {"bf16": {"rows": [1, 2], "gbps": [1]}}})", "same length"},
+        {"{" + good + R"(, "kernels": {"bf16": {"rows": [0], "gbps": [1]}}})", "kernels.bf16.rows[0]"},
+        {"{" + good + R"(, "device": "tpu", )" + k + "}", "device must be cpu or cuda"},
+        {"{" + good + R"(, "threads": 0, )" + k + "}", "threads must be a positive integer"},
+        {"{" + good + R"(, "drive_latency_ms": -1, )" + k + "}", "drive_latency_ms must be >= 0"},
+    };
+    for (const auto& c : bad) {  // not a structured binding: clang 14 cannot capture one in the lambda
+        const std::string& text = c.first;
+        const std::string& want = c.second;
+        const std::string e = error_of([&] { (void)parse_rates(text, "r.json"); });
+        EXPECT_NE(e.find("r.json"), std::string::npos) << text;
+        EXPECT_NE(e.find(want), std::string::npos) << text << " -> " << e;
+    }
+}
+
+TEST(Plan, PublishedKimiK3) {
+    const ModelShape m = shape_from_published("kimi-k3");
+    EXPECT_EQ(m.n_layers, 93);
+    EXPECT_EQ(m.n_moe_layers, 92);  // layer 0 is dense
+    EXPECT_EQ(m.n_experts, 896);
+    EXPECT_EQ(m.top_k, 16);
+    EXPECT_EQ(m.expert_format, "mxfp4");
+    // w1, w3 [3072, 3584] and w2 [3584, 3072] in E2M1 (half a byte each) plus one E8M0 scale per 32
+    EXPECT_EQ(m.expert_bytes, uint64_t(3) * 3072 * 3584 / 2 + uint64_t(3) * 3072 * 3584 / 32);  // 17,547,264
+    // the research digest's non-expert parameters: 56.74 B in BF16 = 113.5 GB
+    EXPECT_NEAR(double(m.spine_bytes), 113.5e9, 0.01 * 113.5e9);
+    EXPECT_NE(error_of([] { (void)shape_from_published("kimi-k9"); }).find("--like"), std::string::npos);
+}
