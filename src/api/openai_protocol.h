@@ -50,6 +50,7 @@ struct ModelContext {
     int64_t default_max_tokens = 0;          // when the request gives none: what is left of the context, capped here
     int64_t speculative_tokens = 0;          // > 0: greedy requests draft this many tokens per step (serve --speculative)
     std::function<Drafter()> make_drafter;   // set: drafts from a draft model, one drafter per choice; else prompt lookup
+    bool turn_cache_points = false;          // chat prompts carry their turn boundaries (api/turn_boundaries.h)
 };
 
 struct ParsedRequest {
