@@ -6,7 +6,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
-namespace sluice {
+namespace sluice::api {
 
 std::vector<int64_t> turn_boundaries(const ChatTemplate& chat_template, const ChatRequest& request,
                                      const tok::Tokenizer& tok, std::span<const int32_t> prompt) {
@@ -37,4 +37,4 @@ std::vector<int64_t> turn_boundaries(const ChatTemplate& chat_template, const Ch
     return out;
 }
 
-}  // namespace sluice
+}  // namespace sluice::api

@@ -9,12 +9,14 @@
 #include <vector>
 
 namespace sluice {
-
 class ChatTemplate;
 struct ChatRequest;
 namespace tok {
 class Tokenizer;
 }
+}  // namespace sluice
+
+namespace sluice::api {
 
 // For the last assistant message that some message follows: the conversation up to it is rendered without a
 // generation prompt and encoded, and the number of its first tokens that `prompt` shares (all of them, for templates
@@ -24,4 +26,4 @@ class Tokenizer;
 std::vector<int64_t> turn_boundaries(const ChatTemplate& chat_template, const ChatRequest& request,
                                      const tok::Tokenizer& tok, std::span<const int32_t> prompt);
 
-}  // namespace sluice
+}  // namespace sluice::api
