@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 #include "ops/ops.h"
 
@@ -17,6 +18,11 @@ namespace sluice::ops {
 namespace {
 constexpr int64_t kTile = 32;   // (row, head) pairs that walk the keys together
 constexpr int64_t kBlock = 64;  // key rows per block (a page of the caches)
+
+float portable_dot(const float* a, const float* b, int64_t n) { return cpu::dot_f32(a, b, n); }
+void portable_axpy(float a, const float* x, float* y, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
+}
 
 struct Pair {
     int64_t lo = 0, hi = 0, h = 0;
@@ -30,6 +36,10 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
                float* out, ThreadPool& pool) {
     const int64_t group = p.n_heads / p.n_kv_heads, dk = p.head_dim_k, dv = p.head_dim_v;
     const int64_t per_kv = n_rows * group;  // pairs are numbered kv head major, then row, then head in the group
+    // the same bits on every path (avx512_attention.cpp): only the speed differs
+    const bool wide = cpu_path() == CpuPath::Avx512 || cpu_path() == CpuPath::Amx;
+    const auto dot = wide ? cpu::avx512::attention_dot : portable_dot;
+    const auto axpy = wide ? cpu::avx512::attention_axpy : portable_axpy;
     pool.parallel_for(n_rows * p.n_heads, [&](int64_t b, int64_t e) {
         std::vector<float> s, acc;
         std::array<Pair, kTile> tile;
@@ -59,7 +69,7 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
                     Pair& x = tile[size_t(i)];
                     float* si = s.data() + i * span;  // si[t - first]: key t's score
                     for (int64_t t = std::max(k0, x.lo), z = std::min(k1, x.hi); t < z; ++t) {
-                        const float d = cpu::dot_f32(x.q, k.row(t) + g * dk, dk) * p.scale;
+                        const float d = dot(x.q, k.row(t) + g * dk, dk) * p.scale;
                         si[t - first] = d;
                         x.mx = std::max(x.mx, d);
                     }
@@ -81,9 +91,7 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
                     const float* si = s.data() + i * span;
                     float* ai = acc.data() + i * dv;
                     for (int64_t t = std::max(k0, x.lo), z = std::min(k1, x.hi); t < z; ++t) {
-                        const float pt = si[t - first];
-                        const float* vt = v.row(t) + g * dv;
-                        for (int64_t j = 0; j < dv; ++j) ai[j] += pt * vt[j];
+                        axpy(si[t - first], v.row(t) + g * dv, ai, dv);
                     }
                 }
             }
