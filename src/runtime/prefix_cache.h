@@ -10,8 +10,9 @@
 // Entries are found through a content-addressed index (runtime/prefix_index.h: block hashes chained over token
 // ids), so a lookup compares tokens only with the entries that share the most whole blocks with the prompt. They are
 // evicted least-recently-used by bytes, and the bytes count each page of the per-token caches once however many
-// entries share it (entries of one conversation share their history's pages). With a state directory (runtime/state_dir.h) every kept state is also written there,
-// and a lookup that the directory serves with more tokens than RAM loads the file (and keeps it in RAM too).
+// entries share it (entries of one conversation share their history's pages). With a state directory
+// (runtime/state_dir.h) every kept state is also written there, and a lookup that the directory serves with more
+// tokens than RAM loads the file (and keeps it in RAM too).
 #pragma once
 
 #include <cstdint>

@@ -61,8 +61,8 @@ TEST(TurnBoundaries, TheLastClosedAssistantTurn) {
         for (size_t i = 0; i < 5; ++i) head.push_back(r.messages[i]);
         for (size_t i = 0; i < 4; ++i) before.push_back(r.messages[i]);
         const auto h = encode(t, head, false);
-        const size_t common = size_t(std::mismatch(h.begin(), h.begin() + std::ptrdiff_t(std::min(h.size(), prompt.size())),
-                                                   prompt.begin()).first - h.begin());
+        const auto h_end = h.begin() + std::ptrdiff_t(std::min(h.size(), prompt.size()));
+        const size_t common = size_t(std::mismatch(h.begin(), h_end, prompt.begin()).first - h.begin());
         EXPECT_EQ(b[0], int64_t(common));
         EXPECT_GE(b[0], int64_t(encode(t, before, false).size()));
         EXPECT_LT(b[0], int64_t(prompt.size()));

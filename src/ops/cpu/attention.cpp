@@ -19,9 +19,12 @@ namespace {
 constexpr int64_t kTile = 32;   // (row, head) pairs that walk the keys together
 constexpr int64_t kBlock = 64;  // key rows per block (a page of the caches)
 
-float portable_dot(const float* a, const float* b, int64_t n) { return cpu::dot_f32(a, b, n); }
-void portable_axpy(float a, const float* x, float* y, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) y[j] += a * x[j];
+void portable_dots(const float* q, const float* const* keys, int64_t n_keys, int64_t n, float scale, float* out) {
+    for (int64_t t = 0; t < n_keys; ++t) out[t] = cpu::dot_f32(q, keys[t], n) * scale;
+}
+void portable_axpys(const float* p, const float* const* values, int64_t n_values, float* acc, int64_t n) {
+    for (int64_t t = 0; t < n_values; ++t)
+        for (int64_t j = 0; j < n; ++j) acc[j] += p[t] * values[t][j];
 }
 
 struct Pair {
@@ -38,11 +41,12 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
     const int64_t per_kv = n_rows * group;  // pairs are numbered kv head major, then row, then head in the group
     // the same bits on every path (avx512_attention.cpp): only the speed differs
     const bool wide = cpu_path() == CpuPath::Avx512 || cpu_path() == CpuPath::Amx;
-    const auto dot = wide ? cpu::avx512::attention_dot : portable_dot;
-    const auto axpy = wide ? cpu::avx512::attention_axpy : portable_axpy;
+    const auto dots = wide ? cpu::avx512::attention_dots : portable_dots;
+    const auto axpys = wide ? cpu::avx512::attention_axpys : portable_axpys;
     pool.parallel_for(n_rows * p.n_heads, [&](int64_t b, int64_t e) {
         std::vector<float> s, acc;
         std::array<Pair, kTile> tile;
+        std::array<const float*, kBlock> kp, vp;  // the block's key and value rows
         for (int64_t t0 = b; t0 < e;) {
             const int64_t g = t0 / per_kv;
             const int64_t t1 = std::min({e, t0 + kTile, (g + 1) * per_kv});
@@ -65,14 +69,14 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
             // scores, a block of keys at a time
             for (int64_t k0 = first; k0 < last; k0 += kBlock) {
                 const int64_t k1 = std::min(last, k0 + kBlock);
+                for (int64_t t = k0; t < k1; ++t) kp[size_t(t - k0)] = k.row(t) + g * dk;
                 for (int64_t i = 0; i < n; ++i) {
                     Pair& x = tile[size_t(i)];
                     float* si = s.data() + i * span;  // si[t - first]: key t's score
-                    for (int64_t t = std::max(k0, x.lo), z = std::min(k1, x.hi); t < z; ++t) {
-                        const float d = dot(x.q, k.row(t) + g * dk, dk) * p.scale;
-                        si[t - first] = d;
-                        x.mx = std::max(x.mx, d);
-                    }
+                    const int64_t a = std::max(k0, x.lo), z = std::min(k1, x.hi);
+                    if (a >= z) continue;
+                    dots(x.q, kp.data() + (a - k0), z - a, dk, p.scale, si + (a - first));
+                    for (int64_t t = a; t < z; ++t) x.mx = std::max(x.mx, si[t - first]);
                 }
             }
             for (int64_t i = 0; i < n; ++i) {
@@ -86,13 +90,12 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
             acc.assign(size_t(n * dv), 0.0f);
             for (int64_t k0 = first; k0 < last; k0 += kBlock) {
                 const int64_t k1 = std::min(last, k0 + kBlock);
+                for (int64_t t = k0; t < k1; ++t) vp[size_t(t - k0)] = v.row(t) + g * dv;
                 for (int64_t i = 0; i < n; ++i) {
                     const Pair& x = tile[size_t(i)];
-                    const float* si = s.data() + i * span;
-                    float* ai = acc.data() + i * dv;
-                    for (int64_t t = std::max(k0, x.lo), z = std::min(k1, x.hi); t < z; ++t) {
-                        axpy(si[t - first], v.row(t) + g * dv, ai, dv);
-                    }
+                    const int64_t a = std::max(k0, x.lo), z = std::min(k1, x.hi);
+                    if (a < z)
+                        axpys(s.data() + i * span + (a - first), vp.data() + (a - k0), z - a, acc.data() + i * dv, dv);
                 }
             }
             for (int64_t i = 0; i < n; ++i) {
