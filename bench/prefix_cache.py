@@ -6,7 +6,8 @@ turn this prints the turn's prompt tokens, how many came from the cache (usage.p
 its time to first token with the cache on and off, and the time to first token of a fresh request whose prompt is
 only as long as the turn's new tokens (no reuse possible: the ratio's denominator), all measured in one run; and
 the same conversation with the server restarted before every turn and --state-dir, so only the SSD tier remembers.
-Each fresh prompt runs right after its turn on the same server, so the ratio's two times see the same machine load.
+Each fresh prompt runs right after its turn on the same server, so the ratio's two times see the same machine load;
+the ratios are also given in the server's CPU time to first token, which other load does not stretch.
 
 Usage: bench/prefix_cache.py --sluice build/release/bin/sluice --model DIR [--turns 10] [--user-words 60]
 Needs the openai package (scripts/python-env.sh puts it in .venv).
@@ -106,6 +107,7 @@ def main():
                     proc.terminate()
                     proc.wait(timeout=60)
                     proc, client = start(a.sluice, a.model, extra)
+                    ttft(client, [{"role": "user", "content": "warm up"}], 1)  # a new process's first pass
                 msgs.append({"role": "user", "content": user(turn)})
                 t, text, usage = ttft(client, msgs, a.reply_tokens)
                 n, cached = usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens
