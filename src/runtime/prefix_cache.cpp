@@ -98,8 +98,8 @@ void PrefixCache::keep_in_ram(std::unique_ptr<SequenceState> s) {
     std::vector<Id> covered;
     index_.visit(s->tokens(), [&](Id id, int64_t) {
         const SequenceState& e = *entries_.at(id).state;
-        const int64_t n = e.n_past();
-        if (n <= s->n_past() && reusable(*s, e.tokens(), n) == n) covered.push_back(id);
+        if (covers(s->tokens(), s->snapshot_position(), e.tokens(), e.snapshot_position(), s->layout().has_recurrent()))
+            covered.push_back(id);
         return true;
     });
     for (Id id : covered) {

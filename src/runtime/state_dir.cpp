@@ -28,6 +28,15 @@ int64_t reusable_prefix(std::span<const int32_t> tokens, bool recurrent, int64_t
     return snapshot_position >= 0 && common >= snapshot_position ? common : 0;
 }
 
+bool covers(std::span<const int32_t> tokens, int64_t snapshot_position, std::span<const int32_t> other,
+            int64_t other_snapshot_position, bool recurrent) {
+    const int64_t n = int64_t(other.size());
+    if (n > int64_t(tokens.size()) || reusable_prefix(tokens, recurrent, snapshot_position, other, n) != n) return false;
+    if (!recurrent) return true;
+    const auto lowest = [](int64_t snap, int64_t size) { return snap >= 0 ? snap : size; };
+    return lowest(other_snapshot_position, n) >= lowest(snapshot_position, int64_t(tokens.size()));
+}
+
 StateDir::StateDir(std::string dir, uint64_t capacity_bytes, StateFileModel model, bool recurrent)
     : dir_(std::move(dir)), capacity_(capacity_bytes), model_(std::move(model)), recurrent_(recurrent) {
     std::error_code ec;
@@ -173,8 +182,7 @@ void StateDir::store(const SequenceState& s) {
             same = true;
             return false;
         }
-        if (n <= s.n_past() && reusable_prefix(tokens, recurrent_, s.snapshot_position(), e.tokens, n) == n)
-            covered.push_back(id);
+        if (covers(tokens, s.snapshot_position(), e.tokens, e.snapshot_position, recurrent_)) covered.push_back(id);
         return true;
     });
     if (same) return;

@@ -29,6 +29,11 @@ struct StateDirStats {
 // shared prefix; recurrent state only its whole length, or a prefix ending at or after its snapshot.
 int64_t reusable_prefix(std::span<const int32_t> tokens, bool recurrent, int64_t snapshot_position,
                         std::span<const int32_t> prompt, int64_t max_tokens);
+// Whether a state (tokens, snapshot) serves every prefix another one serves, so that one can go: its tokens are a
+// head of these, and for recurrent state its lowest reusable length (its snapshot, else its whole length) is not
+// below this one's.
+bool covers(std::span<const int32_t> tokens, int64_t snapshot_position, std::span<const int32_t> other,
+            int64_t other_snapshot_position, bool recurrent);
 
 class StateDir {
 public:

@@ -259,6 +259,36 @@ TEST_P(PrefixCacheTest, TurnBoundariesAndBlocks) {
     EXPECT_EQ(run(blocks, other(27), {}, true).n_cached, recurrent ? 24 : 27);
 }
 
+// A request that ends with its first token (max_new_tokens 1, or 0: the prompt only) ends in the pass that ran its
+// prompt's last chunk: its state still goes into the cache (after that token is out), with its cache points.
+TEST_P(PrefixCacheTest, RequestsEndingAtTheirFirstToken) {
+    Engine e(*model, {.max_batch_rows = 64, .max_sequences = 1, .max_context_tokens = 512,
+                      .prefix_cache_bytes = uint64_t(256) << 20, .cache_block_tokens = 0});
+    std::vector<int32_t> p;
+    for (size_t i = 0; i < 40; ++i) p.push_back(ids[(i * 3 + i / 5) % ids.size()]);
+    RequestParams one;
+    one.prompt = p;
+    one.max_new_tokens = 1;
+    one.stop_at_eos = false;
+    one.cache_points = {12};
+    std::vector<int32_t> got;
+    e.submit(one, [&](const TokenEvent& ev) {
+        if (ev.id >= 0) got.push_back(ev.id);
+        return true;
+    });
+    e.run_until_idle();
+    EXPECT_EQ(got, alone(p, 1));
+    const auto q = concat(p, {ids[1], ids[2]});
+    const Outcome b = run_one(e, q, 2);
+    EXPECT_EQ(b.ids, alone(q, 2));
+    EXPECT_EQ(b.n_cached, int64_t(p.size()));
+    const auto r = concat(std::vector<int32_t>(p.begin(), p.begin() + 12), {ids[0], ids[3], ids[2]});
+    const Outcome c = run_one(e, r, 2);  // the cache point of the request that ended at once
+    EXPECT_EQ(c.ids, alone(r, 2));
+    EXPECT_EQ(c.n_cached, r[12] == p[12] ? 13 - int64_t(recurrent) : 12);
+    EXPECT_EQ(run_one(e, p, 0).n_cached, int64_t(p.size()) - 1);  // the prompt only
+}
+
 // ---- the SSD tier (--state-dir)
 
 struct TempDir {
