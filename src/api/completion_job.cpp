@@ -233,6 +233,8 @@ ModelContext make_model_context(Engine& engine, const tok::Tokenizer& tok, const
     if (info.max_position_embeddings > 0)
         ctx.max_context_tokens = std::min(ctx.max_context_tokens, info.max_position_embeddings);
     ctx.default_max_tokens = default_max_tokens;
+    // only recurrent state needs them (per-token caches reuse any head); the engine is not stepping yet
+    ctx.turn_cache_points = engine.prefix_cache() && engine.model().new_sequence()->layout().has_recurrent();
     return ctx;
 }
 

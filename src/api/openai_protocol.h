@@ -71,6 +71,7 @@ struct ModelContext {
     std::function<Drafter()> make_drafter;   // set: drafts from a draft model, one drafter per choice; else prompt lookup
     std::shared_ptr<LazyTokenTrie> token_trie = std::make_shared<LazyTokenTrie>();  // copies share it
     std::shared_ptr<LazyTokenTrie> tool_token_trie = std::make_shared<LazyTokenTrie>(tool_call_markers());
+    bool turn_cache_points = false;          // chat prompts carry their turn boundaries (api/turn_boundaries.h)
 };
 
 // response_format: empty for {"type": "text"}, else the constraint of "json_object" / "json_schema" (a 400 naming

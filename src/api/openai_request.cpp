@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "api/openai_protocol.h"
+#include "api/turn_boundaries.h"
 #include "core/error.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -511,6 +512,7 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
         } catch (const Error& e) {
             bad("messages", cat("The messages could not be tokenized: ", e.what()), "invalid_value");
         }
+        if (ctx.turn_cache_points) q.cache_points = turn_boundaries(*ctx.chat_template, cr, tok, q.prompt);
     } else {
         if (const ojson* v = field(body, "logprobs")) {
             r.top_logprobs = int(get_int(*v, "logprobs", 0, 5));

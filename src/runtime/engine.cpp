@@ -3,6 +3,7 @@
 // verification with state rollback, and request endings (stop, length, cancel, callback, forward errors). A
 // request's tokens are bit-identical to running it alone, with or without drafts.
 #include "runtime/engine.h"
+#include "runtime/engine_request.h"
 
 #include <algorithm>
 #include <chrono>
@@ -32,50 +33,17 @@ const char* to_string(FinishReason r) {
     return "";
 }
 
-struct Engine::Request {
-    uint64_t id = 0;
-    RequestParams p;
-    TokenCallback on_event;
-    Sampler sampler;
-    std::unique_ptr<SequenceState> seq;  // created at admission, freed as soon as the request ends
-    int64_t n_prompt = 0, n_prefilled = 0, n_generated = 0, n_cached = 0;
-    int64_t need_tokens = 0;                      // prompt + max_new_tokens
-    int64_t reserved_tokens = 0;                  // its share of max_context_tokens while running, else 0
-    int64_t n_resume = 0;                         // generated tokens to prefill again after a preemption
-    std::vector<int32_t> generated;               // every generated id (a preempted request prefills them again)
-    int64_t computed = 0;                         // rows its states held before preemptions (recomputed later)
-    bool preempted = false;                       // between preempt() and its return to the queue
-    bool was_preempted = false;
-    int32_t pending = -1;                         // the last sampled id, to be fed back as the next decode row
-    std::vector<int32_t> context;                 // prompt + generated (only when drafting)
-    std::unordered_map<int32_t, int64_t> counts;  // generated id -> count (only with penalties)
-    bool adjusts = false;                         // any penalty or bias: sample from an adjusted copy
-    std::unique_ptr<TokenConstraint> constraint;  // structured output (RequestParams::constraint)
-    bool done = false;
-
-    Request(RequestParams params, TokenCallback cb)
-        : p(std::move(params)), on_event(std::move(cb)), sampler(p.sampling), n_prompt(int64_t(p.prompt.size())) {
-        adjusts = p.frequency_penalty != 0 || p.presence_penalty != 0 || !p.logit_bias.empty();
-    }
-    // Rows to prefill: the prompt, then after a preemption the tokens generated before it.
-    int64_t n_feed() const { return n_prompt + n_resume; }
-    int32_t feed(int64_t i) const { return i < n_prompt ? p.prompt[size_t(i)] : generated[size_t(i - n_prompt)]; }
-    std::vector<int32_t> fed_tokens() const {
-        std::vector<int32_t> t = p.prompt;
-        t.insert(t.end(), generated.begin(), generated.begin() + n_resume);
-        return t;
-    }
-};
-
 Engine::Engine(Model& model, const EngineOptions& options) : model_(model), opt_(options) {
     SLUICE_CHECK(opt_.max_batch_rows >= 1, "EngineOptions::max_batch_rows must be >= 1, got ", opt_.max_batch_rows);
     SLUICE_CHECK(opt_.max_sequences >= 1, "EngineOptions::max_sequences must be >= 1, got ", opt_.max_sequences);
     SLUICE_CHECK(opt_.max_context_tokens >= 2, "EngineOptions::max_context_tokens must be >= 2, got ",
                  opt_.max_context_tokens);
+    const StateLayout& layout = model_.new_sequence()->layout();
+    recurrent_ = layout.has_recurrent();
     std::unique_ptr<StateDir> disk;
     if (!opt_.state_dir.empty()) {
         disk = std::make_unique<StateDir>(opt_.state_dir, opt_.state_dir_bytes, model_.info().state_file_model(),
-                                          model_.new_sequence()->layout().has_recurrent());
+                                          recurrent_);
         if (!disk->enabled())
             log_info("sluice: warning: ", disk->disabled_reason(), "; running without the SSD tier of the prefix cache");
     }
@@ -83,6 +51,14 @@ Engine::Engine(Model& model, const EngineOptions& options) : model_(model), opt_
         prefix_cache_ = std::make_unique<PrefixCache>(opt_.prefix_cache_bytes, std::move(disk),
                                                       [this] { return model_.new_sequence(); });
     if (prefix_cache_) stats_.prefix_cache = prefix_cache_->stats();  // what the state directory held at start
+    if (prefix_cache_ && recurrent_) {
+        block_tokens_ = opt_.cache_block_tokens;
+        if (block_tokens_ < 0) {  // at most 8 per context, within a quarter of the cache, at least 1024 apart
+            const uint64_t per = std::max<uint64_t>(layout.recurrent_bytes(), 1);
+            const int64_t n = int64_t(std::min<uint64_t>(8, prefix_cache_->capacity_bytes() / 4 / per));
+            block_tokens_ = n <= 0 ? 0 : std::max<int64_t>(1024, (opt_.max_context_tokens / n + 255) / 256 * 256);
+        }
+    }
 }
 
 Engine::~Engine() = default;
@@ -181,7 +157,12 @@ bool Engine::emit(Request& r, const TokenEvent& ev) {
 void Engine::finish(Request& r, bool keep_state) {
     r.done = true;
     // what it ran (prompt + all but the last generated token) can serve a later request's prompt
-    if (keep_state && prefix_cache_ && r.seq && r.n_prefilled == r.n_feed()) prefix_cache_->insert(std::move(r.seq));
+    if (keep_state && prefix_cache_ && r.seq && r.n_prefilled == r.n_feed()) {
+        if (r.caching_prompt)
+            r.parked = std::move(r.seq);  // postprocess caches it (with its snapshot) after this pass
+        else
+            prefix_cache_->insert(std::move(r.seq));
+    }
     r.seq.reset();
     reserved_tokens_ -= r.reserved_tokens;
     r.reserved_tokens = 0;
@@ -240,29 +221,13 @@ void Engine::admit_and_cancel() {
         } else {
             r->seq = model_.new_sequence();
         }
+        plan_points(*r);
         r->reserved_tokens = initial_reservation(*r);
         reserved_tokens_ += r->reserved_tokens;
         running_.push_back(std::move(r));
     }
     stats_.waiting = int64_t(waiting_.size());
     stats_.running = int64_t(running_.size());
-}
-
-// True when a running request is still prefilling a prefix of r's prompt (kMinSharedPrefillTokens or more) that the
-// prefix cache cannot give yet: r waits for that prefill to end and then reuses it, instead of computing it beside
-// it (batch lines with the same instructions, n choices of one prompt, a burst of chat turns of one conversation).
-bool Engine::wait_for_shared_prefill(const Request& r) const {
-    if (!prefix_cache_ || r.p.prompt_logits) return false;
-    int64_t shared = 0;
-    for (const auto& o : running_) {
-        if (o->done || o->n_prefilled >= o->n_feed() || o->p.prompt_logits) continue;
-        const size_t limit = std::min(o->p.prompt.size(), r.p.prompt.size() - 1);
-        const auto common = std::mismatch(o->p.prompt.begin(), o->p.prompt.begin() + std::ptrdiff_t(limit),
-                                          r.p.prompt.begin()).first - o->p.prompt.begin();
-        shared = std::max<int64_t>(shared, common);
-    }
-    if (shared < kMinSharedPrefillTokens) return false;
-    return prefix_cache_->longest(r.p.prompt, r.n_prompt - 1) + kMinSharedPrefillTokens <= shared;
 }
 
 int64_t Engine::initial_reservation(const Request& r) const {
@@ -433,8 +398,10 @@ void Engine::schedule(Pass& p) {
         }
         if (i1 <= r->n_prefilled) continue;
         const int32_t si = add_seq(r.get(), false);
-        // the prompt's end will be cached: recurrent state keeps a restore point for the rows of this last chunk
-        if (prefix_cache_ && i1 == n_feed && r->seq->layout().has_recurrent()) r->seq->snapshot();
+        // the prompt's end (or a cache point inside this chunk) will be cached: recurrent state keeps a restore
+        // point for the rows of this chunk
+        if (prefix_cache_ && recurrent_ && (i1 == n_feed || snapshot_for_points(*r, r->n_prefilled, i1)))
+            r->seq->snapshot();
         for (int64_t i = r->n_prefilled; i < i1; ++i) {
             const bool last = i + 1 == n_feed;
             b.add(r->feed(i), i, si, r->p.prompt_logits || (last && r->p.max_new_tokens > 0));
@@ -499,15 +466,32 @@ void Engine::postprocess(Pass& p) {
                 }
             }
         }
-        if (!alive || r.n_prefilled < r.n_feed()) continue;
-        if (prefix_cache_) {
-            prefix_cache_->insert(r.seq->fork());
-            r.seq->drop_snapshot();
+        if (!alive) continue;
+        const int64_t start = p.batch.positions[size_t(p.first_row[si])];
+        if (r.n_prefilled < r.n_feed()) {
+            if (!r.points.empty()) {
+                cache_points_reached(r, *r.seq, start, r.n_prefilled);
+                r.seq->drop_snapshot();  // taken for the points (the prompt's last chunk takes its own)
+            }
+            continue;
         }
+        // the first token goes out before the prompt's state goes into the cache: the cache's copies, replays and
+        // file writes are not part of the time to first token (finish() parks the state of a request that ends now)
+        r.caching_prompt = prefix_cache_ != nullptr;
         if (r.p.max_new_tokens == 0)
             end_with(r, FinishReason::length);
         else
             sample_rows(r, p, rows.last(1), {});
+        if (!r.caching_prompt) continue;
+        r.caching_prompt = false;
+        const SequenceState* st = r.seq ? r.seq.get() : r.parked.get();
+        if (st && !r.points.empty()) cache_points_reached(r, *st, start, r.n_prefilled);
+        if (r.parked) {
+            prefix_cache_->insert(std::move(r.parked));
+        } else if (r.seq) {
+            prefix_cache_->insert(r.seq->fork());
+            r.seq->drop_snapshot();
+        }
     }
 }
 

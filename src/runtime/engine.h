@@ -71,6 +71,11 @@ struct RequestParams {
     // and with finish "unsatisfiable" when no token may come next. Drafts are verified against the masked
     // distribution, so speculation keeps working (a masked draft is simply rejected). Empty: unconstrained.
     ConstraintFactory constraint;
+    // Prompt lengths (0 < n < prompt size) where reuse is likely, e.g. where the chat template closed an assistant
+    // turn: with a prefix cache, a model whose recurrent state cannot be cut back (Kimi's KDA) leaves the state of
+    // the prompt's first n tokens in the cache as it prefills, so a later prompt that shares those n tokens (the
+    // same history re-rendered) reuses them. Per-token caches need none (any head of a cached state is reusable).
+    std::vector<int64_t> cache_points;
 };
 
 enum class FinishReason { none, stop, length, cancelled, error, unsatisfiable };
@@ -105,6 +110,10 @@ struct EngineOptions {
     // The prefix cache's SSD tier (runtime/state_dir.h): a directory and the bytes it may hold; empty: none.
     std::string state_dir;
     uint64_t state_dir_bytes = uint64_t(10) << 30;
+    // Recurrent models with a prefix cache also leave a state at every multiple of this many prompt tokens (block
+    // boundaries; see RequestParams::cache_points). -1: chosen from the cache's size (at most 8 per context, each
+    // costing the recurrent state's bytes, within a quarter of the cache; never under 1024 tokens); 0: none.
+    int64_t cache_block_tokens = -1;
 };
 
 struct EngineStats {
@@ -178,7 +187,14 @@ private:
     void grow_reservations();                        // engine thread: before admission, may preempt
     void preempt(Request& r);
     int64_t initial_reservation(const Request& r) const;
-    bool wait_for_shared_prefill(const Request& r) const;
+    bool wait_for_shared_prefill(const Request& r);
+    // engine_prefix.cpp: the states a recurrent model leaves in the prefix cache inside a prompt
+    bool recurrent_ = false;                         // the model's state has recurrent layers
+    int64_t block_tokens_ = 0;                       // cache_block_tokens resolved (0: none)
+    void plan_points(Request& r) const;              // at admission: r.points from its cache_points and blocks
+    bool snapshot_for_points(const Request& r, int64_t start, int64_t end) const;
+    // after a pass ran r's rows [start, end) into `from` (r's state)
+    void cache_points_reached(Request& r, const SequenceState& from, int64_t start, int64_t end);
     EngineStats stats_;                              // guarded by mu_
 
     std::unique_ptr<Request> make_request(RequestParams params, TokenCallback on_event);  // submit's checks

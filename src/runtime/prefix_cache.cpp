@@ -28,23 +28,31 @@ int64_t PrefixCache::reusable(const SequenceState& s, std::span<const int32_t> p
     return reusable_prefix(s.tokens(), s.layout().has_recurrent(), s.snapshot_position(), prompt, max_tokens);
 }
 
+std::pair<PrefixIndex::Id, int64_t> PrefixCache::best(std::span<const int32_t> prompt, int64_t max_tokens) const {
+    std::pair<Id, int64_t> found{0, 0};
+    uint64_t found_use = 0;
+    index_.visit(prompt, [&](Id id, int64_t shared) {
+        // entries found from here on share fewer than shared + B tokens: none can give more than found
+        if (found.second >= shared + PrefixIndex::k_block_tokens) return false;
+        const Entry& e = entries_.at(id);
+        const int64_t n = reusable(*e.state, prompt, max_tokens);
+        if (n > found.second || (n == found.second && n > 0 && e.last_use > found_use)) {
+            found = {id, n};
+            found_use = e.last_use;
+        }
+        return true;
+    });
+    return found;
+}
+
 int64_t PrefixCache::longest(std::span<const int32_t> prompt, int64_t max_tokens) const {
-    int64_t best = disk_ ? disk_->best(prompt, max_tokens).tokens : 0;
-    for (const auto& e : entries_) best = std::max(best, reusable(*e.state, prompt, max_tokens));
-    return best;
+    const int64_t ram = best(prompt, max_tokens).second;
+    return disk_ ? std::max(ram, disk_->best(prompt, max_tokens).tokens) : ram;
 }
 
 std::unique_ptr<SequenceState> PrefixCache::lookup(std::span<const int32_t> prompt, int64_t max_tokens) {
     ++stats_.lookups;
-    Entry* best = nullptr;
-    int64_t best_n = 0;
-    for (auto& e : entries_) {
-        const int64_t n = reusable(*e.state, prompt, max_tokens);
-        if (n > best_n || (n == best_n && n > 0 && e.last_use > best->last_use)) {
-            best = &e;
-            best_n = n;
-        }
-    }
+    const auto [best_id, best_n] = best(prompt, max_tokens);
     if (disk_) {
         const StateDir::Match m = disk_->best(prompt, max_tokens);
         if (m.tokens > best_n) {
@@ -61,9 +69,9 @@ std::unique_ptr<SequenceState> PrefixCache::lookup(std::span<const int32_t> prom
             }
         }
     }
-    if (!best) return nullptr;
-    best->last_use = ++clock_;
-    auto s = best->state->fork();
+    if (best_n == 0) return nullptr;
+    touch(best_id);
+    auto s = entries_.at(best_id).state->fork();
     s->truncate(best_n);
     s->drop_snapshot();  // the request journals nothing until it needs a restore point of its own
     ++stats_.hits;
@@ -85,34 +93,71 @@ void PrefixCache::insert(std::unique_ptr<SequenceState> s) {
 }
 
 void PrefixCache::keep_in_ram(std::unique_ptr<SequenceState> s) {
-    const uint64_t bytes = s->size_bytes();
-    if (bytes > capacity_) return;
+    if (s->size_bytes() > capacity_) return;  // its pages alone are more than the capacity
     // an entry the new one covers (same tokens, or a prefix the new one can serve as well) goes
-    const int64_t before = int64_t(entries_.size());
-    std::erase_if(entries_, [&](const Entry& e) {
-        const int64_t n = e.state->n_past();
-        return n <= s->n_past() && reusable(*s, e.state->tokens(), n) == n;
+    std::vector<Id> covered;
+    index_.visit(s->tokens(), [&](Id id, int64_t) {
+        const SequenceState& e = *entries_.at(id).state;
+        if (covers(s->tokens(), s->snapshot_position(), e.tokens(), e.snapshot_position(), s->layout().has_recurrent()))
+            covered.push_back(id);
+        return true;
     });
-    for (int64_t i = int64_t(entries_.size()); i < before; ++i) ++stats_.evicted;
-    evict_to(capacity_ - bytes);
-    entries_.push_back({std::move(s), bytes, ++clock_});
+    for (Id id : covered) {
+        remove(id);
+        ++stats_.evicted;
+    }
+    const Id id = next_id_++;
+    add(id, {std::move(s), 0});
     ++stats_.inserted;
-    stats_.bytes = 0;
-    for (const auto& e : entries_) stats_.bytes += e.bytes;
+    evict_to(capacity_, id);
+    stats_.bytes = bytes_;
     stats_.entries = int64_t(entries_.size());
 }
 
-void PrefixCache::evict_to(uint64_t limit) {
-    uint64_t total = 0;
-    for (const auto& e : entries_) total += e.bytes;
-    while (total > limit && !entries_.empty()) {
-        auto oldest = std::min_element(entries_.begin(), entries_.end(),
-                                       [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
-        total -= oldest->bytes;
-        entries_.erase(oldest);
+void PrefixCache::add(Id id, Entry e) {
+    const SequenceState& s = *e.state;
+    bytes_ += s.unpaged_bytes();
+    s.each_page([&](const void* page, uint64_t bytes) {
+        if (page_refs_[page]++ == 0) bytes_ += bytes;
+    });
+    index_.add(id, s.tokens());
+    entries_.emplace(id, std::move(e));
+    touch(id);
+}
+
+void PrefixCache::remove(Id id) {
+    auto it = entries_.find(id);
+    if (it == entries_.end()) return;
+    const SequenceState& s = *it->second.state;
+    bytes_ -= s.unpaged_bytes();
+    s.each_page([&](const void* page, uint64_t bytes) {
+        auto r = page_refs_.find(page);
+        if (--r->second == 0) {
+            page_refs_.erase(r);
+            bytes_ -= bytes;
+        }
+    });
+    index_.remove(id, s.tokens());
+    lru_.erase(it->second.last_use);
+    entries_.erase(it);
+}
+
+void PrefixCache::touch(Id id) {
+    Entry& e = entries_.at(id);
+    lru_.erase(e.last_use);
+    e.last_use = ++clock_;
+    lru_.emplace(e.last_use, id);
+}
+
+void PrefixCache::evict_to(uint64_t limit, Id keep) {
+    for (auto it = lru_.begin(); bytes_ > limit && it != lru_.end();) {
+        const Id id = it->second;
+        ++it;
+        if (id == keep) continue;
+        remove(id);
         ++stats_.evicted;
     }
-    stats_.bytes = total;
+    stats_.bytes = bytes_;
     stats_.entries = int64_t(entries_.size());
 }
 

@@ -7,17 +7,23 @@
 // shared prefix. Recurrent (KDA) state cannot: an entry keeps a snapshot and a journal of its last rows
 // (keep_journal_rows; state/sequence_state.h), so it serves prefixes that end in those rows or at its end.
 //
-// Entries are evicted least-recently-used by bytes. Lookup compares tokens with every entry (a linear scan; the
-// entries are few and large). With a state directory (runtime/state_dir.h) every kept state is also written there,
-// and a lookup that the directory serves with more tokens than RAM loads the file (and keeps it in RAM too).
+// Entries are found through a content-addressed index (runtime/prefix_index.h: block hashes chained over token
+// ids), so a lookup compares tokens only with the entries that share the most whole blocks with the prompt. They are
+// evicted least-recently-used by bytes, and the bytes count each page of the per-token caches once however many
+// entries share it (entries of one conversation share their history's pages). With a state directory
+// (runtime/state_dir.h) every kept state is also written there, and a lookup that the directory serves with more
+// tokens than RAM loads the file (and keeps it in RAM too).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
+#include "runtime/prefix_index.h"
 #include "runtime/state_dir.h"
 #include "state/sequence_state.h"
 
@@ -25,7 +31,7 @@ namespace sluice {
 
 struct PrefixCacheStats {
     int64_t lookups = 0, hits = 0, reused_tokens = 0, inserted = 0, evicted = 0;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;  // what the entries hold, each shared page once
     int64_t entries = 0;
     int64_t disk_hits = 0;  // hits served from the state directory
     StateDirStats disk;     // the state directory's own counts (all zero without one)
@@ -54,16 +60,27 @@ public:
 private:
     struct Entry {
         std::unique_ptr<SequenceState> state;
-        uint64_t bytes = 0, last_use = 0;
+        uint64_t last_use = 0;
     };
+    using Id = PrefixIndex::Id;
     // How many of prompt's first tokens the entry can give (0: none).
     static int64_t reusable(const SequenceState& s, std::span<const int32_t> prompt, int64_t max_tokens);
-    void evict_to(uint64_t bytes);
+    // The entry giving the most of prompt (the most recently used of equals), and how many tokens; {0, 0}: none.
+    std::pair<Id, int64_t> best(std::span<const int32_t> prompt, int64_t max_tokens) const;
+    void evict_to(uint64_t bytes, Id keep);
     void keep_in_ram(std::unique_ptr<SequenceState> s);
+    void add(Id id, Entry e);
+    void remove(Id id);
+    void touch(Id id);
     uint64_t capacity_;
     int64_t keep_rows_;
     uint64_t clock_ = 0;
-    std::vector<Entry> entries_;
+    Id next_id_ = 1;
+    std::unordered_map<Id, Entry> entries_;
+    std::map<uint64_t, Id> lru_;  // last_use -> entry
+    PrefixIndex index_;
+    std::unordered_map<const void*, uint32_t> page_refs_;  // page -> entries holding it
+    uint64_t bytes_ = 0;
     PrefixCacheStats stats_;
     std::unique_ptr<StateDir> disk_;
     std::function<std::unique_ptr<SequenceState>()> fresh_;

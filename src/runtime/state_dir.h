@@ -9,10 +9,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "runtime/prefix_index.h"
 #include "state/state_file.h"
 
 namespace sluice {
@@ -26,6 +29,11 @@ struct StateDirStats {
 // shared prefix; recurrent state only its whole length, or a prefix ending at or after its snapshot.
 int64_t reusable_prefix(std::span<const int32_t> tokens, bool recurrent, int64_t snapshot_position,
                         std::span<const int32_t> prompt, int64_t max_tokens);
+// Whether a state (tokens, snapshot) serves every prefix another one serves, so that one can go: its tokens are a
+// head of these, and for recurrent state its lowest reusable length (its snapshot, else its whole length) is not
+// below this one's.
+bool covers(std::span<const int32_t> tokens, int64_t snapshot_position, std::span<const int32_t> other,
+            int64_t other_snapshot_position, bool recurrent);
 
 class StateDir {
 public:
@@ -36,7 +44,7 @@ public:
 
     struct Match {
         int64_t tokens = 0;  // 0: none
-        size_t entry = 0;
+        uint64_t entry = 0;
     };
     Match best(std::span<const int32_t> prompt, int64_t max_tokens) const;
     // Loads the match into `fresh` (a new, empty state of this model); false when the file turned out bad (it is
@@ -56,9 +64,10 @@ private:
         uint64_t bytes = 0, last_use = 0;
     };
     void evict_to(uint64_t limit);
-    void remove(size_t i);
+    void add(Entry e);
+    void remove(uint64_t id);
+    void touch(Entry& e, uint64_t id);
     std::string path_for(std::span<const int32_t> tokens) const;
-    uint64_t now();
 
     std::string dir_;
     uint64_t capacity_;
@@ -66,8 +75,10 @@ private:
     bool recurrent_;
     bool enabled_ = false;
     std::string why_;
-    uint64_t clock_ = 0;
-    std::vector<Entry> entries_;
+    uint64_t clock_ = 0, next_id_ = 1;
+    std::unordered_map<uint64_t, Entry> entries_;  // by id
+    std::map<uint64_t, uint64_t> lru_;             // last use -> id
+    PrefixIndex index_;                            // the files' tokens (runtime/prefix_index.h)
     StateDirStats stats_;
 };
 

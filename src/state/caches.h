@@ -26,7 +26,13 @@ public:
     const float* row(int64_t t) const { return pages_[size_t(t / k_page_rows)].get() + (t % k_page_rows) * width_; }
     void truncate(int64_t n);  // keeps rows < n
     ops::RowView view() const { return {ptrs_.data(), nullptr, k_page_shift, width_}; }
-    uint64_t size_bytes() const { return pages_.size() * uint64_t(k_page_rows * width_) * sizeof(float); }
+    uint64_t page_bytes() const { return uint64_t(k_page_rows * width_) * sizeof(float); }
+    uint64_t size_bytes() const { return pages_.size() * page_bytes(); }
+    // Calls f(page, page_bytes()) for each page (the prefix cache counts a page its entries share once).
+    template <class F>
+    void each_page(F&& f) const {
+        for (const auto& p : pages_) f(static_cast<const void*>(p.get()), page_bytes());
+    }
 
 private:
     int64_t width_ = 0, rows_ = 0;

@@ -142,11 +142,24 @@ std::unique_ptr<SequenceState> SequenceState::fork() const {
 }
 
 uint64_t SequenceState::size_bytes() const {
-    uint64_t b = tokens_.capacity() * sizeof(int32_t);
+    uint64_t b = unpaged_bytes();
     for (const auto& c : latent_) b += c.data.size_bytes();
     for (const auto& c : kv_) b += c.k.size_bytes() + c.v.size_bytes();
+    return b;
+}
+
+uint64_t SequenceState::unpaged_bytes() const {
+    uint64_t b = tokens_.capacity() * sizeof(int32_t);
     for (const auto& k : kda_) b += k.size_bytes();
     return b;
+}
+
+void SequenceState::each_page(const std::function<void(const void*, uint64_t)>& f) const {
+    for (const auto& c : latent_) c.data.each_page(f);
+    for (const auto& c : kv_) {
+        c.k.each_page(f);
+        c.v.each_page(f);
+    }
 }
 
 }  // namespace sluice

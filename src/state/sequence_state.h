@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -84,6 +85,10 @@ public:
     void truncate(int64_t n);
     std::unique_ptr<SequenceState> fork() const;
     uint64_t size_bytes() const;
+    // size_bytes() = unpaged_bytes() + the bytes of the pages each_page() visits: the pages of the per-token caches
+    // (shared with forks until written) and the rest (token ids, recurrent state, snapshot, journal), its own.
+    uint64_t unpaged_bytes() const;
+    void each_page(const std::function<void(const void* page, uint64_t bytes)>& f) const;
 
 private:
     friend void load_state(const std::string& path, const StateFileModel& model, SequenceState& into);

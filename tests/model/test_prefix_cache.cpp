@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -166,7 +167,12 @@ TEST_P(PrefixCacheTest, ASharedHeadIsPrefilledOnce) {
     std::vector<int32_t> shared;  // the fixture's prompt ids, over and over
     for (int64_t i = 0; i < head; ++i) shared.push_back(ids[size_t(i) % ids.size()]);
     std::vector<std::vector<int32_t>> prompts;
-    for (int i = 0; i < 4; ++i) prompts.push_back(concat(shared, {ids[size_t(i) % ids.size()], ids[1]}));
+    // tails of 20 tokens: the first request's last chunk starts past the shared head
+    for (int i = 0; i < 4; ++i) {
+        std::vector<int32_t> tail{ids[size_t(i) % ids.size()]};
+        for (size_t j = 1; j < 20; ++j) tail.push_back(ids[(j * 3 + 1) % ids.size()]);
+        prompts.push_back(concat(shared, tail));
+    }
     Engine e(*model, {.max_batch_rows = 16, .max_sequences = 4, .max_context_tokens = 512,
                       .prefix_cache_bytes = uint64_t(256) << 20});
     std::vector<Outcome> got(prompts.size());
@@ -184,10 +190,103 @@ TEST_P(PrefixCacheTest, ASharedHeadIsPrefilledOnce) {
     e.run_until_idle();
     for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i].ids, alone(prompts[i], 3)) << i;
     EXPECT_EQ(got[0].n_cached, 0);
-    if (!recurrent) {  // recurrent state serves only prefixes at or after its snapshot (the last chunk's start)
-        for (size_t i = 1; i < prompts.size(); ++i) EXPECT_EQ(got[i].n_cached, head) << i;
-        EXPECT_EQ(e.stats().prompt_tokens, head + 4 * 2);
+    // recurrent state too: the first request leaves its state where the prompts part (a cache point)
+    for (size_t i = 1; i < prompts.size(); ++i) EXPECT_EQ(got[i].n_cached, head) << i;
+    EXPECT_EQ(e.stats().prompt_tokens, head + 4 * 20);
+}
+
+// Recurrent (KDA) state cannot be cut back, so a Kimi model leaves in the cache the states its requests ask for
+// (RequestParams::cache_points: where the chat template closed an assistant turn) and those at block boundaries; a
+// later prompt that shares the history up to one reuses exactly that much. The first token's logits equal a plain
+// forward pass over the whole prompt, bit for bit, and so do the tokens.
+TEST_P(PrefixCacheTest, TurnBoundariesAndBlocks) {
+    std::vector<int32_t> a;  // 51 tokens: a 21-token history, then the rest of the prompt
+    for (size_t i = 0; i < 51; ++i) a.push_back(ids[(i * 5 + i / 7) % ids.size()]);
+    const auto other = [&](size_t at) {  // a's first `at` tokens, then others
+        std::vector<int32_t> b(a.begin(), a.begin() + std::ptrdiff_t(at));
+        b.push_back(*std::find_if(ids.begin(), ids.end(), [&](int32_t t) { return t != a[at]; }));
+        for (size_t j = 1; j < 6; ++j) b.push_back(ids[(j * 3) % ids.size()]);
+        return b;
+    };
+    const auto first_logits = [&](const std::vector<int32_t>& prompt) {
+        auto seq = model->new_sequence();
+        SequenceState* seqs[] = {seq.get()};
+        Batch b;
+        for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int64_t(i), 0, i + 1 == prompt.size());
+        std::vector<float> logits;
+        model->forward(b, seqs, logits);
+        return logits;
+    };
+    const auto run = [&](Engine& e, const std::vector<int32_t>& prompt, std::vector<int64_t> points, bool check) {
+        RequestParams p;
+        p.prompt = prompt;
+        p.max_new_tokens = 3;
+        p.stop_at_eos = false;
+        p.cache_points = std::move(points);
+        Outcome r;
+        std::vector<float> logits;
+        e.submit(p, [&](const TokenEvent& ev) {
+            if (ev.id >= 0) r.ids.push_back(ev.id);
+            if (ev.id >= 0 && logits.empty()) logits.assign(ev.logits.begin(), ev.logits.end());
+            r.n_cached = ev.n_cached;
+            return true;
+        });
+        e.run_until_idle();
+        if (check) {
+            EXPECT_EQ(r.ids, alone(prompt, 3));
+            EXPECT_TRUE(logits == first_logits(prompt)) << "first-token logits differ";
+        }
+        return r;
+    };
+    for (int64_t rows : {5, 64}) {
+        SCOPED_TRACE(rows);
+        // points 20 (a chunk's end when rows = 5) and 21 (inside a chunk: snapshot, then a replay to it)
+        Engine e(*model, {.max_batch_rows = rows, .max_sequences = 1, .max_context_tokens = 512,
+                          .prefix_cache_bytes = uint64_t(256) << 20, .cache_block_tokens = 0});
+        EXPECT_EQ(run(e, a, {20, 21}, true).n_cached, 0);
+        EXPECT_EQ(run(e, other(21), {}, true).n_cached, 21);
+        EXPECT_EQ(run(e, other(20), {}, true).n_cached, 20);
     }
+    // without the points recurrent state has nothing there (its prompt's entry serves only its last rows)
+    Engine plain(*model, {.max_batch_rows = 64, .max_sequences = 1, .max_context_tokens = 512,
+                          .prefix_cache_bytes = uint64_t(256) << 20, .cache_block_tokens = 0});
+    run(plain, a, {}, false);
+    EXPECT_EQ(run(plain, other(21), {}, true).n_cached, recurrent ? 0 : 21);
+    // block boundaries every 8 tokens: a prompt sharing 27 tokens reuses 24 (per-token caches: all 27)
+    Engine blocks(*model, {.max_batch_rows = 13, .max_sequences = 1, .max_context_tokens = 512,
+                           .prefix_cache_bytes = uint64_t(256) << 20, .cache_block_tokens = 8});
+    run(blocks, a, {}, false);
+    EXPECT_EQ(run(blocks, other(27), {}, true).n_cached, recurrent ? 24 : 27);
+}
+
+// A request that ends with its first token (max_new_tokens 1, or 0: the prompt only) ends in the pass that ran its
+// prompt's last chunk: its state still goes into the cache (after that token is out), with its cache points.
+TEST_P(PrefixCacheTest, RequestsEndingAtTheirFirstToken) {
+    Engine e(*model, {.max_batch_rows = 64, .max_sequences = 1, .max_context_tokens = 512,
+                      .prefix_cache_bytes = uint64_t(256) << 20, .cache_block_tokens = 0});
+    std::vector<int32_t> p;
+    for (size_t i = 0; i < 40; ++i) p.push_back(ids[(i * 3 + i / 5) % ids.size()]);
+    RequestParams one;
+    one.prompt = p;
+    one.max_new_tokens = 1;
+    one.stop_at_eos = false;
+    one.cache_points = {12};
+    std::vector<int32_t> got;
+    e.submit(one, [&](const TokenEvent& ev) {
+        if (ev.id >= 0) got.push_back(ev.id);
+        return true;
+    });
+    e.run_until_idle();
+    EXPECT_EQ(got, alone(p, 1));
+    const auto q = concat(p, {ids[1], ids[2]});
+    const Outcome b = run_one(e, q, 2);
+    EXPECT_EQ(b.ids, alone(q, 2));
+    EXPECT_EQ(b.n_cached, int64_t(p.size()));
+    const auto r = concat(std::vector<int32_t>(p.begin(), p.begin() + 12), {ids[0], ids[3], ids[2]});
+    const Outcome c = run_one(e, r, 2);  // the cache point of the request that ended at once
+    EXPECT_EQ(c.ids, alone(r, 2));
+    EXPECT_EQ(c.n_cached, r[12] == p[12] ? 13 - int64_t(recurrent) : 12);
+    EXPECT_EQ(run_one(e, p, 0).n_cached, int64_t(p.size()) - 1);  // the prompt only
 }
 
 // ---- the SSD tier (--state-dir)

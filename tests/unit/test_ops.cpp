@@ -297,5 +297,46 @@ TEST(Ops, AttentionMatchesReference) {
     }
 }
 
+// Every CPU path gives the same bits (the AVX-512 loops keep the portable lane order and round each multiply and add),
+// however the (row, head) pairs are tiled: all rows at once, or one row per call on a pool of another size. The shapes
+// cross the tile (32 pairs), the key block (64 rows), 16-lane tails, GQA groups, windows and sinks.
+TEST(Ops, AttentionSameBitsOnEveryPathAndTiling) {
+    PathGuard guard;
+    ThreadPool pool2(2), pool3(3);
+    struct Shape { int64_t heads, kv_heads, dk, dv, keys, rows, window; bool sinks; };
+    for (Shape s : {Shape{24, 1, 144, 128, 300, 37, 0, false}, Shape{8, 2, 37, 19, 150, 9, 70, true},
+                    Shape{6, 6, 16, 16, 65, 65, 0, false}}) {
+        AttentionParams p;
+        p.n_heads = s.heads;
+        p.n_kv_heads = s.kv_heads;
+        p.head_dim_k = s.dk;
+        p.head_dim_v = s.dv;
+        p.scale = 1.0f / std::sqrt(float(s.dk));
+        p.window = s.window;
+        const auto sinks = random_vec(s.heads, 1);
+        p.sinks = s.sinks ? sinks.data() : nullptr;
+        const auto q = random_vec(s.rows * s.heads * s.dk, 2), k = random_vec(s.keys * s.kv_heads * s.dk, 3),
+                   v = random_vec(s.keys * s.kv_heads * s.dv, 4);
+        std::vector<int64_t> pos(static_cast<size_t>(s.rows));
+        for (int64_t r = 0; r < s.rows; ++r) pos[size_t(r)] = s.keys - s.rows + r;
+        const size_t n_out = size_t(s.rows * s.heads * s.dv), row_out = size_t(s.heads * s.dv);
+        std::vector<float> first;
+        for (auto path : ops::available_cpu_paths()) {
+            ops::set_cpu_path(path);
+            std::vector<float> all(n_out), one_by_one(n_out);
+            ops::attention(p, q.data(), s.rows, pos.data(), k.data(), s.kv_heads * s.dk, v.data(), s.kv_heads * s.dv,
+                           all.data(), pool2);
+            for (int64_t r = 0; r < s.rows; ++r)
+                ops::attention(p, q.data() + r * s.heads * s.dk, 1, pos.data() + r, k.data(), s.kv_heads * s.dk,
+                               v.data(), s.kv_heads * s.dv, one_by_one.data() + size_t(r) * row_out, pool3);
+            if (first.empty()) first = all;
+            for (size_t i = 0; i < n_out; ++i) {
+                ASSERT_TRUE(same_bits_or_both_nan(all[i], first[i])) << ops::cpu_path_name(path) << " i " << i;
+                ASSERT_TRUE(same_bits_or_both_nan(one_by_one[i], first[i])) << ops::cpu_path_name(path) << " " << i;
+            }
+        }
+    }
+}
+
 }  // namespace
 }  // namespace sluice

@@ -1,42 +1,109 @@
-// CPU attention: one (row, head) pair per task; scores in f32 with a max-subtracted softmax.
+// CPU attention: scores in f32 with a max-subtracted softmax, one (row, head) pair at a time in arithmetic, but in
+// tiles of up to kTile pairs that share a kv head, walked over the keys and values in blocks of kBlock rows: each
+// block is read once for the whole tile while it is in cache, instead of once per pair (multi-query attention over a
+// long cached context — MLA's latents after a prefix-cache hit — was bound by reading the context once per head and
+// row). Every pair still computes its scores, softmax and weighted sum of values in key order with the same
+// operations, so the result is bit for bit what one pair at a time gives, whatever the tiling or the thread split.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
+#include "ops/cpu/kernels.h"
 #include "ops/cpu/simd.h"
 #include "ops/ops.h"
 
 namespace sluice::ops {
 
+namespace {
+constexpr int64_t kTile = 32;   // (row, head) pairs that walk the keys together
+constexpr int64_t kBlock = 64;  // key rows per block (a page of the caches)
+
+void portable_dots(const float* q, const float* const* keys, int64_t n_keys, int64_t n, float scale, float* out) {
+    for (int64_t t = 0; t < n_keys; ++t) out[t] = cpu::dot_f32(q, keys[t], n) * scale;
+}
+void portable_axpys(const float* p, const float* const* values, int64_t n_values, float* acc, int64_t n) {
+    for (int64_t t = 0; t < n_values; ++t)
+        for (int64_t j = 0; j < n; ++j) acc[j] += p[t] * values[t][j];
+}
+
+struct Pair {
+    int64_t lo = 0, hi = 0, h = 0;
+    const float* q = nullptr;
+    float* out = nullptr;
+    float mx = 0, sum = 0;
+};
+}  // namespace
+
 void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, RowView k, RowView v,
                float* out, ThreadPool& pool) {
-    const int64_t group = p.n_heads / p.n_kv_heads;
+    const int64_t group = p.n_heads / p.n_kv_heads, dk = p.head_dim_k, dv = p.head_dim_v;
+    const int64_t per_kv = n_rows * group;  // pairs are numbered kv head major, then row, then head in the group
+    // the same bits on every path (avx512_attention.cpp): only the speed differs
+    const bool wide = cpu_path() == CpuPath::Avx512 || cpu_path() == CpuPath::Amx;
+    const auto dots = wide ? cpu::avx512::attention_dots : portable_dots;
+    const auto axpys = wide ? cpu::avx512::attention_axpys : portable_axpys;
     pool.parallel_for(n_rows * p.n_heads, [&](int64_t b, int64_t e) {
-        std::vector<float> s;
-        std::vector<float> acc(static_cast<size_t>(p.head_dim_v));
-        for (int64_t task = b; task < e; ++task) {
-            const int64_t r = task / p.n_heads, h = task % p.n_heads, g = h / group;
-            const int64_t hi = pos[r] + 1;
-            const int64_t lo = p.window > 0 ? std::max<int64_t>(0, hi - p.window) : 0;
-            const float* qh = q + task * p.head_dim_k;
-            s.resize(size_t(hi - lo));
-            float mx = p.sinks ? p.sinks[h] : -INFINITY;
-            for (int64_t t = lo; t < hi; ++t) {
-                float d = cpu::dot_f32(qh, k.row(t) + g * p.head_dim_k, p.head_dim_k) * p.scale;
-                s[size_t(t - lo)] = d;
-                mx = std::max(mx, d);
+        std::vector<float> s, acc;
+        std::array<Pair, kTile> tile;
+        std::array<const float*, kBlock> kp, vp;  // the block's key and value rows
+        for (int64_t t0 = b; t0 < e;) {
+            const int64_t g = t0 / per_kv;
+            const int64_t t1 = std::min({e, t0 + kTile, (g + 1) * per_kv});
+            const int64_t n = t1 - t0;
+            int64_t first = INT64_MAX, last = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const int64_t within = t0 + i - g * per_kv, r = within / group;
+                Pair& x = tile[size_t(i)];
+                x.h = g * group + within % group;
+                x.hi = pos[r] + 1;
+                x.lo = p.window > 0 ? std::max<int64_t>(0, x.hi - p.window) : 0;
+                x.q = q + (r * p.n_heads + x.h) * dk;
+                x.out = out + (r * p.n_heads + x.h) * dv;
+                x.mx = p.sinks ? p.sinks[x.h] : -INFINITY;
+                first = std::min(first, x.lo);
+                last = std::max(last, x.hi);
             }
-            float sum = p.sinks ? std::exp(p.sinks[h] - mx) : 0.0f;
-            for (auto& x : s) sum += (x = std::exp(x - mx));
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            for (int64_t t = lo; t < hi; ++t) {
-                const float pt = s[size_t(t - lo)];
-                const float* vt = v.row(t) + g * p.head_dim_v;
-                for (int64_t j = 0; j < p.head_dim_v; ++j) acc[size_t(j)] += pt * vt[j];
+            const int64_t span = last - first;
+            s.resize(size_t(n * span));
+            // scores, a block of keys at a time
+            for (int64_t k0 = first; k0 < last; k0 += kBlock) {
+                const int64_t k1 = std::min(last, k0 + kBlock);
+                for (int64_t t = k0; t < k1; ++t) kp[size_t(t - k0)] = k.row(t) + g * dk;
+                for (int64_t i = 0; i < n; ++i) {
+                    Pair& x = tile[size_t(i)];
+                    float* si = s.data() + i * span;  // si[t - first]: key t's score
+                    const int64_t a = std::max(k0, x.lo), z = std::min(k1, x.hi);
+                    if (a >= z) continue;
+                    dots(x.q, kp.data() + (a - k0), z - a, dk, p.scale, si + (a - first));
+                    for (int64_t t = a; t < z; ++t) x.mx = std::max(x.mx, si[t - first]);
+                }
             }
-            float* oh = out + task * p.head_dim_v;
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < p.head_dim_v; ++j) oh[j] = acc[size_t(j)] * inv;
+            for (int64_t i = 0; i < n; ++i) {
+                Pair& x = tile[size_t(i)];
+                float* si = s.data() + i * span;
+                float sum = p.sinks ? std::exp(p.sinks[x.h] - x.mx) : 0.0f;
+                for (int64_t t = x.lo; t < x.hi; ++t) sum += (si[t - first] = std::exp(si[t - first] - x.mx));
+                x.sum = sum;
+            }
+            // the weighted sum of values, a block at a time
+            acc.assign(size_t(n * dv), 0.0f);
+            for (int64_t k0 = first; k0 < last; k0 += kBlock) {
+                const int64_t k1 = std::min(last, k0 + kBlock);
+                for (int64_t t = k0; t < k1; ++t) vp[size_t(t - k0)] = v.row(t) + g * dv;
+                for (int64_t i = 0; i < n; ++i) {
+                    const Pair& x = tile[size_t(i)];
+                    const int64_t a = std::max(k0, x.lo), z = std::min(k1, x.hi);
+                    if (a < z)
+                        axpys(s.data() + i * span + (a - first), vp.data() + (a - k0), z - a, acc.data() + i * dv, dv);
+                }
+            }
+            for (int64_t i = 0; i < n; ++i) {
+                const Pair& x = tile[size_t(i)];
+                const float inv = 1.0f / x.sum;
+                for (int64_t j = 0; j < dv; ++j) x.out[j] = acc[size_t(i * dv + j)] * inv;
+            }
+            t0 = t1;
         }
     });
 }

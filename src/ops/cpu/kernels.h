@@ -58,6 +58,10 @@ bool matmul_rows_fused_vbmi(const Weight& w, const float* x, int64_t n, float* y
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
 double fma_probe(int64_t iterations);  // f32 FMAs on one core; returns the flops done
+// Attention's loops (avx512_attention.cpp), bit for bit those of ops/cpu/simd.h: out[t] = dot_f32(q, keys[t], n) *
+// scale, and acc += p[t] * values[t] for t in order.
+void attention_dots(const float* q, const float* const* keys, int64_t n_keys, int64_t n, float scale, float* out);
+void attention_axpys(const float* p, const float* const* values, int64_t n_values, float* acc, int64_t n);
 }  // namespace avx512
 
 namespace amx {  // needs the avx512 set + avx512-bf16 + amx-tile/amx-bf16
