@@ -39,6 +39,10 @@ struct ApiError : std::runtime_error {
     std::string code;    // e.g. context_length_exceeded; empty -> null
 };
 nlohmann::json error_json(const ApiError& e);
+// Throws a 400 invalid_request_error naming the offending field (`param`).
+[[noreturn]] void bad_request(const std::string& param, const std::string& message, const char* code = "invalid_value");
+// A name OpenAI accepts for a schema or a function: 1 to 64 of a-z, A-Z, 0-9, '_' and '-'.
+bool valid_openai_name(const std::string& name);
 
 enum class Endpoint { chat_completions, completions };
 

@@ -604,4 +604,13 @@ ParsedRequest parse_request(Endpoint endpoint, const nlohmann::json& body, const
     return parse_request(endpoint, ordered, ctx);
 }
 
+void bad_request(const std::string& param, const std::string& message, const char* code) {
+    throw ApiError(400, "invalid_request_error", message, param, code);
+}
+
+bool valid_openai_name(const std::string& n) {
+    if (n.empty() || n.size() > 64) return false;
+    return std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
+}
+
 }  // namespace sluice::api

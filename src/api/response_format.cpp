@@ -16,17 +16,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message, const char* code = "invalid_value") {
-    throw ApiError(400, "invalid_request_error", message, param, code);
-}
-
-bool valid_name(const std::string& n) {
-    if (n.empty() || n.size() > 64) return false;
-    for (unsigned char c : n)
-        if (!std::isalnum(c) && c != '_' && c != '-') return false;
-    return true;
-}
-
 }  // namespace
 
 std::shared_ptr<const TokenTrie> LazyTokenTrie::get(const tok::Tokenizer& tok, int64_t vocab_size) {
@@ -37,19 +26,20 @@ std::shared_ptr<const TokenTrie> LazyTokenTrie::get(const tok::Tokenizer& tok, i
 
 ConstraintFactory parse_response_format(const ojson& v, const ModelContext& ctx) {
     const std::string p = "response_format";
-    if (!v.is_object()) bad(p, "Invalid type for 'response_format': expected an object.", "invalid_type");
+    if (!v.is_object()) bad_request(p, "Invalid type for 'response_format': expected an object.", "invalid_type");
     const auto type = v.find("type");
-    if (type == v.end() || type->is_null()) bad(p + ".type", "Missing required parameter: 'response_format.type'.",
-                                                "missing_required_parameter");
+    if (type == v.end() || type->is_null())
+        bad_request(p + ".type", "Missing required parameter: 'response_format.type'.", "missing_required_parameter");
     if (!type->is_string())
-        bad(p + ".type", "Invalid type for 'response_format.type': expected a string.", "invalid_type");
+        bad_request(p + ".type", "Invalid type for 'response_format.type': expected a string.", "invalid_type");
     const std::string t = type->get<std::string>();
     if (t != "text" && t != "json_object" && t != "json_schema")
-        bad(p + ".type", cat("Invalid value for 'response_format.type': '", t,
-                             "'. Supported values are: 'text', 'json_object', and 'json_schema'."));
+        bad_request(p + ".type", cat("Invalid value for 'response_format.type': '", t,
+                                     "'. Supported values are: 'text', 'json_object', and 'json_schema'."));
     for (const auto& [key, o] : v.items())
         if (key != "type" && !(t == "json_schema" && key == "json_schema"))
-            bad(p + "." + key, cat("Unrecognized request argument supplied: ", p, ".", key), "unknown_parameter");
+            bad_request(p + "." + key, cat("Unrecognized request argument supplied: ", p, ".", key),
+                        "unknown_parameter");
     if (t == "text") return {};
     schema::Grammar grammar;
     if (t == "json_object") {
@@ -58,21 +48,23 @@ ConstraintFactory parse_response_format(const ojson& v, const ModelContext& ctx)
         const std::string jp = p + ".json_schema";
         const auto js = v.find("json_schema");
         if (js == v.end() || js->is_null())
-            bad(jp, "Missing required parameter: 'response_format.json_schema'.", "missing_required_parameter");
-        if (!js->is_object()) bad(jp, "Invalid type for 'response_format.json_schema': expected an object.",
-                                  "invalid_type");
+            bad_request(jp, "Missing required parameter: 'response_format.json_schema'.", "missing_required_parameter");
+        if (!js->is_object())
+            bad_request(jp, "Invalid type for 'response_format.json_schema': expected an object.", "invalid_type");
         const auto name = js->find("name");
         if (name == js->end() || name->is_null())
-            bad(jp + ".name", "Missing required parameter: 'response_format.json_schema.name'.",
-                "missing_required_parameter");
-        if (!name->is_string() || !valid_name(name->get<std::string>()))
-            bad(jp + ".name", "Invalid 'response_format.json_schema.name': up to 64 letters, digits, '_' or '-'.");
+            bad_request(jp + ".name", "Missing required parameter: 'response_format.json_schema.name'.",
+                        "missing_required_parameter");
+        if (!name->is_string() || !valid_openai_name(name->get<std::string>()))
+            bad_request(jp + ".name",
+                        "Invalid 'response_format.json_schema.name': up to 64 letters, digits, '_' or '-'.");
         for (const auto& [key, o] : js->items()) {
             if (key == "name" || key == "schema" || (key == "description" && o.is_string())) continue;
             if (key == "strict" && (o.is_boolean() || o.is_null())) continue;  // always enforced
             if (key == "strict" || key == "description")
-                bad(jp + "." + key, cat("Invalid type for '", jp, ".", key, "'."), "invalid_type");
-            bad(jp + "." + key, cat("Unrecognized request argument supplied: ", jp, ".", key), "unknown_parameter");
+                bad_request(jp + "." + key, cat("Invalid type for '", jp, ".", key, "'."), "invalid_type");
+            bad_request(jp + "." + key, cat("Unrecognized request argument supplied: ", jp, ".", key),
+                        "unknown_parameter");
         }
         const auto schema = js->find("schema");
         const ojson any = ojson::object();
@@ -80,8 +72,8 @@ ConstraintFactory parse_response_format(const ojson& v, const ModelContext& ctx)
             grammar = schema::compile_schema(schema == js->end() || schema->is_null() ? any : *schema);
         } catch (const schema::SchemaError& e) {
             const std::string at = e.path.empty() ? jp + ".schema" : jp + ".schema." + e.path;
-            bad(at, cat("Invalid schema for response_format '", name->get<std::string>(), "': at '", at,
-                        "': ", e.what(), "."));
+            bad_request(at, cat("Invalid schema for response_format '", name->get<std::string>(), "': at '", at,
+                                "': ", e.what(), "."));
         }
     }
     const int64_t vocab = ctx.vocab_size > 0 ? ctx.vocab_size : ctx.tokenizer->vocab_size();

@@ -15,30 +15,26 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message, const char* code = "invalid_value") {
-    throw ApiError(400, "invalid_request_error", message, param, code);
-}
-
 const tok::Tokenizer& tokenizer_of(const ModelContext& ctx) {
     if (!ctx.tokenizer) throw ApiError(500, "server_error", "The server has no tokenizer for this model.");
     return *ctx.tokenizer;
 }
 
 void check_object(const ojson& body, std::initializer_list<const char*> known) {
-    if (!body.is_object()) bad("", "The request body must be a JSON object.");
+    if (!body.is_object()) bad_request("", "The request body must be a JSON object.");
     for (const auto& [key, v] : body.items()) {
         bool ok = false;
         for (const char* k : known) ok = ok || key == k;
-        if (!ok) bad(key, cat("Unrecognized request argument supplied: ", key), "unknown_parameter");
+        if (!ok) bad_request(key, cat("Unrecognized request argument supplied: ", key), "unknown_parameter");
     }
     if (const auto it = body.find("model"); it != body.end() && !it->is_null() && !it->is_string())
-        bad("model", "Invalid type for 'model': expected a string.", "invalid_type");
+        bad_request("model", "Invalid type for 'model': expected a string.", "invalid_type");
 }
 
 std::optional<bool> get_bool(const ojson& body, const char* key) {
     const auto it = body.find(key);
     if (it == body.end() || it->is_null()) return std::nullopt;
-    if (!it->is_boolean()) bad(key, cat("Invalid type for '", key, "': expected a boolean."), "invalid_type");
+    if (!it->is_boolean()) bad_request(key, cat("Invalid type for '", key, "': expected a boolean."), "invalid_type");
     return it->get<bool>();
 }
 
@@ -70,18 +66,19 @@ json tokenize_json(const ojson& body, const ModelContext& ctx) {
     check_object(body, {"content", "prompt", "add_special", "add_special_tokens", "model", "return_token_strs"});
     const bool vllm = body.contains("prompt");
     const char* field = vllm ? "prompt" : "content";
-    if (vllm && body.contains("content")) bad("content", "Send either 'content' or 'prompt', not both.");
+    if (vllm && body.contains("content")) bad_request("content", "Send either 'content' or 'prompt', not both.");
     const auto it = body.find(field);
-    if (it == body.end()) bad("prompt", "Missing required parameter: 'prompt' (or 'content').", "missing_required_parameter");
-    if (!it->is_string()) bad(field, cat("Invalid type for '", field, "': expected a string."), "invalid_type");
+    if (it == body.end())
+        bad_request("prompt", "Missing required parameter: 'prompt' (or 'content').", "missing_required_parameter");
+    if (!it->is_string()) bad_request(field, cat("Invalid type for '", field, "': expected a string."), "invalid_type");
     const std::optional<bool> a = get_bool(body, "add_special"), b = get_bool(body, "add_special_tokens");
-    if (a && b && *a != *b) bad("add_special_tokens", "'add_special' and 'add_special_tokens' disagree.");
+    if (a && b && *a != *b) bad_request("add_special_tokens", "'add_special' and 'add_special_tokens' disagree.");
     const bool add_special = a.value_or(b.value_or(vllm));
     std::vector<int32_t> ids;
     try {
         ids = tok.encode(it->get<std::string>(), add_special);
     } catch (const Error& e) {
-        bad(field, cat("The text could not be tokenized: ", e.what()));
+        bad_request(field, cat("The text could not be tokenized: ", e.what()));
     }
     json out = {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", ctx.max_context_tokens}};
     if (get_bool(body, "return_token_strs").value_or(false)) {
@@ -97,16 +94,16 @@ json detokenize_json(const ojson& body, const ModelContext& ctx) {
     check_object(body, {"tokens", "model"});
     const auto it = body.find("tokens");
     if (it == body.end() || !it->is_array())
-        bad("tokens", "'tokens' must be an array of token ids.", it == body.end() ? "missing_required_parameter"
-                                                                                  : "invalid_type");
+        bad_request("tokens", "'tokens' must be an array of token ids.",
+                    it == body.end() ? "missing_required_parameter" : "invalid_type");
     std::vector<int32_t> ids;
     for (size_t i = 0; i < it->size(); ++i) {
         const ojson& t = (*it)[i];
-        const bool in = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(tok.vocab_size())
-                                               : t.is_number_integer() && t.get<int64_t>() >= 0 &&
-                                                     t.get<int64_t>() < tok.vocab_size();
+        const bool in = t.is_number_unsigned()
+                            ? t.get<uint64_t>() < uint64_t(tok.vocab_size())
+                            : t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() < tok.vocab_size();
         if (!in)
-            bad(cat("tokens[", i, "]"), cat("tokens[", i, "] is not a token id below ", tok.vocab_size(), "."));
+            bad_request(cat("tokens[", i, "]"), cat("tokens[", i, "] is not a token id below ", tok.vocab_size(), "."));
         ids.push_back(int32_t(t.get<int64_t>()));
     }
     const std::string text = tok.decode(ids, false);

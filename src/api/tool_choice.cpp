@@ -18,15 +18,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message, const char* code = "invalid_value") {
-    throw ApiError(400, "invalid_request_error", message, param, code);
-}
-
-bool valid_name(const std::string& n) {
-    if (n.empty() || n.size() > 64) return false;
-    return std::all_of(n.begin(), n.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
-}
-
 // One call in the syntax's form, NAME one of `names`, ARGS an instance of that function's parameters; a special
 // token of the syntax is a 0x00 byte and its text (TokenTrie::from_tokenizer's markers):
 // - hermes: <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>
@@ -83,54 +74,58 @@ ojson parse_tools(const ojson& body, const ModelContext& ctx, ParsedRequest& r) 
     std::vector<std::string> names;
     std::vector<schema::Grammar> params;
     if (tools) {
-        if (!tools->is_array()) bad("tools", "Invalid type for 'tools': expected an array of tools.", "invalid_type");
+        if (!tools->is_array())
+            bad_request("tools", "Invalid type for 'tools': expected an array of tools.", "invalid_type");
         for (size_t i = 0; i < tools->size(); ++i) {
             const ojson& t = (*tools)[i];
             const std::string p = cat("tools[", i, "]");
-            if (!t.is_object()) bad(p, cat("Invalid type for '", p, "': expected an object."), "invalid_type");
+            if (!t.is_object()) bad_request(p, cat("Invalid type for '", p, "': expected an object."), "invalid_type");
             for (const auto& [k, v] : t.items())
-                if (k != "type" && k != "function") bad(p + "." + k, cat("Unrecognized tool field: ", p, ".", k));
-            if (!t.contains("type")) bad(p + ".type", cat("Missing required parameter: '", p, ".type'."));
+                if (k != "type" && k != "function")
+                    bad_request(p + "." + k, cat("Unrecognized tool field: ", p, ".", k));
+            if (!t.contains("type")) bad_request(p + ".type", cat("Missing required parameter: '", p, ".type'."));
             if (t["type"] != "function")
-                bad(p + ".type", cat("Invalid value for '", p, ".type': only 'function' tools are supported."));
+                bad_request(p + ".type", cat("Invalid value for '", p, ".type': only 'function' tools are supported."));
             if (!t.contains("function") || t["function"].is_null())
-                bad(p + ".function", cat("Missing required parameter: '", p, ".function'."),
-                    "missing_required_parameter");
+                bad_request(p + ".function", cat("Missing required parameter: '", p, ".function'."),
+                            "missing_required_parameter");
             const ojson& f = t["function"];
-            if (!f.is_object()) bad(p + ".function", cat("Invalid type for '", p, ".function': expected an object."),
-                                    "invalid_type");
+            if (!f.is_object())
+                bad_request(p + ".function", cat("Invalid type for '", p, ".function': expected an object."),
+                            "invalid_type");
             for (const auto& [k, v] : f.items()) {
                 const std::string fp = p + ".function." + k;
                 if (k == "name" || k == "parameters") continue;
                 if (k == "description" && !v.is_string() && !v.is_null())
-                    bad(fp, cat("Invalid type for '", fp, "': expected a string."), "invalid_type");
+                    bad_request(fp, cat("Invalid type for '", fp, "': expected a string."), "invalid_type");
                 if (k == "strict" && !v.is_boolean() && !v.is_null())
-                    bad(fp, cat("Invalid type for '", fp, "': expected a boolean."), "invalid_type");
-                if (k != "description" && k != "strict") bad(fp, cat("Unrecognized tool field: ", fp));
+                    bad_request(fp, cat("Invalid type for '", fp, "': expected a boolean."), "invalid_type");
+                if (k != "description" && k != "strict") bad_request(fp, cat("Unrecognized tool field: ", fp));
             }
             const std::string np = p + ".function.name";
             if (!f.contains("name") || !f["name"].is_string())
-                bad(np, cat("Missing or invalid '", np, "': a string is required."), "missing_required_parameter");
+                bad_request(np, cat("Missing or invalid '", np, "': a string is required."),
+                            "missing_required_parameter");
             const std::string name = f["name"].get<std::string>();
-            if (!valid_name(name))
-                bad(np, cat("Invalid '", np, "': '", name, "' (up to 64 letters, digits, '_' or '-')."));
+            if (!valid_openai_name(name))
+                bad_request(np, cat("Invalid '", np, "': '", name, "' (up to 64 letters, digits, '_' or '-')."));
             if (std::find(names.begin(), names.end(), name) != names.end())
-                bad(np, cat("Invalid '", np, "': the function '", name, "' is defined twice."));
+                bad_request(np, cat("Invalid '", np, "': the function '", name, "' is defined twice."));
             const std::string pp = p + ".function.parameters";
             ojson schema = ojson{{"type", "object"}};
             if (f.contains("parameters") && !f["parameters"].is_null()) {
                 if (!f["parameters"].is_object())
-                    bad(pp, cat("Invalid type for '", pp, "': expected a JSON Schema object."), "invalid_type");
+                    bad_request(pp, cat("Invalid type for '", pp, "': expected a JSON Schema object."), "invalid_type");
                 schema = f["parameters"];
             }
             try {
                 params.push_back(schema::compile_schema(schema));
             } catch (const schema::SchemaError& e) {
                 const std::string at = e.path.empty() ? pp : pp + "." + e.path;
-                bad(at, cat("Invalid schema for function '", name, "': at '", at, "': ", e.what(), "."));
+                bad_request(at, cat("Invalid schema for function '", name, "': at '", at, "': ", e.what(), "."));
             }
             if (params.back().nodes[size_t(params.back().root)].kind != schema::SchemaNode::Kind::object)
-                bad(pp, cat("Invalid '", pp, "': the parameters of a function must be an object schema."));
+                bad_request(pp, cat("Invalid '", pp, "': the parameters of a function must be an object schema."));
             names.push_back(name);
         }
     }
@@ -140,30 +135,33 @@ ojson parse_tools(const ojson& body, const ModelContext& ctx, ParsedRequest& r) 
         if (c.is_string()) {
             mode = c.get<std::string>();
             if (mode != "none" && mode != "auto" && mode != "required")
-                bad("tool_choice", cat("Invalid value for 'tool_choice': '", mode,
-                                       "'. Supported values are: 'none', 'auto', 'required' or a named function."));
+                bad_request("tool_choice",
+                            cat("Invalid value for 'tool_choice': '", mode,
+                                "'. Supported values are: 'none', 'auto', 'required' or a named function."));
         } else if (c.is_object() && c.contains("type") && c["type"] == "function" && c.contains("function") &&
                    c["function"].is_object() && c["function"].contains("name") && c["function"]["name"].is_string()) {
             mode = "named";
             named = c["function"]["name"].get<std::string>();
             if (std::find(names.begin(), names.end(), named) == names.end())
-                bad("tool_choice.function.name", cat("Invalid 'tool_choice.function.name': no tool is named '", named,
-                                                     "'."));
+                bad_request("tool_choice.function.name",
+                            cat("Invalid 'tool_choice.function.name': no tool is named '", named, "'."));
         } else {
-            bad("tool_choice", "Invalid 'tool_choice': expected 'none', 'auto', 'required' or "
-                               "{\"type\": \"function\", \"function\": {\"name\": ...}}.");
+            bad_request("tool_choice",
+                        "Invalid 'tool_choice': expected 'none', 'auto', 'required' or "
+                        "{\"type\": \"function\", \"function\": {\"name\": ...}}.");
         }
         if ((mode == "required" || mode == "named") && names.empty())
-            bad("tool_choice", "Invalid 'tool_choice': it asks for a tool call but 'tools' defines none.");
+            bad_request("tool_choice", "Invalid 'tool_choice': it asks for a tool call but 'tools' defines none.");
     }
     if (auto it = body.find("parallel_tool_calls"); it != body.end() && !it->is_null() && !it->is_boolean())
-        bad("parallel_tool_calls", "Invalid type for 'parallel_tool_calls': expected a boolean.", "invalid_type");
+        bad_request("parallel_tool_calls", "Invalid type for 'parallel_tool_calls': expected a boolean.",
+                    "invalid_type");
     const std::string src = ctx.chat_template ? ctx.chat_template->source() : std::string();
     r.tool_syntax = tool_syntax_of(src);
     r.parse_tools = mode != "none" && !names.empty();
     if (mode == "required" || mode == "named") {
         if (r.params.constraint)
-            bad("tool_choice", "'tool_choice' that requires a call cannot be combined with 'response_format'.");
+            bad_request("tool_choice", "'tool_choice' that requires a call cannot be combined with 'response_format'.");
         std::vector<std::string> n;
         std::vector<schema::Grammar> p;
         for (size_t i = 0; i < names.size(); ++i)
@@ -171,8 +169,9 @@ ojson parse_tools(const ojson& body, const ModelContext& ctx, ParsedRequest& r) 
         const int64_t vocab = ctx.vocab_size > 0 ? ctx.vocab_size : ctx.tokenizer->vocab_size();
         std::shared_ptr<LazyTokenTrie> lazy =
             ctx.tool_token_trie ? ctx.tool_token_trie : std::make_shared<LazyTokenTrie>(tool_call_markers());
-        r.params.constraint = json_constraint_factory(
-            std::make_shared<const schema::Automaton>(call_grammar(r.tool_syntax, n, p)), lazy->get(*ctx.tokenizer, vocab));
+        r.params.constraint =
+            json_constraint_factory(std::make_shared<const schema::Automaton>(call_grammar(r.tool_syntax, n, p)),
+                                    lazy->get(*ctx.tokenizer, vocab));
     }
     return tools ? *tools : ojson();
 }
