@@ -6,15 +6,12 @@
 // The trie is built once per tokenizer (BM_TrieBuild). Run: cmake --preset bench && cmake --build --preset bench
 // --target bench_token_mask && build/bench/bin/bench_token_mask
 #include <benchmark/benchmark.h>
-#include <zlib.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 
 #include "core/thread_pool.h"
@@ -22,25 +19,10 @@
 #include "runtime/sampler.h"
 #include "runtime/token_mask.h"
 #include "tokenizer/tokenizer.h"
+#include "../tests/support/test_tokenizers.h"
 
 namespace sluice {
 namespace {
-
-std::string read_all(const std::string& path, bool gz) {
-    std::string out;
-    if (gz) {
-        gzFile f = gzopen(path.c_str(), "rb");
-        char buf[1 << 16];
-        int n;
-        while (f && (n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, size_t(n));
-        if (f) gzclose(f);
-        return out;
-    }
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 struct Vocab {
     std::unique_ptr<tok::Tokenizer> tok;
@@ -51,10 +33,8 @@ const Vocab& vocab(const std::string& name) {
     static std::map<std::string, Vocab> cache;
     auto it = cache.find(name);
     if (it != cache.end()) return it->second;
-    const std::string dir = std::string(SLUICE_TEST_DATA_DIR) + "/tokenizers/" + name;
     Vocab v;
-    v.tok = tok::load_hf_tokenizer(read_all(dir + "/tokenizer.json.gz", true),
-                                   read_all(dir + "/tokenizer_config.json", false), name);
+    v.tok = test::open_tokenizer(name);
     v.trie = TokenTrie::from_tokenizer(*v.tok, v.tok->vocab_size());
     return cache.emplace(name, std::move(v)).first->second;
 }

@@ -129,7 +129,6 @@ void register_generate(CLI::App& app) {
             .temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed};
         SLUICE_CHECK(a->speculative == 0 || a->temp == 0.0f,
                      "--speculative needs greedy decoding (--temp 0): drafts are checked against the argmax");
-        SLUICE_CHECK(a->draft_model.empty() || a->speculative > 0, "--draft-model needs --speculative N (N >= 1)");
         Sampler{sampling};  // checks the values now, not after loading the model
         std::unique_ptr<Tokenizer> tok;
         if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);

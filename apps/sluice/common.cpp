@@ -122,8 +122,8 @@ void add_engine_args(CLI::App* sub, EngineArgs& a) {
     sub->add_option("--state-dir-size", a.state_dir_size, "most bytes of state files in --state-dir (oldest go)")
         ->capture_default_str();
     sub->add_option("--speculative", a.speculative,
-                    "requests draft this many tokens per step by prompt lookup and verify them in the same pass "
-                    "(greedy: same output; sampled: same distribution; a request turns it off with "
+                    "requests draft this many tokens per step (prompt lookup, or --draft-model) and verify them in the "
+                    "same pass (greedy: same output; sampled: same distribution; a request turns it off with "
                     "\"speculative\": false); 0: off")
         ->check(non_negative())
         ->capture_default_str();

@@ -265,24 +265,38 @@ TEST(Ops, RmsNormSiluMulMatchReference) {
         }
 }
 
-TEST(Ops, AttentionMatchesReference) {
-    ThreadPool pool(2);
-    struct Shape { int64_t heads, kv_heads, dk, dv, keys, rows, window; bool sinks; };
-    for (Shape s : {Shape{1, 1, 5, 7, 1, 1, 0, false}, Shape{4, 2, 13, 13, 9, 3, 0, false},
-                    Shape{8, 1, 64, 32, 33, 5, 4, true}, Shape{6, 6, 33, 7, 17, 17, 0, true}}) {
-        AttentionParams p;
+struct AttentionShape { int64_t heads, kv_heads, dk, dv, keys, rows, window; bool sinks; };
+
+// Random q, k, v (and sinks) for one shape; the rows are the last `rows` of `keys` positions.
+struct AttentionCase {
+    AttentionParams p;
+    std::vector<float> sinks, q, k, v;
+    std::vector<int64_t> pos;
+    explicit AttentionCase(const AttentionShape& s)
+        : sinks(random_vec(s.heads, 1)), q(random_vec(s.rows * s.heads * s.dk, 2)),
+          k(random_vec(s.keys * s.kv_heads * s.dk, 3)), v(random_vec(s.keys * s.kv_heads * s.dv, 4)),
+          pos(static_cast<size_t>(s.rows)) {
         p.n_heads = s.heads;
         p.n_kv_heads = s.kv_heads;
         p.head_dim_k = s.dk;
         p.head_dim_v = s.dv;
         p.scale = 1.0f / std::sqrt(float(s.dk));
         p.window = s.window;
-        const auto sinks = random_vec(s.heads, 1);
         p.sinks = s.sinks ? sinks.data() : nullptr;
-        const auto q = random_vec(s.rows * s.heads * s.dk, 2), k = random_vec(s.keys * s.kv_heads * s.dk, 3),
-                   v = random_vec(s.keys * s.kv_heads * s.dv, 4);
-        std::vector<int64_t> pos(static_cast<size_t>(s.rows));
         for (int64_t r = 0; r < s.rows; ++r) pos[size_t(r)] = s.keys - s.rows + r;
+    }
+    AttentionCase(const AttentionCase&) = delete;  // p.sinks points into sinks
+};
+
+TEST(Ops, AttentionMatchesReference) {
+    ThreadPool pool(2);
+    using S = AttentionShape;
+    for (S s : {S{1, 1, 5, 7, 1, 1, 0, false}, S{4, 2, 13, 13, 9, 3, 0, false}, S{8, 1, 64, 32, 33, 5, 4, true},
+                S{6, 6, 33, 7, 17, 17, 0, true}}) {
+        const AttentionCase c(s);
+        const AttentionParams& p = c.p;
+        const auto &q = c.q, &k = c.k, &v = c.v;
+        const auto& pos = c.pos;
         Guarded got(s.rows * s.heads * s.dv);
         std::vector<float> want(static_cast<size_t>(s.rows * s.heads * s.dv));
         ops::attention(p, q.data(), s.rows, pos.data(), k.data(), s.kv_heads * s.dk, v.data(), s.kv_heads * s.dv,
@@ -303,22 +317,13 @@ TEST(Ops, AttentionMatchesReference) {
 TEST(Ops, AttentionSameBitsOnEveryPathAndTiling) {
     PathGuard guard;
     ThreadPool pool2(2), pool3(3);
-    struct Shape { int64_t heads, kv_heads, dk, dv, keys, rows, window; bool sinks; };
-    for (Shape s : {Shape{24, 1, 144, 128, 300, 37, 0, false}, Shape{8, 2, 37, 19, 150, 9, 70, true},
-                    Shape{6, 6, 16, 16, 65, 65, 0, false}}) {
-        AttentionParams p;
-        p.n_heads = s.heads;
-        p.n_kv_heads = s.kv_heads;
-        p.head_dim_k = s.dk;
-        p.head_dim_v = s.dv;
-        p.scale = 1.0f / std::sqrt(float(s.dk));
-        p.window = s.window;
-        const auto sinks = random_vec(s.heads, 1);
-        p.sinks = s.sinks ? sinks.data() : nullptr;
-        const auto q = random_vec(s.rows * s.heads * s.dk, 2), k = random_vec(s.keys * s.kv_heads * s.dk, 3),
-                   v = random_vec(s.keys * s.kv_heads * s.dv, 4);
-        std::vector<int64_t> pos(static_cast<size_t>(s.rows));
-        for (int64_t r = 0; r < s.rows; ++r) pos[size_t(r)] = s.keys - s.rows + r;
+    using S = AttentionShape;
+    for (S s : {S{24, 1, 144, 128, 300, 37, 0, false}, S{8, 2, 37, 19, 150, 9, 70, true},
+                S{6, 6, 16, 16, 65, 65, 0, false}}) {
+        const AttentionCase c(s);
+        const AttentionParams& p = c.p;
+        const auto &q = c.q, &k = c.k, &v = c.v;
+        const auto& pos = c.pos;
         const size_t n_out = size_t(s.rows * s.heads * s.dv), row_out = size_t(s.heads * s.dv);
         std::vector<float> first;
         for (auto path : ops::available_cpu_paths()) {

@@ -2,18 +2,16 @@
 // allows exactly the tokens whose bytes the schema automaton accepts (checked against feeding every token's bytes),
 // leaves the allowed logits' bits alone, and random generation through it always ends in an instance of the schema.
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "runtime/sampler.h"
 #include "runtime/token_mask.h"
 #include "tokenizer/tokenizer.h"
 #include "../support/json_instance.h"
+#include "../support/test_tokenizers.h"
 
 using namespace sluice;
 using ojson = nlohmann::ordered_json;
@@ -21,29 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_all(const fs::path& p, bool gz) {
-    std::string out;
-    if (gz) {
-        gzFile f = gzopen(p.string().c_str(), "rb");
-        char buf[1 << 16];
-        int n;
-        while (f && (n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, size_t(n));
-        if (f) gzclose(f);
-    } else {
-        std::ifstream in(p, std::ios::binary);
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        out = ss.str();
-    }
-    return out;
-}
-
 const tok::Tokenizer& qwen3() {
-    static std::unique_ptr<tok::Tokenizer> t = [] {
-        const fs::path dir = fs::path(SLUICE_TEST_DATA_DIR) / "tokenizers" / "qwen3";
-        return tok::load_hf_tokenizer(read_all(dir / "tokenizer.json.gz", true),
-                                      read_all(dir / "tokenizer_config.json", false), "qwen3");
-    }();
+    static const std::unique_ptr<tok::Tokenizer> t = test::open_tokenizer("qwen3");
     return *t;
 }
 

@@ -3,7 +3,6 @@
 // The fixtures live in tests/data/tokenizers: small ones as tokenizer.json, the full-size DeepSeek-V3, Qwen3 and
 // gpt-oss tokenizers as tokenizer.json.gz (see the README there).
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -18,6 +17,7 @@
 #include "tokenizer/regex_split.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
+#include "../support/test_tokenizers.h"
 
 namespace fs = std::filesystem;
 using namespace sluice::tok;
@@ -27,33 +27,8 @@ namespace {
 
 const fs::path k_data = fs::path(SLUICE_TEST_DATA_DIR) / "tokenizers";
 
-std::string read_file(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-std::string gunzip(const fs::path& p) {
-    gzFile f = gzopen(p.string().c_str(), "rb");
-    if (!f) return {};
-    std::string out;
-    char buf[1 << 16];
-    int n;
-    while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-    gzclose(f);
-    return out;
-}
-
-// Loads tests/data/tokenizers/<name>/, gunzipping tokenizer.json.gz for the full-size ones. Missing files throw.
-std::unique_ptr<Tokenizer> open_tokenizer(const std::string& name) {
-    const fs::path dir = k_data / name;
-    const fs::path gz = dir / "tokenizer.json.gz";
-    if (!fs::exists(gz)) return load_tokenizer(dir.string());
-    const std::string text = gunzip(gz);
-    SLUICE_CHECK(!text.empty(), gz.string(), ": cannot be read or is empty");
-    return load_hf_tokenizer(text, read_file(dir / "tokenizer_config.json"), gz.string());
-}
+using sluice::test::open_tokenizer;
+using sluice::test::read_file;
 
 std::string show(const std::string& s) { return json(s).dump(-1, ' ', true).substr(0, 200); }
 

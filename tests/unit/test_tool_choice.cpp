@@ -4,37 +4,19 @@
 // markers as their own tokens -- ends when the call closes, refuses arguments that break the parameters schema and
 // a marker spelled in ordinary tokens, and what it lets through parses back into the call.
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "api/openai_protocol.h"
 #include "runtime/token_mask.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "../support/test_tokenizers.h"
 
 using namespace sluice;
 using namespace sluice::api;
 
 namespace {
-
-std::string read(const std::string& path, bool gz = false) {
-    std::string out;
-    if (gz) {
-        gzFile f = gzopen(path.c_str(), "rb");
-        char buf[1 << 16];
-        int n;
-        while (f && (n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, size_t(n));
-        if (f) gzclose(f);
-        return out;
-    }
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 struct Family {
     const char* tokenizer;
@@ -51,12 +33,8 @@ class ToolChoice : public ::testing::TestWithParam<Family> {};
 
 TEST_P(ToolChoice, ForcesTheFamilysCallSyntax) {
     const Family f = GetParam();
-    const std::string dir = k_data + "/tokenizers/" + f.tokenizer;
-    std::unique_ptr<tok::Tokenizer> tok =
-        std::string(f.tokenizer) == "gptoss"
-            ? tok::load_hf_tokenizer(read(dir + "/tokenizer.json.gz", true), read(dir + "/tokenizer_config.json"), dir)
-            : tok::load_tokenizer(dir);
-    ChatTemplate tpl(read(k_data + "/templates/" + f.tpl));
+    const std::unique_ptr<tok::Tokenizer> tok = test::open_tokenizer(f.tokenizer);
+    ChatTemplate tpl(test::read_file(k_data + "/templates/" + f.tpl));
     ModelContext ctx;
     ctx.model_id = "m";
     ctx.tokenizer = tok.get();
