@@ -261,14 +261,16 @@ void register_bench(CLI::App& app) {
                          (long long)sp->first_streamed(), double(spine_dec_bytes) / 1e6 / double(a->tokens),
                          double(sp1.bytes_read - sp0.bytes_read) / 1e6 / double(a->prompt_tokens),
                          spine_dec_wait_ms / double(a->tokens), spine_raw_gbps, format_bytes(spo.extent_bytes).c_str());
-        if (on_cuda)  // where the time went: weight matmuls on the GPU (copies and kernels) and everything else
+        if (on_cuda)  // where the time went: weight matmuls and attention on the GPU (copies and kernels), the rest
             std::fprintf(stderr,
-                         "  device  cuda (%s): weight matmuls %.1f of the prefill's %.1f ms (%s up, weights %s); "
-                         "%.1f of %.1f ms per decoded token (%s up)\n",
-                         cuda::device_info().name.c_str(), g1.busy_ms - g0.busy_ms, prefill_ms,
-                         format_bytes(g1.h2d_bytes - g0.h2d_bytes).c_str(),
+                         "  device  cuda (%s): weight matmuls %.1f and attention %.1f of the prefill's %.1f ms (%s up, "
+                         "weights %s, keys and values %s); %.1f and %.1f of %.1f ms per decoded token (%s up)\n",
+                         cuda::device_info().name.c_str(), g1.busy_ms - g0.busy_ms, g1.attention_ms - g0.attention_ms,
+                         prefill_ms, format_bytes(g1.h2d_bytes - g0.h2d_bytes).c_str(),
                          format_bytes(g1.weight_upload_bytes - g0.weight_upload_bytes).c_str(),
-                         (g2.busy_ms - g1.busy_ms) / double(a->tokens), decode_ms / double(a->tokens),
+                         format_bytes(g1.attention_kv_bytes - g0.attention_kv_bytes).c_str(),
+                         (g2.busy_ms - g1.busy_ms) / double(a->tokens),
+                         (g2.attention_ms - g1.attention_ms) / double(a->tokens), decode_ms / double(a->tokens),
                          format_bytes((g2.h2d_bytes - g1.h2d_bytes) / uint64_t(a->tokens)).c_str());
         const UsagePinStats pins = s->pin_stats();
         const int64_t B = a->m.parallel;

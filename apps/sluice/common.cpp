@@ -100,8 +100,8 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
                     "(a file for another model, or a damaged one, is ignored with a warning); this run's use is "
                     "merged into it at exit");
     sub->add_option("--device", a.device,
-                    "where weight matmuls run: auto (CUDA when a usable GPU is present), cuda, cpu; norms, "
-                    "attention and routing stay on the CPU for now")
+                    "where weight matmuls and attention run: auto (CUDA when a usable GPU is present), cuda, "
+                    "cpu; norms, routing and the KDA recurrence stay on the CPU for now")
         ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
         ->capture_default_str();
     sub->add_option("--gpu-memory", a.gpu_memory,
@@ -267,9 +267,11 @@ void print_stats(const Model& model, double total_ms, int64_t tokens, FILE* out)
         const auto d = cuda::device_info();
         const auto g = cuda::stats();
         std::fprintf(out,
-                     "device: cuda (%s): %llu weight matmuls, %.1f ms in them; up %s (weights %s), down %s; "
-                     "device copies of weights %llu reused, %llu made, %s held of %s\n",
-                     d.name.c_str(), (unsigned long long)g.calls, g.busy_ms, format_bytes(g.h2d_bytes).c_str(),
+                     "device: cuda (%s): %llu weight matmuls, %.1f ms in them; %llu attention calls, %.1f ms (keys "
+                     "and values up %s); up %s (weights %s), down %s; device copies of weights %llu reused, %llu made, "
+                     "%s held of %s\n",
+                     d.name.c_str(), (unsigned long long)g.calls, g.busy_ms, (unsigned long long)g.attention_calls,
+                     g.attention_ms, format_bytes(g.attention_kv_bytes).c_str(), format_bytes(g.h2d_bytes).c_str(),
                      format_bytes(g.weight_upload_bytes).c_str(), format_bytes(g.d2h_bytes).c_str(),
                      (unsigned long long)g.weight_hits, (unsigned long long)g.weight_misses,
                      format_bytes(g.resident_weight_bytes).c_str(), format_bytes(cuda::memory_budget()).c_str());

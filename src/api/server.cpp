@@ -249,11 +249,14 @@ struct Server::Impl {
                double(st.expert_bytes_read));
         metric("sluice_expert_io_wait_seconds_total", "counter", "Time forward passes waited for expert reads.",
                st.io_wait_ms / 1000);
-        if (ops::backend() == ops::Backend::Cuda) {  // --device cuda: the weight matmuls on the GPU
+        if (ops::backend() == ops::Backend::Cuda) {  // --device cuda: weight matmuls and attention on the GPU
             const cuda::Stats g = cuda::stats();
             metric("sluice_cuda_matmuls_total", "counter", "Weight matmuls run on the GPU.", double(g.calls));
             metric("sluice_cuda_matmul_seconds_total", "counter",
                    "Time in GPU weight matmuls (copies up and down, kernels, waits).", g.busy_ms / 1000);
+            metric("sluice_cuda_attention_total", "counter", "Attention calls run on the GPU.", double(g.attention_calls));
+            metric("sluice_cuda_attention_seconds_total", "counter",
+                   "Time in GPU attention (keys, values and queries up, kernels, results down).", g.attention_ms / 1000);
             metric("sluice_cuda_h2d_bytes_total", "counter", "Bytes copied to the GPU (activations and weights).",
                    double(g.h2d_bytes));
             metric("sluice_cuda_weight_upload_bytes_total", "counter",

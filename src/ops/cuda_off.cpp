@@ -19,6 +19,8 @@ void set_memory_budget(uint64_t) {}
 uint64_t memory_budget() { return 0; }
 bool supports(WeightFormat) { return false; }
 void matmul(const Weight&, const float*, int64_t, float*) { off(); }
+bool attention_supports(const AttentionShape&, const Rows&, const Rows&) { return false; }
+void attention(const AttentionShape&, const float*, int64_t, const int64_t*, const Rows&, const Rows&, float*) { off(); }
 bool pin_host(void*, uint64_t) { return false; }
 void unpin_host(void*) {}
 Stats stats() { return {}; }

@@ -1,5 +1,5 @@
-// The op harness across backends, in the style of ggml's test-backend-ops: every weight matmul format on every
-// backend this machine has (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
+// The op harness across backends, in the style of ggml's test-backend-ops: every weight matmul format, and attention
+// (grouped, multi-query with MLA's shared latents, sinks, windows, paged caches), on every backend this machine has (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
 // over odd and real shapes, with fresh random inputs per check and a NaN-poisoned output (every element must be
 // written); then the properties exactness rests on: a row's bits do not depend on the other rows of the batch, and
 // on CUDA a kept device copy gives the same bits as a per-call copy.
@@ -162,6 +162,96 @@ void check_nan_scales(const char* name, const MatmulFn& mm, std::mt19937& rng) {
     }
 }
 
+// ---- attention: every backend against ops::ref::attention ----
+
+struct AttnCase {
+    int64_t heads, kv_heads, dk, dv, window;
+    bool sinks, values_in_keys;  // values_in_keys: MLA's latents, the values are the keys' first dv columns
+    int64_t cached, n;           // keys already cached, then n new rows at positions cached..cached+n-1
+    int64_t page_rows;           // >0: keys and values read through pages of this many rows
+};
+const AttnCase kAttnCases[] = {
+    {8, 2, 64, 64, 0, false, false, 0, 33, 0},    {4, 4, 128, 128, 0, false, false, 70, 5, 16},
+    {16, 1, 576, 512, 0, false, true, 0, 40, 0},  {16, 1, 576, 512, 0, false, true, 100, 3, 64},
+    {6, 2, 64, 64, 7, true, false, 10, 37, 0},     {3, 1, 40, 24, 0, false, false, 1, 1, 0},
+    {5, 5, 17, 33, 0, true, false, 0, 100, 8},     {2, 1, 256, 256, 0, false, false, 31, 66, 0},
+    {8, 1, 64, 64, 20, false, true, 300, 1, 64},
+};
+
+using AttnFn = std::function<void(const AttentionParams&, const float*, int64_t, const int64_t*, ops::RowView,
+                                  ops::RowView, float*)>;
+
+void check_attention(const char* name, const AttnFn& fn, std::mt19937& rng) {
+    for (const auto& c : kAttnCases) {
+        const int64_t T = c.cached + c.n, kw = c.kv_heads * c.dk, vw = c.kv_heads * c.dv;
+        const auto kbuf = random_vec(T * kw, rng), vbuf = random_vec(T * vw, rng), q = random_vec(c.n * c.heads * c.dk, rng);
+        std::vector<float> sinks = random_vec(c.heads, rng);
+        AttentionParams p;
+        p.n_heads = c.heads;
+        p.n_kv_heads = c.kv_heads;
+        p.head_dim_k = c.dk;
+        p.head_dim_v = c.dv;
+        p.scale = 1.0f / std::sqrt(float(c.dk));
+        p.sinks = c.sinks ? sinks.data() : nullptr;
+        p.window = c.window;
+        std::vector<int64_t> pos(static_cast<size_t>(c.n));
+        for (int64_t i = 0; i < c.n; ++i) pos[size_t(i)] = c.cached + i;
+        const float* vbase = c.values_in_keys ? kbuf.data() : vbuf.data();
+        const int64_t vstride = c.values_in_keys ? kw : vw;
+        // paged views: copies of the rows in separately allocated pages
+        std::vector<std::vector<float>> kpages, vpages;
+        std::vector<const float*> kptr, vptr;
+        auto view = [&](const float* base, int64_t stride, std::vector<std::vector<float>>& pages,
+                        std::vector<const float*>& ptrs) {
+            if (c.page_rows == 0) return ops::RowView::contiguous(base, stride);
+            for (int64_t t0 = 0; t0 < T; t0 += c.page_rows) {
+                pages.emplace_back(static_cast<size_t>(c.page_rows * stride), std::nanf(""));
+                std::copy_n(base + t0 * stride, std::min(c.page_rows, T - t0) * stride, pages.back().data());
+                ptrs.push_back(pages.back().data());
+            }
+            int64_t shift = 0;
+            while ((int64_t(1) << shift) < c.page_rows) ++shift;
+            return ops::RowView{ptrs.data(), nullptr, shift, stride};
+        };
+        const ops::RowView kv = view(kbuf.data(), kw, kpages, kptr);
+        const ops::RowView vv = c.values_in_keys ? kv : view(vbase, vstride, vpages, vptr);
+        const std::string what = cat(name, " attention h", c.heads, "/", c.kv_heads, " d", c.dk, "/", c.dv,
+                                     c.values_in_keys ? " (values in keys)" : "", c.window ? cat(" window ", c.window) : "",
+                                     c.sinks ? " sinks" : "", c.page_rows ? cat(" pages of ", c.page_rows) : "",
+                                     " cached ", c.cached, " n=", c.n);
+        const int64_t out_w = c.heads * c.dv;
+        std::vector<float> y(static_cast<size_t>(c.n * out_w), std::nanf("")), ref(y.size());
+        try {
+            fn(p, q.data(), c.n, pos.data(), kv, vv, y.data());
+        } catch (const Error& e) {
+            report(false, what + ": " + e.what());
+            continue;
+        }
+        ops::ref::attention(p, q.data(), c.n, pos.data(), kbuf.data(), kw, vbase, vstride, ref.data());
+        double vmax = 0;
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < vw; ++j) vmax = std::max(vmax, double(std::fabs(vbase[t * vstride + j])));
+        std::string why;
+        for (size_t i = 0; i < y.size() && why.empty(); ++i)
+            if (!std::isfinite(y[i]) || std::fabs(double(y[i]) - ref[i]) > 1e-5 * vmax)
+                why = cat("element ", i, ": got ", y[i], ", want ", ref[i]);
+        report(why.empty(), what + " vs reference: " + why);
+        // a row's bits: the same alone, and in a call without the first row
+        bool invariant = true;
+        for (int64_t i : {int64_t(0), c.n / 2, c.n - 1}) {
+            std::vector<float> alone(static_cast<size_t>(out_w), std::nanf(""));
+            fn(p, q.data() + i * c.heads * c.dk, 1, pos.data() + i, kv, vv, alone.data());
+            invariant = invariant && same_bits(alone.data(), y.data() + i * out_w, out_w);
+        }
+        if (c.n > 2) {
+            std::vector<float> rest(static_cast<size_t>((c.n - 1) * out_w), std::nanf(""));
+            fn(p, q.data() + c.heads * c.dk, c.n - 1, pos.data() + 1, kv, vv, rest.data());
+            invariant = invariant && same_bits(rest.data(), y.data() + out_w, (c.n - 1) * out_w);
+        }
+        report(invariant, what + ": a row's bits depend on the other rows of the call");
+    }
+}
+
 // ---- --perf: the CUDA kernels against the card's own limits ----
 
 double hbm_copy_gbps() {
@@ -297,6 +387,42 @@ void perf(std::mt19937& rng) {
             }
         }
     }
+
+    // Attention as the engine calls it (copies included): MLA's latents (K3/DeepSeek: 64 heads over one 576-wide
+    // latent, 512 values) and a GQA layer (64 heads, 4 kv heads of 128), prefill chunks and a decode row.
+    std::printf("\n%-22s %6s %6s %10s %9s\n", "attention", "rows", "keys", "ms", "TFLOP/s");
+    struct A { const char* what; int64_t heads, kv, dk, dv, n, keys; bool vik; };
+    const A as[] = {{"MLA 64x576/512", 64, 1, 576, 512, 512, 512, true}, {"MLA 64x576/512", 64, 1, 576, 512, 4096, 4096, true},
+                    {"MLA 64x576/512", 64, 1, 576, 512, 1, 4096, true},  {"GQA 64/4x128", 64, 4, 128, 128, 4096, 4096, false},
+                    {"GQA 64/4x128", 64, 4, 128, 128, 1, 4096, false}};
+    for (const auto& t : as) {
+        const auto kb = random_vec(t.keys * t.kv * t.dk, rng), vb = random_vec(t.keys * t.kv * t.dv, rng);
+        const auto qv = random_vec(t.n * t.heads * t.dk, rng);
+        std::vector<int64_t> pos(static_cast<size_t>(t.n));
+        for (int64_t i = 0; i < t.n; ++i) pos[size_t(i)] = t.keys - t.n + i;
+        std::vector<float> o(static_cast<size_t>(t.n * t.heads * t.dv));
+        AttentionParams p;
+        p.n_heads = t.heads;
+        p.n_kv_heads = t.kv;
+        p.head_dim_k = t.dk;
+        p.head_dim_v = t.dv;
+        p.scale = 0.04f;
+        const auto kview = ops::RowView::contiguous(kb.data(), t.kv * t.dk);
+        const auto vview = t.vik ? kview : ops::RowView::contiguous(vb.data(), t.kv * t.dv);
+        const cuda::AttentionShape sh{p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.scale, nullptr, 0};
+        const cuda::Rows kr{nullptr, kview.first, 0, kview.stride}, vr{nullptr, vview.first, 0, vview.stride};
+        std::vector<double> ms;
+        for (int r = 0; r < 4; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            cuda::attention(sh, qv.data(), t.n, pos.data(), kr, vr, o.data());
+            ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(ms.begin(), ms.end());
+        double pairs = 0;  // (query, key) pairs, causal
+        for (int64_t i = 0; i < t.n; ++i) pairs += double(pos[size_t(i)] + 1);
+        const double flops = 2.0 * pairs * double(t.heads) * double(t.dk + t.dv);
+        std::printf("%-22s %6ld %6ld %10.3f %9.2f\n", t.what, long(t.n), long(t.keys), ms[1], flops / (ms[1] * 1e9));
+    }
     std::printf("(the share of the bf16 tensor peak needs the peak measured beside it: scripts/gpu-check.sh prints "
                 "one from PyTorch when it is there)\n");
 }
@@ -330,6 +456,10 @@ int main(int argc, char** argv) {
             check_nan_scales(name.c_str(), [&](const Weight& w, const float* x, int64_t n, float* y) {
                 ops::matmul(w, x, n, y, pool);
             }, rng);
+            check_attention(name.c_str(), [&](const AttentionParams& p, const float* q, int64_t n, const int64_t* pos,
+                                              ops::RowView k, ops::RowView v, float* out) {
+                ops::attention(p, q, n, pos, k, v, out, pool);
+            }, rng);
         }
         if (only.empty() || only == "cuda") {
             if (cuda_ok) {
@@ -340,6 +470,13 @@ int main(int argc, char** argv) {
                     cuda::matmul(w, x, n, y);
                 }, rng);
                 check_cuda_stable_copy(rng);
+                check_attention("cuda", [](const AttentionParams& p, const float* q, int64_t n, const int64_t* pos,
+                                           ops::RowView k, ops::RowView v, float* out) {
+                    const cuda::AttentionShape s{p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.scale, p.sinks,
+                                                 p.window};
+                    cuda::attention(s, q, n, pos, {k.pages, k.first, k.page_shift, k.stride},
+                                    {v.pages, v.first, v.page_shift, v.stride}, out);
+                }, rng);
                 if (want_perf && g_failed == 0) perf(rng);
             } else {
                 std::printf("cuda: not checked (%s)\n", why.c_str());

@@ -1,9 +1,9 @@
 // The CUDA backend's host interface (no CUDA headers here: every target includes it, and a build without nvcc
 // links ops/cuda_off.cpp instead, where compiled() is false and the rest throws).
 //
-// What runs on the card today: every weight matmul (ops::matmul dispatches here when ops::backend() is Cuda),
-// checked against its reference twin by tests/unit/test_cuda_ops.cpp. Norms, attention, routing and the KDA
-// recurrence stay on the CPU for now; x goes up and y comes back per call.
+// What runs on the card today: every weight matmul and attention (ops::matmul and ops::attention dispatch here when
+// ops::backend() is Cuda), checked against their reference twins by tests/ops/op_harness.cpp. Norms, routing, the
+// MLA absorption and the KDA recurrence stay on the CPU for now; activations go up and results come back per call.
 //
 // Exactness: the weights of BF16, MXFP4, INT4 and FP8 are exact bf16 values (FP8's per-tile scale is applied to each
 // 128-column chunk's partial sum), and each f32 activation is split into three bf16 parts hi + mid + lo that sum to
@@ -43,6 +43,34 @@ bool supports(WeightFormat f);  // F32, F16, BF16, FP8_E4M3_B128, MXFP4, INT4_G3
 // the budget; other bytes (streamed experts) are copied for the call.
 void matmul(const Weight& w, const float* x, int64_t n, float* y);
 
+// Causal attention (ops::attention's contract, ops/ops.h) with q, pos, the key/value rows and out in host memory.
+// The rows a call reads go up (keys and values: from the first key any row sees to the last), queries in bounded
+// pieces; scores, an online softmax and the weighted values in f32 FMAs, the keys walked in tiles at fixed absolute
+// positions (multiples of 32), so a row's bits depend on its own query, position and keys alone: not on the other
+// rows of the call, how they are split, or the chunking of a prompt.
+struct AttentionShape {
+    int64_t n_heads = 0, n_kv_heads = 0, head_dim_k = 0, head_dim_v = 0;
+    float scale = 1.0f;
+    const float* sinks = nullptr;  // [n_heads] host, or null
+    int64_t window = 0;
+};
+struct Rows {  // ops::RowView's fields: row t at pages[t >> page_shift] + (t & mask) * stride, or first + t * stride
+    const float* const* pages = nullptr;
+    const float* first = nullptr;
+    int64_t page_shift = 0, stride = 0;
+    const float* row(int64_t t) const {
+        return pages ? pages[t >> page_shift] + (t & ((int64_t(1) << page_shift) - 1)) * stride : first + t * stride;
+    }
+    bool same(const Rows& o) const {
+        return pages == o.pages && first == o.first && page_shift == o.page_shift && stride == o.stride;
+    }
+};
+// Whether attention() takes these head sizes (its tiles must fit a multiprocessor's shared memory): a function of
+// the shape alone, so the same layer always runs on the same side.
+bool attention_supports(const AttentionShape& a, const Rows& k, const Rows& v);
+void attention(const AttentionShape& a, const float* q, int64_t n_rows, const int64_t* pos, const Rows& k,
+               const Rows& v, float* out);
+
 // Page-locks host memory that weights are read into (the expert cache, read staging, spine slots), so copies from it
 // run at the link's full rate instead of through the driver's small pageable bounce buffer. false (and nothing
 // changes) when the driver refuses, e.g. over the locked-memory limit.
@@ -56,6 +84,9 @@ struct Stats {
     uint64_t weight_hits = 0, weight_misses = 0;  // device copies reused / made
     uint64_t resident_weight_bytes = 0;         // device copies held now
     double busy_ms = 0;                         // host time inside matmul calls (copies, kernels, waits)
+    uint64_t attention_calls = 0;
+    uint64_t attention_kv_bytes = 0;            // keys and values copied up (part of h2d_bytes)
+    double attention_ms = 0;                    // host time inside attention calls
 };
 Stats stats();
 void reset_stats();
