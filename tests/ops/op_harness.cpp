@@ -172,10 +172,11 @@ struct AttnCase {
 };
 const AttnCase kAttnCases[] = {
     {8, 2, 64, 64, 0, false, false, 0, 33, 0},    {4, 4, 128, 128, 0, false, false, 70, 5, 16},
-    {16, 1, 576, 512, 0, false, true, 0, 40, 0},  {16, 1, 576, 512, 0, false, true, 100, 3, 64},
+    {16, 1, 576, 512, 0, false, true, 0, 40, 0},  {16, 1, 576, 512, 0, false, true, 700, 3, 64},
     {6, 2, 64, 64, 7, true, false, 10, 37, 0},     {3, 1, 40, 24, 0, false, false, 1, 1, 0},
     {5, 5, 17, 33, 0, true, false, 0, 100, 8},     {2, 1, 256, 256, 0, false, false, 31, 66, 0},
-    {8, 1, 64, 64, 20, false, true, 300, 1, 64},
+    {8, 1, 64, 64, 20, false, true, 300, 1, 64},  {6, 2, 64, 64, 300, true, false, 600, 5, 0},
+    {4, 2, 32, 32, 0, true, false, 1000, 40, 32},
 };
 
 using AttnFn = std::function<void(const AttentionParams&, const float*, int64_t, const int64_t*, ops::RowView,

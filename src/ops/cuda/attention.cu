@@ -6,7 +6,9 @@
 // 8 of the tile's keys (a dot product in key-column order), the four agree on the tile's maximum and sum by shuffles
 // in a fixed order, and each accumulates a quarter of the unit's output columns: an online softmax in f32, rescaled
 // only by tiles that hold a key the unit sees. So a unit's arithmetic depends on its query, its position and its keys
-// alone, never on which other units share its block.
+// alone, never on which other units share its block. The keys are also split into fixed ranges of 256 (a grid
+// dimension: a decode row's 64 heads would otherwise be two blocks of work for the whole card), each range's
+// partial result kept and the ranges a unit sees combined in order by a second kernel.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +31,8 @@ constexpr int kKeys = 32;     // keys per tile
 constexpr int kThreads = 128;  // four per unit
 constexpr uint64_t kMaxSmemBytes = 220 * 1024;  // below the 227 KiB a block may opt into, with room for the static part
 constexpr uint64_t kPieceBytes = uint64_t(64) << 20;  // pinned staging per copy
+constexpr uint64_t kPartBytes = uint64_t(1) << 30;  // partial results per piece of rows
+constexpr int kSplitKeys = 256;  // keys per split: split s of every unit covers keys [256 s, 256 s + 256)
 
 struct Args {
     const float* q;       // [n_rows, H, dk]
@@ -37,7 +41,8 @@ struct Args {
     const int64_t* pos;   // [n_rows]
     const float* sinks;   // [H] or null
     float* out;           // [n_rows, H, dv]
-    int64_t n_rows, H, n_kv, dk, dv, kw, vw, t0, window;
+    float* part;          // [n_kv][units][n_splits][dv + 2]: each split's unnormalised output, then its max and sum
+    int64_t n_rows, H, n_kv, dk, dv, kw, vw, t0, window, n_splits;
     float scale;
     int values_in_keys;
 };
@@ -86,10 +91,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
         s_hi = h0;
     }
     __syncthreads();
-    const int64_t blo = s_lo, bhi = s_hi;
+    const int64_t split = blockIdx.z, s0 = split * kSplitKeys;
+    const int64_t blo = max(int64_t(s_lo), s0), bhi = min(int64_t(s_hi), s0 + kSplitKeys);
+    // no unit of the block sees a key of this split, so none reads its partials (but split 0 carries the sinks)
+    if (blo >= bhi && !(a.sinks && split == 0)) return;
 
-    float m = live && a.sinks ? a.sinks[h] : -INFINITY;
-    float l = live && a.sinks ? 1.0f : 0.0f;  // exp(sink - m) with m = sink
+    const bool sink = live && a.sinks && split == 0;  // the sink joins the first split's sum
+    float m = sink ? a.sinks[h] : -INFINITY;
+    float l = sink ? 1.0f : 0.0f;  // exp(sink - m) with m = sink
     float o[DVQ];
 #pragma unroll
     for (int c = 0; c < DVQ; ++c) o[c] = 0.0f;
@@ -169,12 +178,39 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Args a) {
         }
         __syncthreads();
     }
-    if (live) {
-        const float inv = 1.0f / l;
-        float* dst = a.out + (r * a.H + h) * a.dv;
+    if (live) {  // this split's partial result, combined in split order by combine_kernel
+        float* dst = a.part + ((g * per_kv + unit) * a.n_splits + split) * (a.dv + 2);
 #pragma unroll
         for (int c = 0; c < DVQ; ++c)
-            if (qd + 4 * c < dv) dst[qd + 4 * c] = o[c] * inv;
+            if (qd + 4 * c < dv) dst[qd + 4 * c] = o[c];
+        if (qd == 0) dst[dv] = m, dst[dv + 1] = l;
+    }
+}
+
+// out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M) over the unit's splits in order (M their maximum): the splits a
+// unit has are fixed by its own position, so this order, too, is the unit's own.
+__global__ void combine_kernel(Args a) {
+    const int64_t group = a.H / a.n_kv, per_kv = a.n_rows * group;
+    const int64_t gu = blockIdx.x, g = gu / per_kv, unit = gu - g * per_kv;
+    const int64_t r = unit / group, h = g * group + unit % group;
+    const int64_t hi = a.pos[r] + 1, lo = a.window > 0 ? max(int64_t(0), hi - a.window) : 0;
+    // the splits holding keys the unit sees, and split 0 for a sink (written by every block of split 0)
+    const int64_t first = lo / kSplitKeys, last = (hi - 1) / kSplitKeys;
+    const int64_t extra = a.sinks && first > 0 ? 1 : 0, count = extra + last - first + 1;
+    const float* p = a.part + gu * a.n_splits * (a.dv + 2);
+    auto at = [&](int64_t i) { return p + (i < extra ? 0 : first + i - extra) * (a.dv + 2); };
+    float M = -INFINITY;
+    for (int64_t i = 0; i < count; ++i) M = fmaxf(M, at(i)[a.dv]);
+    float L = 0.0f;
+    for (int64_t i = 0; i < count; ++i)
+        if (at(i)[a.dv] != -INFINITY) L += at(i)[a.dv + 1] * expf(at(i)[a.dv] - M);
+    const float inv = 1.0f / L;
+    float* dst = a.out + (r * a.H + h) * a.dv;
+    for (int64_t c = threadIdx.x; c < a.dv; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < count; ++i)
+            if (at(i)[a.dv] != -INFINITY) acc += at(i)[c] * expf(at(i)[a.dv] - M);
+        dst[c] = acc * inv;
     }
 }
 
@@ -186,8 +222,10 @@ void launch(const Args& a, uint64_t smem, cudaStream_t s) {
         configured = true;
     }
     const int64_t units = a.n_rows * (a.H / a.n_kv);
-    const dim3 grid(unsigned((units + kUnits - 1) / kUnits), unsigned(a.n_kv));
+    const dim3 grid(unsigned((units + kUnits - 1) / kUnits), unsigned(a.n_kv), unsigned(a.n_splits));
     attention_kernel<DVQ><<<grid, kThreads, smem, s>>>(a);
+    CK(cudaGetLastError());
+    combine_kernel<<<unsigned(units * a.n_kv), 128, 0, s>>>(a);
     CK(cudaGetLastError());
 }
 
@@ -226,14 +264,19 @@ void attention(const AttentionShape& a, const float* q, int64_t n_rows, const in
     const auto t_start = std::chrono::steady_clock::now();
     const cudaStream_t st = b.stream();
     // pieces of queries small enough for the staging: q, out and positions of `rows_per_piece` rows
+    const int64_t n_splits = (kmax + kSplitKeys - 1) / kSplitKeys;
     const uint64_t row_bytes = uint64_t(H) * uint64_t(dk + dv) * 4 + 8;
-    const int64_t rows_per_piece = std::max<int64_t>(1, std::min<int64_t>(n_rows, int64_t(kPieceBytes / row_bytes)));
+    const uint64_t row_part_bytes = uint64_t(H) * uint64_t(n_splits) * uint64_t(dv + 2) * 4;
+    const int64_t rows_per_piece = std::max<int64_t>(
+        1, std::min({n_rows, int64_t(kPieceBytes / row_bytes), int64_t(kPartBytes / row_part_bytes)}));
     const uint64_t q_bytes = uint64_t(rows_per_piece) * uint64_t(H * dk) * 4,
                    out_bytes = uint64_t(rows_per_piece) * uint64_t(H * dv) * 4, pos_bytes = uint64_t(rows_per_piece) * 8;
     const uint64_t sink_bytes = a.sinks ? uint64_t(H) * 4 : 0;
     const uint64_t k_bytes = uint64_t(T) * uint64_t(kw) * 4, v_bytes = vik ? 0 : uint64_t(T) * uint64_t(vw) * 4;
     auto* kv = static_cast<uint8_t*>(b.grow(b.attn_kv_, align_up(k_bytes, 256) + v_bytes, "attention's keys and values"));
-    const uint64_t io_bytes = align_up(q_bytes, 256) + align_up(out_bytes, 256) + align_up(pos_bytes, 256) + sink_bytes;
+    const uint64_t part_bytes = uint64_t(rows_per_piece) * row_part_bytes;
+    const uint64_t io_bytes =
+        align_up(q_bytes, 256) + align_up(out_bytes, 256) + align_up(pos_bytes, 256) + align_up(sink_bytes, 256) + part_bytes;
     auto* io = static_cast<uint8_t*>(b.grow(b.attn_io_, io_bytes, "attention's queries and outputs"));
     float* kd = reinterpret_cast<float*>(kv);
     float* vd = vik ? kd : reinterpret_cast<float*>(kv + align_up(k_bytes, 256));
@@ -241,6 +284,7 @@ void attention(const AttentionShape& a, const float* q, int64_t n_rows, const in
     float* odev = reinterpret_cast<float*>(io + align_up(q_bytes, 256));
     auto* pdev = reinterpret_cast<int64_t*>(io + align_up(q_bytes, 256) + align_up(out_bytes, 256));
     float* sdev = reinterpret_cast<float*>(io + align_up(q_bytes, 256) + align_up(out_bytes, 256) + align_up(pos_bytes, 256));
+    float* part = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(sdev) + align_up(sink_bytes, 256));
 
     const uint64_t widest_row = uint64_t(std::max(kw, vw)) * 4;
     const int64_t keys_per_piece = std::max<int64_t>(1, int64_t(kPieceBytes / widest_row));
@@ -259,8 +303,8 @@ void attention(const AttentionShape& a, const float* q, int64_t n_rows, const in
     upload_rows(k, kw, kd);
     if (!vik) upload_rows(v, vw, vd);
 
-    Args args{qdev, kd, vd, pdev, a.sinks ? sdev : nullptr, odev, 0, H, a.n_kv_heads, dk, dv, kw, vw, kmin, a.window,
-              a.scale, vik ? 1 : 0};
+    Args args{qdev, kd, vd, pdev, a.sinks ? sdev : nullptr, odev, part, 0, H, a.n_kv_heads, dk, dv, kw, vw, kmin,
+              a.window, n_splits, a.scale, vik ? 1 : 0};
     const uint64_t smem = smem_bytes(dk, dv, vik);
     for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_piece) {
         const int64_t cnt = std::min(rows_per_piece, n_rows - r0);
