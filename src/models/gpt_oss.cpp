@@ -292,22 +292,11 @@ private:
         r.top_k = K;
         r.experts.resize(size_t(n * K));
         r.weights.resize(size_t(n * K));
-        std::vector<int32_t> idx(static_cast<size_t>(E));
-        for (int64_t i = 0; i < n; ++i) {
-            const float* l = logits.data() + i * E;
-            for (int64_t e = 0; e < E; ++e) idx[size_t(e)] = int32_t(e);
-            std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
-                              [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-            const float mx = l[idx[0]];
-            std::vector<int32_t> sel(idx.begin(), idx.begin() + K);
-            std::sort(sel.begin(), sel.end());
-            float sum = 0.0f;
-            for (int64_t k = 0; k < K; ++k) sum += std::exp(l[sel[size_t(k)]] - mx);
-            for (int64_t k = 0; k < K; ++k) {
-                r.experts[size_t(i * K + k)] = sel[size_t(k)];
-                r.weights[size_t(i * K + k)] = std::exp(l[sel[size_t(k)]] - mx) / sum;
-            }
-        }
+        ops::RouterSpec spec;
+        spec.scoring = ops::RouterSpec::Scoring::TopkSoftmax;
+        spec.n_experts = E;
+        spec.top_k = K;
+        ops::route(spec, logits.data(), nullptr, n, r.experts.data(), r.weights.data(), pool_);
         return r;
     }
 
@@ -316,7 +305,10 @@ private:
     void moe(int64_t il, const Layer& L, const float* x, int64_t n, float* out) {
         const auto& c = cfg_;
         const int64_t d = c.hidden_size, I = c.intermediate_size;
-        const float alpha = c.swiglu_alpha, limit = c.swiglu_limit;
+        ops::GluSpec act;
+        act.kind = ops::GluSpec::Kind::ClampedSwiglu;
+        act.alpha = c.swiglu_alpha;
+        act.limit = c.swiglu_limit;
         const Routing r = route(L, x, n);
         std::vector<float> gu, hmid, bias_gu(static_cast<size_t>(2 * I)), bias_d(static_cast<size_t>(d));
         auto expert = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
@@ -328,19 +320,14 @@ private:
             ops::dequantize_row(L.gate_up_bias, e, bias_gu.data());
             ops::dequantize_row(L.down_bias, e, bias_d.data());
             for (int64_t j = 0; j < m; ++j) {
-                const float* g = gu.data() + j * 2 * I;
-                float* hj = hmid.data() + j * I;
-                for (int64_t i = 0; i < I; ++i) {
-                    const float gate = std::min(g[2 * i] + bias_gu[size_t(2 * i)], limit);
-                    const float up = std::clamp(g[2 * i + 1] + bias_gu[size_t(2 * i + 1)], -limit, limit);
-                    const float glu = gate * (1.0f / (1.0f + std::exp(-gate * alpha)));
-                    hj[i] = (up + 1.0f) * glu;
-                }
+                float* g = gu.data() + j * 2 * I;
+                for (int64_t i = 0; i < 2 * I; ++i) g[i] += bias_gu[size_t(i)];
+                ops::glu(act, g, g + 1, 2, I, hmid.data() + j * I);
             }
             ops::matmul(w.down, hmid.data(), m, ys, pool_);
             add_bias(ys, bias_d, m);
         };
-        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out);
+        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, pool_);
     }
 
     void fill_info() {

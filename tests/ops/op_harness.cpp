@@ -1,5 +1,6 @@
 // The op harness across backends, in the style of ggml's test-backend-ops: every weight matmul format, and attention
-// (grouped, multi-query with MLA's shared latents, sinks, windows, paged caches), on every backend this machine has (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
+// (grouped, multi-query with MLA's shared latents, sinks, windows, paged caches), on every backend this machine has;
+// the MoE ops (routing, gated activations, combine) on the CPU, where they run (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
 // over odd and real shapes, with fresh random inputs per check and a NaN-poisoned output (every element must be
 // written); then the properties exactness rests on: a row's bits do not depend on the other rows of the batch, and
 // on CUDA a kept device copy gives the same bits as a per-call copy.
@@ -22,6 +23,7 @@
 #include "core/stable_memory.h"
 #include "core/thread_pool.h"
 #include "ops/cuda/backend.h"
+#include "ops/moe_ops.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 
@@ -253,6 +255,88 @@ void check_attention(const char* name, const AttnFn& fn, std::mt19937& rng) {
     }
 }
 
+// ---- the MoE ops (routing, gated activations, combine) against their twins; CPU only for now ----
+
+void check_moe_ops(const char* name, ThreadPool& pool, std::mt19937& rng) {
+    using S = ops::RouterSpec::Scoring;
+    struct R {
+        S scoring;
+        int64_t experts, k, groups, keep;
+        bool norm, bias;
+        float scaling;
+    };
+    const R routers[] = {{S::Sigmoid, 64, 6, 8, 3, true, true, 2.5f},    {S::Sigmoid, 896, 16, 1, 1, true, true, 2.827f},
+                         {S::Sigmoid, 24, 4, 1, 1, false, false, 1.0f},  {S::Softmax, 128, 8, 1, 1, true, false, 1.0f},
+                         {S::Softmax, 8, 2, 1, 1, false, false, 1.0f},   {S::TopkSoftmax, 32, 4, 1, 1, false, false, 1.0f}};
+    for (const auto& c : routers) {
+        const ops::RouterSpec spec{c.scoring, c.experts, c.k, c.groups, c.keep, c.norm, c.scaling};
+        for (int64_t n : {1, 7, 300}) {
+            const auto logits = random_vec(n * c.experts, rng, 2.0f);
+            const auto bias = random_vec(c.experts, rng, 0.1f);
+            const float* b = c.bias ? bias.data() : nullptr;
+            std::vector<int32_t> e(static_cast<size_t>(n * c.k), -1), re(e.size());
+            std::vector<float> w(e.size(), std::nanf("")), rw(e.size());
+            ops::route(spec, logits.data(), b, n, e.data(), w.data(), pool);
+            ops::ref::route(spec, logits.data(), b, n, re.data(), rw.data());
+            std::string why;
+            for (size_t i = 0; i < e.size() && why.empty(); ++i) {
+                if (e[i] != re[i]) why = cat("slot ", i, ": expert ", e[i], ", want ", re[i]);
+                else if (!(std::fabs(double(w[i]) - rw[i]) <= 1e-6 * std::fabs(rw[i]) + 1e-9))
+                    why = cat("slot ", i, ": weight ", w[i], ", want ", rw[i]);
+            }
+            const std::string what = cat(name, " route scoring ", int(c.scoring), " E", c.experts, " k", c.k, " groups ",
+                                         c.groups, "/", c.keep, " n=", n);
+            report(why.empty(), what + " vs reference: " + why);
+            std::vector<int32_t> e1(static_cast<size_t>(c.k));
+            std::vector<float> w1(static_cast<size_t>(c.k));
+            const int64_t last = n - 1;
+            ops::route(spec, logits.data() + last * c.experts, b, 1, e1.data(), w1.data(), pool);
+            report(std::equal(e1.begin(), e1.end(), e.begin() + last * c.k) &&
+                       same_bits(w1.data(), w.data() + last * c.k, c.k),
+                   what + ": a row's routing depends on the other rows");
+        }
+    }
+    using K = ops::GluSpec::Kind;
+    for (K kind : {K::Silu, K::Situ, K::ClampedSwiglu}) {
+        for (int64_t stride : {1, 2}) {
+            const int64_t n = 1000;
+            auto gu = random_vec(n * 2, rng, 4.0f);
+            gu[0] = 100.0f, gu[1] = -100.0f, gu[2] = -100.0f, gu[3] = 100.0f;  // past the clamps and the saturations
+            ops::GluSpec spec;
+            spec.kind = kind;
+            const float* gate = gu.data();
+            const float* up = stride == 1 ? gu.data() + n : gu.data() + 1;
+            std::vector<float> y(static_cast<size_t>(n), std::nanf("")), ref(y.size());
+            ops::glu(spec, gate, up, stride, n, y.data());
+            ops::ref::glu(spec, gate, up, stride, n, ref.data());
+            std::string why;
+            for (int64_t i = 0; i < n && why.empty(); ++i)
+                if (!(std::fabs(double(y[size_t(i)]) - ref[size_t(i)]) <= 2e-6 * std::fabs(ref[size_t(i)]) + 1e-6))
+                    why = cat("element ", i, ": got ", y[size_t(i)], ", want ", ref[size_t(i)]);
+            report(why.empty(), cat(name, " glu kind ", int(kind), " stride ", stride, " vs reference: ", why));
+        }
+    }
+    struct C {
+        int64_t n, k, hidden;
+    };
+    for (const C& c : {C{1, 1, 7}, C{5, 16, 300}, C{64, 8, 129}, C{3, 4, 2048}}) {
+        const auto y = random_vec(c.n * c.k * c.hidden, rng), w = random_vec(c.n * c.k, rng, 0.3f);
+        std::vector<float> out(static_cast<size_t>(c.n * c.hidden), std::nanf("")), ref(out.size());
+        ops::moe_combine(y.data(), w.data(), c.n, c.k, c.hidden, out.data(), pool);
+        ops::ref::moe_combine(y.data(), w.data(), c.n, c.k, c.hidden, ref.data());
+        std::string why;
+        for (int64_t r = 0; r < c.n && why.empty(); ++r)
+            for (int64_t j = 0; j < c.hidden && why.empty(); ++j) {
+                double mag = 0;
+                for (int64_t k = 0; k < c.k; ++k) mag += std::fabs(double(w[size_t(r * c.k + k)]) * y[size_t((r * c.k + k) * c.hidden + j)]);
+                const size_t i = size_t(r * c.hidden + j);
+                if (!(std::fabs(double(out[i]) - ref[i]) <= 1e-6 * mag + 1e-30))
+                    why = cat("row ", r, " column ", j, ": got ", out[i], ", want ", ref[i]);
+            }
+        report(why.empty(), cat(name, " moe_combine n=", c.n, " k", c.k, " hidden ", c.hidden, " vs reference: ", why));
+    }
+}
+
 // ---- --perf: the CUDA kernels against the card's own limits ----
 
 double hbm_copy_gbps() {
@@ -461,6 +545,7 @@ int main(int argc, char** argv) {
                                               ops::RowView k, ops::RowView v, float* out) {
                 ops::attention(p, q, n, pos, k, v, out, pool);
             }, rng);
+            check_moe_ops(name.c_str(), pool, rng);
         }
         if (only.empty() || only == "cuda") {
             if (cuda_ok) {

@@ -10,17 +10,6 @@
 
 namespace sluice {
 
-void GluActivation::apply(const float* gate, const float* up, int64_t n, float* out) const {
-    if (kind == Kind::Silu) {
-        ops::silu_mul(gate, up, n, out);
-        return;
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        const float g = gate[i], u = up[i];
-        out[i] = (beta * std::tanh(g / beta) / (1.0f + std::exp(-g))) * (linear_beta * std::tanh(u / linear_beta));
-    }
-}
-
 void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool,
                     const GluActivation& act) {
     const int64_t inter = w.gate.rows;
@@ -28,64 +17,32 @@ void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y,
     ops::matmul(w.gate, x, n, g.data(), pool);
     ops::matmul(w.up, x, n, u.data(), pool);
     // elementwise, so the split over threads changes no bit; SiTU's tanh and exp are as costly as a small matmul
-    pool.parallel_for(n * inter, [&](int64_t a, int64_t b) { act.apply(g.data() + a, u.data() + a, b - a, g.data() + a); },
+    pool.parallel_for(n * inter, [&](int64_t a, int64_t b) { ops::glu(act, g.data() + a, u.data() + a, 1, b - a, g.data() + a); },
                       16384);
     ops::matmul(w.down, g.data(), n, y, pool);
 }
 
 namespace {
-// Indices of the k largest values (ties: lower index first), returned in descending value order.
-void top_k_indices(const float* v, int64_t n, int64_t k, std::vector<int32_t>& out) {
-    out.resize(size_t(n));
-    std::iota(out.begin(), out.end(), 0);
-    std::partial_sort(out.begin(), out.begin() + k, out.end(), [&](int32_t a, int32_t b) {
-        return v[a] > v[b] || (v[a] == v[b] && a < b);
-    });
-    out.resize(size_t(k));
+Routing route_with(const ops::RouterSpec& spec, const Weight& gate, const float* bias, const float* x, int64_t n,
+                   ThreadPool& pool) {
+    std::vector<float> logits(static_cast<size_t>(n * spec.n_experts));
+    ops::matmul(gate, x, n, logits.data(), pool);
+    Routing r;
+    r.top_k = spec.top_k;
+    r.experts.resize(size_t(n * spec.top_k));
+    r.weights.resize(size_t(n * spec.top_k));
+    ops::route(spec, logits.data(), bias, n, r.experts.data(), r.weights.data(), pool);
+    return r;
+}
+ops::RouterSpec spec_of(const RouterParams& p, ops::RouterSpec::Scoring scoring) {
+    return {scoring, p.n_experts, p.top_k, p.n_group, p.topk_group, p.norm_topk_prob, p.routed_scaling_factor};
 }
 }  // namespace
 
 Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
                       int64_t n, ThreadPool& pool) {
-    const int64_t E = p.n_experts, K = p.top_k;
-    std::vector<float> logits(static_cast<size_t>(n * E));
-    ops::matmul(gate, x, n, logits.data(), pool);
-    Routing r;
-    r.top_k = K;
-    r.experts.resize(size_t(n * K));
-    r.weights.resize(size_t(n * K));
-    const int64_t per_group = E / p.n_group;
-    std::vector<float> scores(static_cast<size_t>(E)), choice(static_cast<size_t>(E)),
-        group_scores(static_cast<size_t>(p.n_group));
-    std::vector<int32_t> idx, gidx;
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t e = 0; e < E; ++e) {
-            scores[size_t(e)] = 1.0f / (1.0f + std::exp(-logits[size_t(i * E + e)]));
-            choice[size_t(e)] = scores[size_t(e)] + (bias.empty() ? 0.0f : bias[size_t(e)]);
-        }
-        if (p.n_group > 1) {
-            for (int64_t g = 0; g < p.n_group; ++g) {
-                top_k_indices(choice.data() + g * per_group, per_group, 2, idx);
-                group_scores[size_t(g)] = choice[size_t(g * per_group + idx[0])] + choice[size_t(g * per_group + idx[1])];
-            }
-            top_k_indices(group_scores.data(), p.n_group, p.topk_group, gidx);
-            std::vector<uint8_t> keep(static_cast<size_t>(p.n_group), 0);
-            for (auto g : gidx) keep[size_t(g)] = 1;
-            for (int64_t e = 0; e < E; ++e)
-                if (!keep[size_t(e / per_group)]) choice[size_t(e)] = -INFINITY;
-        }
-        top_k_indices(choice.data(), E, K, idx);
-        std::sort(idx.begin(), idx.end());  // combine order: ascending expert id
-        float sum = 0.0f;
-        for (int64_t k = 0; k < K; ++k) sum += scores[size_t(idx[size_t(k)])];
-        for (int64_t k = 0; k < K; ++k) {
-            float w = scores[size_t(idx[size_t(k)])];
-            if (p.norm_topk_prob) w /= (sum + 1e-20f);
-            r.experts[size_t(i * K + k)] = idx[size_t(k)];
-            r.weights[size_t(i * K + k)] = w * p.routed_scaling_factor;
-        }
-    }
-    return r;
+    return route_with(spec_of(p, ops::RouterSpec::Scoring::Sigmoid), gate, bias.empty() ? nullptr : bias.data(), x, n,
+                      pool);
 }
 
 void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
@@ -98,38 +55,11 @@ void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p
 }
 
 Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool) {
-    const int64_t E = p.n_experts, K = p.top_k;
-    SLUICE_ASSERT(K > 0 && K <= E, "route_softmax: top_k ", K, " of ", E, " experts");
-    std::vector<float> logits(static_cast<size_t>(n * E));
-    ops::matmul(gate, x, n, logits.data(), pool);
-    Routing r;
-    r.top_k = K;
-    r.experts.resize(size_t(n * K));
-    r.weights.resize(size_t(n * K));
-    std::vector<float> probs(static_cast<size_t>(E));
-    std::vector<int32_t> idx;
-    for (int64_t i = 0; i < n; ++i) {
-        const float* l = logits.data() + i * E;
-        const float mx = *std::max_element(l, l + E);
-        float sum = 0.0f;
-        for (int64_t e = 0; e < E; ++e) sum += (probs[size_t(e)] = std::exp(l[e] - mx));
-        for (int64_t e = 0; e < E; ++e) probs[size_t(e)] /= sum;
-        top_k_indices(probs.data(), E, K, idx);
-        std::sort(idx.begin(), idx.end());  // combine order: ascending expert id
-        float top_sum = 0.0f;
-        for (int64_t k = 0; k < K; ++k) top_sum += probs[size_t(idx[size_t(k)])];
-        for (int64_t k = 0; k < K; ++k) {
-            float w = probs[size_t(idx[size_t(k)])];
-            if (p.norm_topk_prob) w /= top_sum;
-            r.experts[size_t(i * K + k)] = idx[size_t(k)];
-            r.weights[size_t(i * K + k)] = w * p.routed_scaling_factor;
-        }
-    }
-    return r;
+    return route_with(spec_of(p, ops::RouterSpec::Scoring::Softmax), gate, nullptr, x, n, pool);
 }
 
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
-                      const float* x, int64_t n, int64_t hidden, float* out, MoeStats* stats,
+                      const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
                       const std::function<void()>& while_reading) {
     const int64_t K = routing.top_k;
     // union of experts -> the (row, slot) pairs that use each
@@ -159,15 +89,7 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
             std::copy_n(ys.data() + j * hidden, hidden, y_slots.data() + slots[size_t(j)] * hidden);
     }, while_reading);
 
-    for (int64_t r = 0; r < n; ++r) {
-        float* o = out + r * hidden;
-        std::fill(o, o + hidden, 0.0f);
-        for (int64_t k = 0; k < K; ++k) {
-            const float w = routing.weights[size_t(r * K + k)];
-            const float* y = y_slots.data() + (r * K + k) * hidden;
-            for (int64_t j = 0; j < hidden; ++j) o[j] += y[j] * w;
-        }
-    }
+    ops::moe_combine(y_slots.data(), routing.weights.data(), n, K, hidden, out, pool);
     if (stats) {
         stats->rows += uint64_t(n);
         stats->expert_rows += uint64_t(n * K);
@@ -184,7 +106,7 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
         swiglu_forward({w.gate, w.up, w.down}, xs, m, ys, pool, act);
     };
     std::vector<float> s(shared ? static_cast<size_t>(n * hidden) : 0);
-    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, stats, [&] {
+    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, pool, stats, [&] {
         if (while_reading) while_reading();
         if (shared) swiglu_forward(*shared, x, n, s.data(), pool, act);
     });

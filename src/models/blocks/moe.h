@@ -11,6 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "experts/expert_source.h"
+#include "ops/moe_ops.h"
 #include "ops/weight.h"
 
 namespace sluice {
@@ -20,13 +21,9 @@ struct SwigluWeights {
     std::vector<Weight*> matrices() { return {&gate, &up, &down}; }
 };
 
-// The gated activation act(gate) * f(up): SiLU (SwiGLU), or K3's SiTU-GLU
-// [beta tanh(g/beta) sigmoid(g)] * [linear_beta tanh(u/linear_beta)].
-struct GluActivation {
-    enum class Kind { Silu, Situ } kind = Kind::Silu;
-    float beta = 4.0f, linear_beta = 25.0f;
-    void apply(const float* gate, const float* up, int64_t n, float* out) const;
-};
+// The gated activation act(gate) * f(up) of the experts: SiLU (SwiGLU), K3's SiTU-GLU, gpt-oss's clamped SwiGLU
+// (ops::glu).
+using GluActivation = ops::GluSpec;
 
 // y[n, H] = down(act(gate x) * up x)
 void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool,
@@ -75,8 +72,8 @@ using ExpertFn = std::function<void(int32_t expert, const ExpertWeights& w, cons
 // issued and before any expert is computed, so it may still fill x: work that needs no routed expert overlaps
 // the reads without changing any result.
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
-                      const float* x, int64_t n, int64_t hidden, float* out, MoeStats* stats = nullptr,
-                      const std::function<void()>& while_reading = {});
+                      const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool,
+                      MoeStats* stats = nullptr, const std::function<void()>& while_reading = {});
 
 // out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given, computed while the experts are read and added last).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
