@@ -1,6 +1,6 @@
 // The op harness across backends, in the style of ggml's test-backend-ops: every weight matmul format, and attention
 // (grouped, multi-query with MLA's shared latents, sinks, windows, paged caches), on every backend this machine has;
-// the MoE ops (routing, gated activations, combine) on the CPU, where they run (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
+// the MoE ops (routing, gated activations, combine) and MLA's absorption on the CPU, where they run (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
 // over odd and real shapes, with fresh random inputs per check and a NaN-poisoned output (every element must be
 // written); then the properties exactness rests on: a row's bits do not depend on the other rows of the batch, and
 // on CUDA a kept device copy gives the same bits as a per-call copy.
@@ -23,6 +23,7 @@
 #include "core/stable_memory.h"
 #include "core/thread_pool.h"
 #include "ops/cuda/backend.h"
+#include "ops/mla_ops.h"
 #include "ops/moe_ops.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
@@ -337,6 +338,75 @@ void check_moe_ops(const char* name, ThreadPool& pool, std::mt19937& rng) {
     }
 }
 
+// ---- MLA's absorption against its twin; CPU only for now ----
+
+void check_mla_ops(const char* name, ThreadPool& pool, std::mt19937& rng) {
+    struct M {
+        ops::MlaHeads h;
+        int64_t n;
+    };
+    const M cases[] = {{{3, 16, 8, 16, 32}, 5}, {{8, 128, 64, 128, 512}, 3}, {{2, 32, 0, 64, 64}, 40}};
+    for (auto f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_E4M3_B128}) {
+        for (const auto& c : cases) {
+            const auto& m = c.h;
+            const auto wf = random_vec(m.heads * (m.nope + m.v) * m.rank, rng, 0.05f);
+            const QuantizedWeight qw = quantize(wf.data(), m.heads * (m.nope + m.v), m.rank, f);
+            const Weight w = qw.view();
+            const std::string what = cat(name, " MLA ", weight_format_name(f), " heads ", m.heads, " nope ", m.nope,
+                                         " rope ", m.rope, " v ", m.v, " rank ", m.rank, " n=", c.n);
+            // absorb: |got - want| <= 1e-5 * sum |q w| (want from the twin in double)
+            const auto q = random_vec(c.n * m.heads * (m.nope + m.rope), rng);
+            const int64_t cw = m.rank + m.rope;
+            std::vector<float> got(static_cast<size_t>(c.n * m.heads * cw), std::nanf("")), want(got.size());
+            ops::mla_absorb(m, w, q.data(), c.n, got.data(), pool);
+            ops::ref::mla_absorb(m, w, q.data(), c.n, want.data());
+            std::vector<float> row(static_cast<size_t>(m.rank));
+            std::string why;
+            for (int64_t r = 0; r < c.n && why.empty(); ++r)
+                for (int64_t h = 0; h < m.heads && why.empty(); ++h) {
+                    std::vector<double> mag(static_cast<size_t>(m.rank), 0.0);
+                    for (int64_t i = 0; i < m.nope; ++i) {
+                        ops::ref::dequantize_row(w, h * (m.nope + m.v) + i, row.data());
+                        for (int64_t j = 0; j < m.rank; ++j)
+                            mag[size_t(j)] += std::fabs(double(q[size_t((r * m.heads + h) * (m.nope + m.rope) + i)]) * row[size_t(j)]);
+                    }
+                    for (int64_t j = 0; j < cw && why.empty(); ++j) {
+                        const size_t at = size_t((r * m.heads + h) * cw + j);
+                        const double tol = j < m.rank ? 1e-5 * mag[size_t(j)] + 1e-30 : 0.0;
+                        if (!(std::fabs(double(got[at]) - want[at]) <= tol))
+                            why = cat("absorb row ", r, " head ", h, " column ", j, ": got ", got[at], ", want ", want[at]);
+                    }
+                }
+            report(why.empty(), what + " absorb vs reference: " + why);
+            // unabsorb
+            const auto lat = random_vec(c.n * m.heads * m.rank, rng);
+            std::vector<float> o(static_cast<size_t>(c.n * m.heads * m.v), std::nanf("")), oref(o.size());
+            ops::mla_unabsorb(m, w, lat.data(), c.n, o.data(), pool);
+            ops::ref::mla_unabsorb(m, w, lat.data(), c.n, oref.data());
+            why.clear();
+            for (int64_t h = 0; h < m.heads && why.empty(); ++h)
+                for (int64_t i = 0; i < m.v && why.empty(); ++i) {
+                    ops::ref::dequantize_row(w, h * (m.nope + m.v) + m.nope + i, row.data());
+                    for (int64_t r = 0; r < c.n && why.empty(); ++r) {
+                        double mag = 0;
+                        for (int64_t j = 0; j < m.rank; ++j)
+                            mag += std::fabs(double(row[size_t(j)]) * lat[size_t((r * m.heads + h) * m.rank + j)]);
+                        const size_t at = size_t((r * m.heads + h) * m.v + i);
+                        if (!(std::fabs(double(o[at]) - oref[at]) <= 1e-5 * mag + 1e-30))
+                            why = cat("unabsorb row ", r, " head ", h, " output ", i, ": got ", o[at], ", want ", oref[at]);
+                    }
+                }
+            report(why.empty(), what + " unabsorb vs reference: " + why);
+            // a row alone: the same bits
+            std::vector<float> one(static_cast<size_t>(m.heads * cw));
+            const int64_t last = c.n - 1;
+            ops::mla_absorb(m, w, q.data() + last * m.heads * (m.nope + m.rope), 1, one.data(), pool);
+            report(same_bits(one.data(), got.data() + last * m.heads * cw, m.heads * cw),
+                   what + ": a row's absorbed query depends on the other rows");
+        }
+    }
+}
+
 // ---- --perf: the CUDA kernels against the card's own limits ----
 
 double hbm_copy_gbps() {
@@ -546,6 +616,7 @@ int main(int argc, char** argv) {
                 ops::attention(p, q, n, pos, k, v, out, pool);
             }, rng);
             check_moe_ops(name.c_str(), pool, rng);
+            check_mla_ops(name.c_str(), pool, rng);
         }
         if (only.empty() || only == "cuda") {
             if (cuda_ok) {

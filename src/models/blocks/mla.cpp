@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "ops/cpu/simd.h"
+#include "ops/mla_ops.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -47,28 +47,11 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     }
 
     // absorb: q_cat[n, H, cw] = [W_UK^h^T q_nope^h ; q_pe^h]
+    const ops::MlaHeads heads{H, nope, dr, dv, r_kv};
     std::vector<float> q_cat(static_cast<size_t>(n * H * cw));
     std::vector<float> lat(static_cast<size_t>(n * H * r_kv));  // attended latents
     std::vector<float> o(static_cast<size_t>(n * H * dv));
-    const int64_t kvb_rows_per_head = nope + dv;
-    pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
-        std::vector<float> wk(static_cast<size_t>(nope * r_kv));
-        for (int64_t h = h0; h < h1; ++h) {
-            for (int64_t i = 0; i < nope; ++i)
-                ops::dequantize_row(w.kv_b_proj, h * kvb_rows_per_head + i, wk.data() + i * r_kv);
-            for (int64_t r = 0; r < n; ++r) {
-                const float* qn = q.data() + (r * H + h) * dqk;
-                float* dst = q_cat.data() + (r * H + h) * cw;
-                std::fill(dst, dst + r_kv, 0.0f);
-                for (int64_t i = 0; i < nope; ++i) {
-                    const float qi = qn[i];
-                    const float* wr = wk.data() + i * r_kv;
-                    for (int64_t j = 0; j < r_kv; ++j) dst[j] += qi * wr[j];
-                }
-                std::copy_n(qn + nope, dr, dst + r_kv);
-            }
-        }
-    });
+    ops::mla_absorb(heads, w.kv_b_proj, q.data(), n, q_cat.data(), pool);
 
     AttentionParams ap;
     ap.n_heads = H;
@@ -92,18 +75,7 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     }
 
     // o^h = W_UV^h lat^h
-    pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
-        std::vector<float> wv(static_cast<size_t>(dv * r_kv));
-        for (int64_t h = h0; h < h1; ++h) {
-            for (int64_t i = 0; i < dv; ++i)
-                ops::dequantize_row(w.kv_b_proj, h * kvb_rows_per_head + nope + i, wv.data() + i * r_kv);
-            for (int64_t r = 0; r < n; ++r) {
-                const float* l = lat.data() + (r * H + h) * r_kv;
-                float* dst = o.data() + (r * H + h) * dv;
-                for (int64_t i = 0; i < dv; ++i) dst[i] = ops::cpu::dot_f32(wv.data() + i * r_kv, l, r_kv);
-            }
-        }
-    });
+    ops::mla_unabsorb(heads, w.kv_b_proj, lat.data(), n, o.data(), pool);
     if (w.g_proj.rows > 0) {
         std::vector<float> gate(static_cast<size_t>(n * H * dv));
         ops::matmul(w.g_proj, x, n, gate.data(), pool);
