@@ -1,6 +1,6 @@
 // The op harness across backends, in the style of ggml's test-backend-ops: every weight matmul format, and attention
 // (grouped, multi-query with MLA's shared latents, sinks, windows, paged caches), on every backend this machine has;
-// the MoE ops (routing, gated activations, combine) and MLA's absorption on the CPU, where they run (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
+// the MoE ops (routing, gated activations, combine), MLA's absorption and RoPE's rotation on the CPU, where they run (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
 // over odd and real shapes, with fresh random inputs per check and a NaN-poisoned output (every element must be
 // written); then the properties exactness rests on: a row's bits do not depend on the other rows of the batch, and
 // on CUDA a kept device copy gives the same bits as a per-call copy.
@@ -27,6 +27,7 @@
 #include "ops/moe_ops.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
+#include "ops/rope.h"
 
 using namespace sluice;
 
@@ -407,6 +408,34 @@ void check_mla_ops(const char* name, ThreadPool& pool, std::mt19937& rng) {
     }
 }
 
+// ---- RoPE's rotation against its twin; CPU only for now ----
+
+void check_rope(const char* name, std::mt19937& rng) {
+    struct R {
+        int64_t half, heads, stride;
+    };
+    std::uniform_real_distribution<float> angle(-3.2f, 3.2f);
+    for (auto layout : {ops::RopeLayout::Interleaved, ops::RopeLayout::Half})
+        for (const R& r : {R{32, 1, 64}, R{32, 16, 192}, R{3, 5, 7}, R{64, 8, 128}}) {
+            std::vector<float> c(static_cast<size_t>(r.half)), s(c.size());
+            for (int64_t i = 0; i < r.half; ++i) {
+                const float a = angle(rng);
+                c[size_t(i)] = std::cos(a) * 1.2f;  // YaRN's attention factor scales both
+                s[size_t(i)] = std::sin(a) * 1.2f;
+            }
+            const auto x0 = random_vec(r.heads * r.stride, rng);
+            auto got = x0, want = x0;
+            ops::rope_rotate(layout, c.data(), s.data(), r.half, got.data(), r.heads, r.stride);
+            ops::ref::rope_rotate(layout, c.data(), s.data(), r.half, want.data(), r.heads, r.stride);
+            std::string why;
+            for (size_t i = 0; i < got.size() && why.empty(); ++i)
+                if (!(std::fabs(double(got[i]) - want[i]) <= 1e-6 * (std::fabs(double(want[i])) + 1.0)))
+                    why = cat("element ", i, ": got ", got[i], ", want ", want[i]);
+            report(why.empty(), cat(name, " rope ", layout == ops::RopeLayout::Half ? "half" : "interleaved", " half ",
+                                    r.half, " heads ", r.heads, " stride ", r.stride, " vs reference: ", why));
+        }
+}
+
 // ---- --perf: the CUDA kernels against the card's own limits ----
 
 double hbm_copy_gbps() {
@@ -617,6 +646,7 @@ int main(int argc, char** argv) {
             }, rng);
             check_moe_ops(name.c_str(), pool, rng);
             check_mla_ops(name.c_str(), pool, rng);
+            check_rope(name.c_str(), rng);
         }
         if (only.empty() || only == "cuda") {
             if (cuda_ok) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/rope.h"
 
 namespace sluice {
 
@@ -74,28 +75,13 @@ void Rope::cos_sin(int64_t position, std::vector<float>& c, std::vector<float>& 
 void Rope::apply_interleaved(float* x, int64_t n_heads, int64_t head_stride, int64_t position) const {
     thread_local std::vector<float> c, s;
     cos_sin(position, c, s);
-    for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = x + h * head_stride;
-        for (int64_t i = 0; i < dim_ / 2; ++i) {
-            const float a = v[2 * i], b = v[2 * i + 1];
-            v[2 * i] = a * c[size_t(i)] - b * s[size_t(i)];
-            v[2 * i + 1] = b * c[size_t(i)] + a * s[size_t(i)];
-        }
-    }
+    ops::rope_rotate(ops::RopeLayout::Interleaved, c.data(), s.data(), dim_ / 2, x, n_heads, head_stride);
 }
 
 void Rope::apply_half(float* x, int64_t n_heads, int64_t head_stride, int64_t position) const {
     thread_local std::vector<float> c, s;
     cos_sin(position, c, s);
-    const int64_t half = dim_ / 2;
-    for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = x + h * head_stride;
-        for (int64_t i = 0; i < half; ++i) {
-            const float a = v[i], b = v[i + half];
-            v[i] = a * c[size_t(i)] - b * s[size_t(i)];
-            v[i + half] = b * c[size_t(i)] + a * s[size_t(i)];
-        }
-    }
+    ops::rope_rotate(ops::RopeLayout::Half, c.data(), s.data(), dim_ / 2, x, n_heads, head_stride);
 }
 
 }  // namespace sluice
