@@ -20,3 +20,9 @@ void kda_recurrent(const KdaHeadIo& io, int64_t T, int64_t D, float* S);
 void kda_chunked(const KdaHeadIo& io, int64_t T, int64_t D, int64_t chunk, float* S);
 
 }  // namespace sluice
+
+namespace sluice::ops::ref {
+// The reference twin (ops/reference/kda.cpp): S_t = diag(exp g_t) S_{t-1}; S_t += beta_t k_t (v_t - S_t^T k_t)^T;
+// o_t = S_t^T q_t, in double precision (state and outputs). Reads io's q, k, v, g, beta and strides; not io.o.
+void kda_delta_rule(const KdaHeadIo& io, int64_t T, int64_t D, double* S, double* o);
+}  // namespace sluice::ops::ref

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "models/blocks/kda.h"
+#include "ops/kda.h"
 
 using namespace sluice;
 
@@ -58,23 +59,11 @@ HeadInputs make_inputs(int64_t T, int64_t D, float max_decay, uint32_t seed) {
     return in;
 }
 
-// S_t = diag(exp g_t) S_{t-1}; S_t += beta_t k_t (v_t - S_t^T k_t)^T; o_t = S_t^T q_t, in float64.
+// The float64 twin (ops::ref::kda_delta_rule) over a head's inputs.
 void naive_f64(const HeadInputs& in, std::vector<double>& o, std::vector<double>& S) {
-    const int64_t D = in.D;
-    o.assign(size_t(in.T * D), 0.0);
-    for (int64_t t = 0; t < in.T; ++t) {
-        for (int64_t a = 0; a < D; ++a)
-            for (int64_t b = 0; b < D; ++b) S[size_t(a * D + b)] *= std::exp(double(in.g[size_t(t * D + a)]));
-        for (int64_t b = 0; b < D; ++b) {
-            double mem = 0;
-            for (int64_t a = 0; a < D; ++a) mem += S[size_t(a * D + b)] * in.k[size_t(t * D + a)];
-            const double delta = (in.v[size_t(t * D + b)] - mem) * in.beta[size_t(t)];
-            for (int64_t a = 0; a < D; ++a) S[size_t(a * D + b)] += in.k[size_t(t * D + a)] * delta;
-        }
-        for (int64_t b = 0; b < D; ++b)
-            for (int64_t a = 0; a < D; ++a)
-                o[size_t(t * D + b)] += S[size_t(a * D + b)] * in.q[size_t(t * D + a)];
-    }
+    o.assign(size_t(in.T * in.D), 0.0);
+    ops::ref::kda_delta_rule({in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), nullptr, in.D, 1},
+                             in.T, in.D, S.data(), o.data());
 }
 
 struct FormCase {
