@@ -116,10 +116,6 @@ void register_bench(CLI::App& app) {
         std::mt19937_64 rng(a->seed);
         std::vector<int32_t> prompt(static_cast<size_t>(a->prompt_tokens));
         for (auto& t : prompt) t = int32_t(rng() % uint64_t(info.vocab_size));
-        auto seq = model->new_sequence();
-        SequenceState* seqs[] = {seq.get()};
-        std::vector<float> logits;
-        Batch b;
 
         // raw device rate: random expert-sized reads, same backend and queue depth, no compute; measured before the
         // prefill and after the decode (cloud and consumer drives vary with their recent load), the faster counts
@@ -159,28 +155,32 @@ void register_bench(CLI::App& app) {
         const SpineStreamStats sp0 = spine_stats();
         const bool on_cuda = ops::backend() == ops::Backend::Cuda;
         const cuda::Stats g0 = on_cuda ? cuda::stats() : cuda::Stats{};
+        // one request through the engine, like every other client: the prompt in --chunk rows per pass, then
+        // `tokens` decode passes (the first token comes from the prefill's last pass)
+        Engine engine(*model, {.max_batch_rows = a->chunk, .max_sequences = 1,
+                               .max_context_tokens = lo.max_context_tokens});
+        {
+            RequestParams rp;
+            rp.prompt = prompt;
+            rp.max_new_tokens = a->tokens + 1;
+            rp.stop_at_eos = false;
+            // a near-uniform draw: a random-weight model's greedy output repeats and would route to cached experts
+            rp.sampling = {.temperature = a->greedy ? 0.0f : 1e4f, .seed = a->seed};
+            engine.submit(std::move(rp), [](const TokenEvent&) { return true; });
+        }
         auto io0 = s->stats();
         auto t0 = Clock::now();
-        for (int64_t i0 = 0; i0 < a->prompt_tokens; i0 += a->chunk) {
-            b.clear();
-            const int64_t i1 = std::min(a->prompt_tokens, i0 + a->chunk);
-            for (int64_t i = i0; i < i1; ++i) b.add(prompt[size_t(i)], i, 0, i + 1 == a->prompt_tokens);
-            model->forward(b, seqs, logits);
-        }
+        while (engine.stats().prompt_tokens < a->prompt_tokens) engine.step();  // the prefill and the first token
         auto t1 = Clock::now();
         const SpineStreamStats sp1 = spine_stats();
         auto io1 = s->stats();
         const cuda::Stats g1 = on_cuda ? cuda::stats() : cuda::Stats{};
         auto c1 = s->cache().total_stats();
         // decode
-        int64_t pos = a->prompt_tokens;
-        for (int64_t step = 0; step < a->tokens; ++step) {
-            b.clear();
-            const int32_t next = a->greedy ? argmax(std::span<const float>(logits.data(), size_t(info.vocab_size)))
-                                           : int32_t(rng() % uint64_t(info.vocab_size));
-            b.add(next, pos++, 0, true);
-            model->forward(b, seqs, logits);
-        }
+        const int64_t gen0 = engine.stats().generated_tokens;
+        engine.run_until_idle();
+        SLUICE_CHECK(engine.stats().generated_tokens - gen0 == a->tokens, "bench: the engine decoded ",
+                     engine.stats().generated_tokens - gen0, " tokens, not ", a->tokens);
         auto t2 = Clock::now();
         const SpineStreamStats sp2 = spine_stats();
         auto io2 = s->stats();
