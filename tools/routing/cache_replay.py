@@ -39,8 +39,9 @@ def _next_uses(acc: list) -> list:
     return nxt
 
 
-def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536) -> tuple:
-    """(hits, misses) of the fetches in acc (keys layer * n_experts + expert) with a cache of n_slots experts."""
+def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536, hit_flags: list | None = None) -> tuple:
+    """(hits, misses) of the fetches in acc (keys layer * n_experts + expert) with a cache of n_slots experts;
+    hit_flags, if given, gets one list per record: whether each of its experts hit."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy}")
     resident = {}  # key -> policy state: last touch (lru), next use (belady)
@@ -113,6 +114,8 @@ def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536) -> tupl
     for i, keys in enumerate(acc):
         pinned = set()
         missed = []
+        if hit_flags is not None:
+            hit_flags.append([k in resident for k in keys])
         for j, k in enumerate(keys):
             if k in resident:
                 hits += 1
