@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`sluice generate --trace-experts` end to end with the Python reader (tools/routing): a traced streaming run gives
-one record per MoE layer and pass whose hits the offline replay reproduces; a resident run refuses to trace; a
+one record per MoE layer and pass whose hits the offline replay reproduces, expert by expert, under every policy; a resident run refuses to trace; a
 truncated trace and a trace for another model are clear errors from the reader and from analyze_trace.py (which
 fails on them before it needs numpy). Standard library only.
 
@@ -72,10 +72,12 @@ def main():
                 check(False, f"{policy}: traced generate runs ({r.stderr.strip()[-200:]})")
                 continue
             pt = tf.read_trace(pt)
-            hits = sum(1 for rec in pt.records for _, f in rec.distinct if f & tf.HIT)
-            got = cache_replay.replay(cache_replay.accesses_of(pt), pt.cache_slots, policy, pt.n_experts)[0]
-            check(pt.policy == policy and got == hits and hits > 0,
-                  f"{policy}: replay at {pt.cache_slots} slots gives the engine's {hits} hits (replay {got})")
+            engine = [[bool(f & tf.HIT) for _, f in rec.distinct] for rec in pt.records]
+            flags = []
+            got = cache_replay.replay(cache_replay.accesses_of(pt), pt.cache_slots, policy, pt.n_experts, flags)[0]
+            hits = sum(map(sum, engine))
+            check(pt.policy == policy and flags == engine and hits > 0,
+                  f"{policy}: replay at {pt.cache_slots} slots hits where the engine's {hits} hits are (replay {got})")
 
         r = run(sluice, "generate", "-m", model, "-t", 1, "--ids", "1,2", "-n", 2, "--trace-experts",
                 os.path.join(tmp, "resident.trace"))
