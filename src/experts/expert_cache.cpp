@@ -159,10 +159,11 @@ protected:
 
 
 // next-use whose chance that the next visit of an expert's layer chooses it comes from that layer's transitions
-// (expert_cache.h). Counts: follows_[f] = visits that chose f and were followed by another visit of its layer,
-// after_[layer][f][e] = of those, the ones whose next visit chose e (dense per layer, grown to the largest expert id
-// seen). Mirrored by tools/routing/cache_replay.py, sums in the same order (ascending expert id), so that the replay
-// and the engine pick the same victims.
+// (expert_cache.h). Counts: follows[f] = visits that chose f and were followed by another visit of its layer,
+// after[f][e] = of those, the ones whose next visit chose e (dense per layer, grown to the largest expert id seen).
+// For a victim search over many slots the sums over the latest visit are kept per layer (sum_after[e], sum_inverse)
+// and redone only when the latest visit or the counts change: each term is added in ascending f, the order
+// tools/routing/cache_replay.py sums in, so that the replay and the engine pick the same victims to the bit.
 class MarkovPolicy : public NextUsePolicy {
 public:
     using NextUsePolicy::NextUsePolicy;
@@ -174,6 +175,9 @@ private:
         std::vector<int32_t> before, latest;  // experts chosen by the previous and the latest visit, ascending
         size_t dim = 0;                       // after is dim x dim
         std::vector<uint32_t> after, follows;
+        bool stale = true;                    // sum_after / sum_inverse need redoing
+        std::vector<double> sum_after;        // [dim]: sum over f in latest of after[f][e] / (follows[f] + prior)
+        double sum_inverse = 0;               // sum over f in latest of 1 / (follows[f] + prior)
     };
     void new_visit(int32_t layer) override {
         auto it = layers_state_.find(layer);
@@ -188,6 +192,7 @@ private:
         }
         l.before = std::move(l.latest);
         l.latest.clear();
+        l.stale = true;
     }
     void noted(ExpertKey k) override {
         Layer& l = layers_state_[k.layer];
@@ -195,6 +200,7 @@ private:
         if (at != l.latest.end() && *at == k.expert) return;
         l.latest.insert(at, k.expert);
         if (size_t(k.expert) >= l.dim) grow(l, size_t(k.expert) + 1);
+        l.stale = true;
     }
     static void grow(Layer& l, size_t dim) {
         dim = std::max(dim, 2 * l.dim);
@@ -205,19 +211,26 @@ private:
         l.follows.resize(dim, 0);
         l.dim = dim;
     }
+    static void refresh(Layer& l) {
+        l.sum_after.assign(l.dim, 0.0);
+        l.sum_inverse = 0;
+        for (int32_t f : l.latest) {
+            const double m = double(l.follows[size_t(f)]) + k_prior;
+            const uint32_t* row = l.after.data() + size_t(f) * l.dim;
+            for (size_t e = 0; e < l.dim; ++e) l.sum_after[e] += double(row[e]) / m;
+            l.sum_inverse += 1.0 / m;
+        }
+        l.stale = false;
+    }
     double expected_from(ExpertKey k, double d, double n, double p) override {
         auto it = layers_state_.find(k.layer);
         double q = p;
         if (it != layers_state_.end() && !it->second.latest.empty()) {
-            const Layer& l = it->second;
-            double a = 0, b = 0;
-            for (int32_t f : l.latest) {
-                const double m = double(l.follows[size_t(f)]) + k_prior;
-                const size_t e = size_t(k.expert);
-                a += double(e < l.dim ? l.after[size_t(f) * l.dim + e] : 0) / m;
-                b += 1.0 / m;
-            }
-            q = (a + k_prior * p * b) / double(l.latest.size());
+            Layer& l = it->second;
+            if (l.stale) refresh(l);
+            const size_t e = size_t(k.expert);
+            const double a = e < l.dim ? l.sum_after[e] : 0.0;
+            q = (a + k_prior * p * l.sum_inverse) / double(l.latest.size());
         }
         return d + (1.0 - q) * n / p;
     }
