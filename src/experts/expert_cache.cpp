@@ -118,8 +118,8 @@ protected:
         return expected_from(k, double(d), double(n), p);
     }
     virtual double expected_from(ExpertKey, double d, double n, double p) { return d + n * (1.0 - p) / p; }
-    virtual void new_visit(int32_t layer) {}  // note() starts a visit of `layer` (before counting its first use)
-    virtual void noted(ExpertKey k) {}        // note() counted k's use in the current visit of its layer
+    virtual void new_visit(int32_t /*layer*/) {}  // note() starts a visit of `layer` (before counting its first use)
+    virtual void noted(ExpertKey /*k*/) {}        // note() counted k's use in the current visit of its layer
     void touch(size_t s) {
         last_[s] = ++clock_;
         note(key_[s]);
@@ -157,10 +157,10 @@ protected:
     uint64_t clock_ = 0;
 };
 
-
 // next-use whose chance that the next visit of an expert's layer chooses it comes from that layer's transitions
 // (expert_cache.h). Counts: follows[f] = visits that chose f and were followed by another visit of its layer,
-// after[f][e] = of those, the ones whose next visit chose e (dense per layer, grown to the largest expert id seen).
+// after[f][e] = of those, the ones whose next visit chose e (dense per layer, 16-bit, grown to the largest expert id
+// seen rounded up to 64; when follows[f] reaches 65535, f's counts are halved, which also ages them).
 // For a victim search over many slots the sums over the latest visit are kept per layer (sum_after[e], sum_inverse)
 // and redone only when the latest visit or the counts change: each term is added in ascending f, the order
 // tools/routing/cache_replay.py sums in, so that the replay and the engine pick the same victims to the bit.
@@ -174,7 +174,7 @@ private:
     struct Layer {
         std::vector<int32_t> before, latest;  // experts chosen by the previous and the latest visit, ascending
         size_t dim = 0;                       // after is dim x dim
-        std::vector<uint32_t> after, follows;
+        std::vector<uint16_t> after, follows;
         bool stale = true;                    // sum_after / sum_inverse need redoing
         std::vector<double> sum_after;        // [dim]: sum over f in latest of after[f][e] / (follows[f] + prior)
         double sum_inverse = 0;               // sum over f in latest of 1 / (follows[f] + prior)
@@ -188,7 +188,12 @@ private:
         Layer& l = it->second;
         for (int32_t f : l.before) {
             ++l.follows[size_t(f)];
-            for (int32_t e : l.latest) ++l.after[size_t(f) * l.dim + size_t(e)];
+            uint16_t* row = l.after.data() + size_t(f) * l.dim;
+            for (int32_t e : l.latest) ++row[e];  // after[f][e] <= follows[f]: no overflow
+            if (l.follows[size_t(f)] == 65535) {
+                l.follows[size_t(f)] /= 2;
+                for (size_t e = 0; e < l.dim; ++e) row[e] /= 2;
+            }
         }
         l.before = std::move(l.latest);
         l.latest.clear();
@@ -203,8 +208,8 @@ private:
         l.stale = true;
     }
     static void grow(Layer& l, size_t dim) {
-        dim = std::max(dim, 2 * l.dim);
-        std::vector<uint32_t> after(dim * dim, 0);
+        dim = (dim + 63) / 64 * 64;
+        std::vector<uint16_t> after(dim * dim, 0);
         for (size_t f = 0; f < l.dim; ++f)
             std::copy_n(l.after.begin() + ptrdiff_t(f * l.dim), l.dim, after.begin() + ptrdiff_t(f * dim));
         l.after = std::move(after);
@@ -216,7 +221,7 @@ private:
         l.sum_inverse = 0;
         for (int32_t f : l.latest) {
             const double m = double(l.follows[size_t(f)]) + k_prior;
-            const uint32_t* row = l.after.data() + size_t(f) * l.dim;
+            const uint16_t* row = l.after.data() + size_t(f) * l.dim;
             for (size_t e = 0; e < l.dim; ++e) l.sum_after[e] += double(row[e]) / m;
             l.sum_inverse += 1.0 / m;
         }

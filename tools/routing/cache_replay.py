@@ -11,7 +11,8 @@ visits, d + L (1 - p) / p, and do not cache a newcomer whose own is farther than
 next use is farthest away). markov is next-use whose chance q that the next visit of the expert's layer chooses it
 comes from that layer's transitions, counted online: q = mean over the experts f of the layer's latest visit of
 (N[f][e] + prior p) / (M[f] + prior), M[f] the visits that chose f and were followed by another, N[f][e] those whose
-next visit chose e; it evicts the largest d + (1 - q) L / p (d and p as next-use) and admits as next-use does.
+next visit chose e (f's counts halved when M[f] reaches 65535, as the engine's 16-bit counts are); it evicts the
+largest d + (1 - q) L / p (d and p as next-use) and admits as next-use does.
 """
 from __future__ import annotations
 
@@ -98,6 +99,11 @@ def replay(acc: list, n_slots: int, policy: str, n_experts: int = 65536, hit_fla
                     follows[f] = follows.get(f, 0) + 1
                     for e in latest[layer]:
                         chosen_after[(f, e)] = chosen_after.get((f, e), 0) + 1
+                    if follows[f] == 65535:  # the engine's 16-bit counts: halved (and so aged) when full
+                        follows[f] //= 2
+                        for e in range(layer * n_experts, (layer + 1) * n_experts):
+                            if (f, e) in chosen_after:
+                                chosen_after[(f, e)] //= 2
                 before[layer] = latest[layer]
             if markov:
                 latest[layer] = set()
