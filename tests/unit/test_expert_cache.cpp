@@ -215,3 +215,29 @@ TEST(ExpertCache, MarkovBeatsNextUseOnAPredictableRotation) {
     EXPECT_EQ(run(make_next_use_policy(8)), 0u);
     EXPECT_EQ(run(make_markov_policy(8)), 444u);
 }
+
+TEST(ExpertCache, MarkovCountsStayRightPastTheir16Bits) {
+    // 70,000 tokens: layer 1 alternates {0} and {0, 1}, layer 2 rotates 0, 1, 2, layer 3 uses 0 and 1 or 2; 4 slots.
+    // Expert 0 of layer 1 follows itself 70,000 times, past 16-bit counts: its row is halved at 65,535 (a count that
+    // wrapped instead would make q of 1/1 about 32,768 / 2). The hits are cache_replay.py's for the same accesses.
+    ExpertCache c(4 * 4096, 4096, 4, make_markov_policy(4));
+    uint64_t hits = 0;
+    for (int token = 0; token < 70000; ++token) {
+        const std::vector<std::vector<int32_t>> use = {
+            token % 2 == 0 ? std::vector<int32_t>{0} : std::vector<int32_t>{0, 1}, {token % 3}, {0, 1 + token % 2}};
+        for (int32_t layer = 1; layer <= 3; ++layer) {
+            std::vector<ExpertKey> missed;
+            for (int32_t e : use[size_t(layer - 1)]) {
+                if (c.acquire({layer, e})) {
+                    ++hits;
+                } else {
+                    missed.push_back({layer, e});
+                }
+            }
+            for (const ExpertKey& k : missed) c.insert(k);
+            for (int32_t e : use[size_t(layer - 1)])
+                if (c.contains({layer, e})) c.unpin({layer, e});
+        }
+    }
+    EXPECT_EQ(hits, 209994u);
+}
