@@ -77,7 +77,7 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
                     "memory budget for everything (e.g. 48G; default 80% of available memory; 0: no budget, weights "
                     "served from the memory map); what does not fit streams from SSD");
     sub->add_flag("--stream", a.stream, "stream routed experts from SSD even without a budget");
-    sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu, next-use (docs/routing.md)")->capture_default_str();
+    sub->add_option("--cache-policy", a.cache_policy, "expert cache policy: lru, lfu, next-use, markov (docs/routing.md)")->capture_default_str();
     sub->add_option("--io", a.io_backend, "read backend: auto, uring, pread, buffered")->capture_default_str();
     sub->add_option("--qd", a.queue_depth, "reads in flight")->check(positive())->capture_default_str();
     sub->add_option("--ctx", a.ctx,

@@ -101,7 +101,7 @@ public:
         return best;
     }
 
-private:
+protected:
     static constexpr double k_weight = 0.1;
     struct Use {
         double average = 0;  // moving-average count of the visits that chose the expert, as of visit `visit`
@@ -115,8 +115,11 @@ private:
         const int64_t n = std::max<int64_t>(1, int64_t(layers_.size()));
         int64_t d = ((position(k.layer) - position(current_layer_)) % n + n) % n;
         if (d == 0) d = n;  // the layer being run: its unpinned experts wait a whole cycle
-        return double(d) + double(n) * (1.0 - p) / p;
+        return expected_from(k, double(d), double(n), p);
     }
+    virtual double expected_from(ExpertKey, double d, double n, double p) { return d + n * (1.0 - p) / p; }
+    virtual void new_visit(int32_t /*layer*/) {}  // note() starts a visit of `layer` (before counting its first use)
+    virtual void noted(ExpertKey /*k*/) {}        // note() counted k's use in the current visit of its layer
     void touch(size_t s) {
         last_[s] = ++clock_;
         note(key_[s]);
@@ -124,6 +127,7 @@ private:
     void note(ExpertKey k) {
         if (k.layer != current_layer_ || visit_.empty()) {  // a new visit to k's layer
             current_layer_ = k.layer;
+            new_visit(k.layer);
             if (std::find(layers_.begin(), layers_.end(), k.layer) == layers_.end()) {
                 layers_.insert(std::upper_bound(layers_.begin(), layers_.end(), k.layer), k.layer);
             }
@@ -135,6 +139,7 @@ private:
             u.average = u.average * std::pow(1.0 - k_weight, double(v - u.visit)) + 1.0;
             u.visit = v;
         }
+        noted(k);
     }
     uint64_t visits(int32_t layer) const {
         auto it = visit_.find(layer);
@@ -152,16 +157,103 @@ private:
     uint64_t clock_ = 0;
 };
 
+// next-use whose chance that the next visit of an expert's layer chooses it comes from that layer's transitions
+// (expert_cache.h). Counts: follows[f] = visits that chose f and were followed by another visit of its layer,
+// after[f][e] = of those, the ones whose next visit chose e (dense per layer, 16-bit, grown to the largest expert id
+// seen rounded up to 64; when follows[f] reaches 65535, f's counts are halved, which also ages them).
+// For a victim search over many slots the sums over the latest visit are kept per layer (sum_after[e], sum_inverse)
+// and redone only when the latest visit or the counts change: each term is added in ascending f, the order
+// tools/routing/cache_replay.py sums in, so that the replay and the engine pick the same victims to the bit.
+class MarkovPolicy : public NextUsePolicy {
+public:
+    using NextUsePolicy::NextUsePolicy;
+    std::string name() const override { return "markov"; }
+
+private:
+    static constexpr double k_prior = 2.0;  // pseudo-visits that pull q towards next-use's p while counts are few
+    struct Layer {
+        std::vector<int32_t> before, latest;  // experts chosen by the previous and the latest visit, ascending
+        size_t dim = 0;                       // after is dim x dim
+        std::vector<uint16_t> after, follows;
+        bool stale = true;                    // sum_after / sum_inverse need redoing
+        std::vector<double> sum_after;        // [dim]: sum over f in latest of after[f][e] / (follows[f] + prior)
+        double sum_inverse = 0;               // sum over f in latest of 1 / (follows[f] + prior)
+    };
+    void new_visit(int32_t layer) override {
+        auto it = layers_state_.find(layer);
+        if (it == layers_state_.end()) {
+            layers_state_[layer];
+            return;
+        }
+        Layer& l = it->second;
+        for (int32_t f : l.before) {
+            ++l.follows[size_t(f)];
+            uint16_t* row = l.after.data() + size_t(f) * l.dim;
+            for (int32_t e : l.latest) ++row[e];  // after[f][e] <= follows[f]: no overflow
+            if (l.follows[size_t(f)] == 65535) {
+                l.follows[size_t(f)] /= 2;
+                for (size_t e = 0; e < l.dim; ++e) row[e] /= 2;
+            }
+        }
+        l.before = std::move(l.latest);
+        l.latest.clear();
+        l.stale = true;
+    }
+    void noted(ExpertKey k) override {
+        Layer& l = layers_state_[k.layer];
+        auto at = std::lower_bound(l.latest.begin(), l.latest.end(), k.expert);
+        if (at != l.latest.end() && *at == k.expert) return;
+        l.latest.insert(at, k.expert);
+        if (size_t(k.expert) >= l.dim) grow(l, size_t(k.expert) + 1);
+        l.stale = true;
+    }
+    static void grow(Layer& l, size_t dim) {
+        dim = (dim + 63) / 64 * 64;
+        std::vector<uint16_t> after(dim * dim, 0);
+        for (size_t f = 0; f < l.dim; ++f)
+            std::copy_n(l.after.begin() + ptrdiff_t(f * l.dim), l.dim, after.begin() + ptrdiff_t(f * dim));
+        l.after = std::move(after);
+        l.follows.resize(dim, 0);
+        l.dim = dim;
+    }
+    static void refresh(Layer& l) {
+        l.sum_after.assign(l.dim, 0.0);
+        l.sum_inverse = 0;
+        for (int32_t f : l.latest) {
+            const double m = double(l.follows[size_t(f)]) + k_prior;
+            const uint16_t* row = l.after.data() + size_t(f) * l.dim;
+            for (size_t e = 0; e < l.dim; ++e) l.sum_after[e] += double(row[e]) / m;
+            l.sum_inverse += 1.0 / m;
+        }
+        l.stale = false;
+    }
+    double expected_from(ExpertKey k, double d, double n, double p) override {
+        auto it = layers_state_.find(k.layer);
+        double q = p;
+        if (it != layers_state_.end() && !it->second.latest.empty()) {
+            Layer& l = it->second;
+            if (l.stale) refresh(l);
+            const size_t e = size_t(k.expert);
+            const double a = e < l.dim ? l.sum_after[e] : 0.0;
+            q = (a + k_prior * p * l.sum_inverse) / double(l.latest.size());
+        }
+        return d + (1.0 - q) * n / p;
+    }
+    std::unordered_map<int32_t, Layer> layers_state_;
+};
+
 }  // namespace
 
 std::unique_ptr<CachePolicy> make_next_use_policy(size_t n) { return std::make_unique<NextUsePolicy>(n); }
+std::unique_ptr<CachePolicy> make_markov_policy(size_t n) { return std::make_unique<MarkovPolicy>(n); }
 std::unique_ptr<CachePolicy> make_lru_policy(size_t n) { return std::make_unique<LruPolicy>(n); }
 std::unique_ptr<CachePolicy> make_lfu_policy(size_t n) { return std::make_unique<LfuPolicy>(n); }
 std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n) {
     if (name == "lru") return make_lru_policy(n);
     if (name == "lfu") return make_lfu_policy(n);
     if (name == "next-use") return make_next_use_policy(n);
-    fail("unknown expert cache policy '", name, "' (lru, lfu, next-use)");
+    if (name == "markov") return make_markov_policy(n);
+    fail("unknown expert cache policy '", name, "' (lru, lfu, next-use, markov)");
 }
 
 ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_layers,

@@ -48,7 +48,17 @@ std::unique_ptr<CachePolicy> make_lfu_policy(size_t n_slots);
 // token's working set (L * top_k experts). Admission: a newcomer whose own expected next use is farther than the
 // victim's is not cached (Belady's optimum declines such experts too); its use is still counted.
 std::unique_ptr<CachePolicy> make_next_use_policy(size_t n_slots);
-std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n_slots);  // "lru" | "lfu" | "next-use"
+// next-use, with the chance q that the next visit of an expert's layer chooses it predicted from the layer's latest
+// visit through transition counts (docs/routing.md): q = mean over the experts f the latest visit chose of
+// (N[f][e] + 2 p) / (M[f] + 2), where M[f] counts the visits that chose f and were followed by another visit of the
+// layer and N[f][e] those whose next visit chose e (counted online, once a visit is followed by one). Evicts the
+// largest d + (1 - q) L / p: a next-use estimate whose first visit is predicted from what the layer just chose (the
+// trained model's experts are chosen again by the next token about twice as often as on average). Admission as
+// next-use. Memory, outside the expert budget: one E x E table of 16-bit counts per MoE layer (E = the largest
+// expert id seen + 1, rounded up to 64): 8 KiB a layer for 24 experts, 1.5 MiB for 896 (Kimi K3: 141 MiB in all).
+std::unique_ptr<CachePolicy> make_markov_policy(size_t n_slots);
+// "lru" | "lfu" | "next-use" | "markov"
+std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n_slots);
 
 struct LayerCacheStats {
     uint64_t hits = 0, misses = 0, evictions = 0;

@@ -36,7 +36,7 @@ TEST_P(StreamingTest, BitIdenticalToResident) {
         io::Backend backend;
     } variants[] = {
         {0, "lru", io::Backend::Auto},    {3, "lru", io::Backend::Auto},   {3, "lfu", io::Backend::Pread},
-        {1000, "lru", io::Backend::Auto}, {2, "lfu", io::Backend::Buffered},
+        {1000, "lru", io::Backend::Auto}, {2, "lfu", io::Backend::Buffered}, {3, "markov", io::Backend::Auto},
     };
     for (const auto& v : variants) {
         LoadOptions opt{.n_threads = 2, .stream_experts = true};

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`sluice generate --trace-experts` end to end with the Python reader (tools/routing): a traced streaming run gives
-one record per MoE layer and pass whose hits the offline replay reproduces; a resident run refuses to trace; a
+one record per MoE layer and pass whose hits the offline replay reproduces, expert by expert, under every policy; a resident run refuses to trace; a
 truncated trace and a trace for another model are clear errors from the reader and from analyze_trace.py (which
 fails on them before it needs numpy). Standard library only.
 
@@ -62,6 +62,22 @@ def main():
         check(cache_replay.replay(acc, t.cache_slots, "lru", t.n_experts)[0] == engine_hits,
               f"replay at the engine's {t.cache_slots} slots gives its {engine_hits} hits")
         check(tf.check_model(t, model).startswith("layers"), "check_model accepts the model it was recorded on")
+        # every policy: the engine's hits (no look-ahead) equal the replay's, over a run long enough to evict
+        for policy in ("lru", "lfu", "next-use", "markov"):
+            pt = os.path.join(tmp, f"{policy}.trace")
+            r = run(sluice, "generate", "-m", model, "--memory", "67M", "--ctx", 64, "--no-prefetch", "-t", 1,
+                    "--ids", "1,2,3,4,5", "-n", 40, "--temp", 0.8, "--seed", 5, "--ignore-eos", "--cache-policy",
+                    policy, "--trace-experts", pt)
+            if r.returncode != 0:
+                check(False, f"{policy}: traced generate runs ({r.stderr.strip()[-200:]})")
+                continue
+            pt = tf.read_trace(pt)
+            engine = [[bool(f & tf.HIT) for _, f in rec.distinct] for rec in pt.records]
+            flags = []
+            got = cache_replay.replay(cache_replay.accesses_of(pt), pt.cache_slots, policy, pt.n_experts, flags)[0]
+            hits = sum(map(sum, engine))
+            check(pt.policy == policy and flags == engine and hits > 0,
+                  f"{policy}: replay at {pt.cache_slots} slots hits where the engine's {hits} hits are (replay {got})")
 
         r = run(sluice, "generate", "-m", model, "-t", 1, "--ids", "1,2", "-n", 2, "--trace-experts",
                 os.path.join(tmp, "resident.trace"))

@@ -205,7 +205,7 @@ TEST(ExpertTraceRun, RecordsEveryLayerOfEveryPassAsTheCacheSawIt) {
     }  // the trace is closed with the model
     {
         // the policy only changes what is read: every policy generates the same tokens
-        for (const char* policy : {"lfu", "next-use"}) {
+        for (const char* policy : {"lfu", "next-use", "markov"}) {
             LoadOptions po = opt;
             po.streaming.trace_path.clear();
             po.streaming.policy = policy;
