@@ -246,6 +246,14 @@ private:
 
 std::unique_ptr<CachePolicy> make_next_use_policy(size_t n) { return std::make_unique<NextUsePolicy>(n); }
 std::unique_ptr<CachePolicy> make_markov_policy(size_t n) { return std::make_unique<MarkovPolicy>(n); }
+
+uint64_t cache_policy_bytes(const std::string& name, int64_t moe_layers, int64_t experts) {
+    if (name != "markov" || moe_layers <= 0 || experts <= 0) return 0;
+    const uint64_t dim = (uint64_t(experts) + 63) / 64 * 64;
+    // after (16-bit dim x dim), follows (16-bit), sum_after (double), the visits' expert lists (32-bit, at most dim
+    // each, two of them), and a node of the layer map
+    return uint64_t(moe_layers) * (dim * dim * 2 + dim * 2 + dim * 8 + 2 * dim * 4 + 256);
+}
 std::unique_ptr<CachePolicy> make_lru_policy(size_t n) { return std::make_unique<LruPolicy>(n); }
 std::unique_ptr<CachePolicy> make_lfu_policy(size_t n) { return std::make_unique<LfuPolicy>(n); }
 std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n) {

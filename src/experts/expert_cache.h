@@ -54,11 +54,15 @@ std::unique_ptr<CachePolicy> make_next_use_policy(size_t n_slots);
 // layer and N[f][e] those whose next visit chose e (counted online, once a visit is followed by one). Evicts the
 // largest d + (1 - q) L / p: a next-use estimate whose first visit is predicted from what the layer just chose (the
 // trained model's experts are chosen again by the next token about twice as often as on average). Admission as
-// next-use. Memory, outside the expert budget: one E x E table of 16-bit counts per MoE layer (E = the largest
-// expert id seen + 1, rounded up to 64): 8 KiB a layer for 24 experts, 1.5 MiB for 896 (Kimi K3: 141 MiB in all).
+// next-use. Memory: one E x E table of 16-bit counts per MoE layer (E = the largest expert id seen + 1, rounded up to
+// 64): 8 KiB a layer for 24 experts, 1.5 MiB for 896 (Kimi K3: 141 MiB in all), reserved in the memory plan by
+// cache_policy_bytes.
 std::unique_ptr<CachePolicy> make_markov_policy(size_t n_slots);
 // "lru" | "lfu" | "next-use" | "markov"
 std::unique_ptr<CachePolicy> make_cache_policy(const std::string& name, size_t n_slots);
+// The most memory a policy's own bookkeeping can take for `moe_layers` layers of `experts` experts (0 for those
+// whose state is per slot): the memory plan reserves it beside the cache.
+uint64_t cache_policy_bytes(const std::string& name, int64_t moe_layers, int64_t experts);
 
 struct LayerCacheStats {
     uint64_t hits = 0, misses = 0, evictions = 0;

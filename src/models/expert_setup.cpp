@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "experts/expert_cache.h"
 #include "experts/packed_store.h"
 #include "experts/usage_stats.h"
 
@@ -21,7 +22,11 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
     StreamingOptions so = opt.streaming;
     if (opt.memory_budget_bytes > 0) {
         // activations of a prefill chunk and scratch: a fixed reserve on top of the per-sequence state
-        const uint64_t state = state_bytes + opt.prefix_cache_bytes + (uint64_t(64) << 20);
+        int64_t moe_layers = 0, n_experts = 0;
+        for (const auto& bank : experts)
+            if (!bank.empty()) ++moe_layers, n_experts = std::max<int64_t>(n_experts, int64_t(bank.size()));
+        const uint64_t state = state_bytes + opt.prefix_cache_bytes + (uint64_t(64) << 20) +
+                               cache_policy_bytes(so.policy, moe_layers, n_experts);
         const uint64_t staging =
             s.expert_bytes ? uint64_t(std::max<int64_t>(1, so.staging_experts)) * (s.expert_bytes + 6 * 8192) : 0;
         auto spine = std::make_unique<SpineStreamer>(ck, std::move(spine_layers));

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "experts/expert_cache.h"
 #include "core/npy.h"
 #include "experts/residency.h"
 #include "models/model.h"
@@ -125,6 +126,23 @@ TEST_P(TrainedModel, MatchesTransformersWithExpertsStreamed) {
     EXPECT_LT(streamed->residency()->expert_cache_bytes, info.routed_expert_bytes_total);
     expect_matches(*streamed, r, "streamed");
     EXPECT_GT(streamed->streaming()->stats().experts_read, 0u);
+}
+
+// A cache policy with bookkeeping of its own (markov's transition counts) has it reserved in the memory plan: the
+// expert cache gets exactly that much less than under LRU, so the whole stays inside --memory.
+TEST_P(TrainedModel, CachePolicyMemoryIsInThePlan) {
+    Reference r = load_reference(GetParam());
+    LoadOptions lo{.n_threads = 2};
+    lo.max_context_tokens = 256;
+    lo.memory_budget_bytes = uint64_t(90) << 20;  // a streamed spine and an expert cache of part of the experts
+    lo.streaming.policy = "lru";
+    auto lru = load_model(r.dir, lo);
+    lo.streaming.policy = "markov";
+    auto markov = load_model(r.dir, lo);
+    const ModelInfo& info = lru->info();
+    const uint64_t table = cache_policy_bytes("markov", info.n_moe_layers, info.n_routed_experts);
+    EXPECT_GT(table, 0u);
+    EXPECT_EQ(lru->residency()->expert_cache_bytes - markov->residency()->expert_cache_bytes, table);
 }
 
 // `sluice demo` runs the trained model by default, experts streamed under its default budget: with temperature 0

@@ -241,3 +241,12 @@ TEST(ExpertCache, MarkovCountsStayRightPastTheir16Bits) {
     }
     EXPECT_EQ(hits, 209994u);
 }
+
+// The markov policy's table for Kimi K3 (92 MoE layers of 896 experts) is what its header says: about 141 MiB.
+TEST(CachePolicyBytes, MarkovTableAndNoneForTheOthers) {
+    const uint64_t k3 = cache_policy_bytes("markov", 92, 896);
+    EXPECT_GT(k3, uint64_t(140) << 20);
+    EXPECT_LT(k3, uint64_t(150) << 20);
+    for (const char* p : {"lru", "lfu", "next-use"}) EXPECT_EQ(cache_policy_bytes(p, 92, 896), 0u) << p;
+}
+
