@@ -263,11 +263,12 @@ TEST(Cli, GenerateSessionContinuesExactly) {
             const auto next = last_json(out);
             EXPECT_EQ(next["ids"], fresh["ids"]) << fixture << " damaged " << damaged;
             EXPECT_EQ(next["n_prompt"].get<int>(), int(whole.size()));
-            if (damaged)
+            if (damaged) {
                 EXPECT_EQ(next["n_cached"], 0) << out;
-            else
+                EXPECT_NE(out.find("warning: session"), std::string::npos) << out;
+            } else {
                 EXPECT_EQ(next["n_cached"].get<int>(), int(all.size()) - 1) << fixture;  // all but the last id fed
-            if (damaged) EXPECT_NE(out.find("warning: session"), std::string::npos) << out;
+            }
         }
     }
 }
