@@ -215,8 +215,9 @@ StateFileInfo peek_state(const std::string& path, const StateFileModel& model) {
 
 namespace {
 
-// The whole file in one buffer that nothing zeroes first, read with as few read calls as the kernel allows (a
-// stream read it a few KiB at a time through istreambuf_iterator: 10 ms for a 3 MB state, the SSD tier's whole cost).
+// The whole file in one buffer that nothing zeroes first, in as few pread calls as the kernel allows. (Through an
+// ifstream's istreambuf_iterator a 3 MB state took 10 ms, all of the SSD tier's cost in a restarted chat turn; this
+// and the copies into pages take about 3 ms.)
 struct FileBytes {
     std::unique_ptr<char[]> data;
     size_t size = 0;
