@@ -25,6 +25,14 @@ float* PagedRows::write_row(int64_t t) {
     return pages_[p].get() + (t % k_page_rows) * width_;
 }
 
+float* PagedRows::write_rows(int64_t t, int64_t count) {
+    SLUICE_ASSERT(count >= 1 && t % k_page_rows + count <= k_page_rows, "PagedRows: write of rows ", t, "..",
+                  t + count, " across a page");
+    float* p = write_row(t);
+    rows_ = std::max(rows_, t + count);
+    return p;
+}
+
 void PagedRows::truncate(int64_t n) {
     rows_ = std::min(rows_, std::max<int64_t>(n, 0));
     const size_t keep = size_t((rows_ + k_page_rows - 1) / k_page_rows);

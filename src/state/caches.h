@@ -23,6 +23,8 @@ public:
     int64_t rows() const { return rows_; }
     // Row t (t <= rows()) to write; rows() becomes at least t + 1.
     float* write_row(int64_t t);
+    // Rows [t, t + count) to write, contiguous: all in t's page (t <= rows()); rows() becomes at least t + count.
+    float* write_rows(int64_t t, int64_t count);
     const float* row(int64_t t) const { return pages_[size_t(t / k_page_rows)].get() + (t % k_page_rows) * width_; }
     void truncate(int64_t n);  // keeps rows < n
     ops::RowView view() const { return {ptrs_.data(), nullptr, k_page_shift, width_}; }

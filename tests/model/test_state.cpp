@@ -146,6 +146,57 @@ TEST_P(StateTest, SaveLoadRoundTrip) {
     }
 }
 
+// A state longer than one page of rows (the loader copies a page of rows at a time): every row of every layer,
+// the KDA state, snapshot and journal come back bit for bit, and the next token's logits equal the original's.
+TEST_P(StateTest, SaveLoadAcrossPages) {
+    const auto fm = model->info().state_file_model();
+    const int64_t n = PagedRows::k_page_rows + 36, snap = n - 5;  // a full page and a partial one; within 128 positions
+    std::vector<int32_t> long_ids;
+    for (int64_t i = 0; i < n + 1; ++i)
+        long_ids.push_back(int32_t((ids[size_t(i) % ids.size()] * 5 + 7 * i + 1) % model->info().vocab_size));
+    auto seq = model->new_sequence();
+    run(*model, *seq, std::span(long_ids).first(size_t(snap)));
+    seq->snapshot();
+    run(*model, *seq, std::span(long_ids).subspan(size_t(snap), size_t(n - snap)));
+    const std::string path = scratch(fixture_name({GetParam(), 0}) + ".pages.state");
+    save_state(*seq, fm, path);
+    auto loaded = model->new_sequence();
+    load_state(path, fm, *loaded);
+    fs::remove(path);
+    ASSERT_EQ(loaded->n_past(), n);
+    EXPECT_EQ(loaded->snapshot_position(), seq->snapshot_position());
+    const auto same_rows = [&](const PagedRows& a, const PagedRows& b) {
+        if (a.rows() != b.rows() || a.width() != b.width()) return false;
+        for (int64_t t = 0; t < a.rows(); ++t)
+            if (std::memcmp(a.row(t), b.row(t), size_t(a.width()) * sizeof(float)) != 0) return false;
+        return true;
+    };
+    const auto& layers = seq->layout().layers;
+    for (size_t l = 0; l < layers.size(); ++l) {
+        const auto i = int64_t(l);
+        switch (layers[l].kind) {
+            case StateLayout::Kind::latent:
+                EXPECT_TRUE(same_rows(loaded->latent(i).data, seq->latent(i).data)) << "layer " << l;
+                break;
+            case StateLayout::Kind::kv:
+                EXPECT_TRUE(same_rows(loaded->kv(i).k, seq->kv(i).k)) << "layer " << l;
+                EXPECT_TRUE(same_rows(loaded->kv(i).v, seq->kv(i).v)) << "layer " << l;
+                break;
+            case StateLayout::Kind::kda: {
+                const KdaState &a = loaded->kda(i), &b = seq->kda(i);
+                EXPECT_TRUE(a.conv == b.conv && a.state == b.state && a.snap_conv == b.snap_conv &&
+                            a.snap_state == b.snap_state && a.journal == b.journal)
+                    << "layer " << l;
+                break;
+            }
+            case StateLayout::Kind::none:
+                break;
+        }
+    }
+    const auto next = std::span(long_ids).subspan(size_t(n), 1);
+    EXPECT_TRUE(same_bits(run(*model, *loaded, next), run(*model, *seq, next)));
+}
+
 // Pages: copies share them until one side writes (copy-on-write); truncate drops whole pages past the end.
 TEST(PagedRows, CopyOnWriteAndTruncate) {
     const int64_t W = 3, P = PagedRows::k_page_rows;
@@ -169,6 +220,16 @@ TEST(PagedRows, CopyOnWriteAndTruncate) {
     EXPECT_EQ(a.size_bytes(), uint64_t(P * W) * sizeof(float));
     a.truncate(0);
     EXPECT_EQ(a.size_bytes(), 0u);
+    // write_rows: rows of one page at once (how a state file is loaded)
+    PagedRows c;
+    c.init(W);
+    float* first = c.write_rows(0, P);
+    EXPECT_EQ(c.rows(), P);
+    EXPECT_EQ(first + (P - 1) * W, c.row(P - 1));
+    float* second = c.write_rows(P, 2);
+    EXPECT_EQ(second, c.row(P));
+    EXPECT_EQ(c.rows(), P + 2);
+    EXPECT_EQ(c.size_bytes(), uint64_t(2 * P * W) * sizeof(float));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, StateTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
