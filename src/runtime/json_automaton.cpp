@@ -201,10 +201,28 @@ bool Automaton::step_inner(State& s, uint8_t b) const {
                         return true;
                     }
                     if (b < 0x20) return false;
-                    if ((b & 0xC0) == 0x80) return true;  // a UTF-8 continuation byte
                     if (f.hi >= n.max_length) return false;
+                    if (b >= 0x80) {  // a character of 2 to 4 bytes: its continuation bytes follow (f.off 8 + count)
+                        const uint8_t need = b >= 0xC2 && b <= 0xDF ? 1 : b >= 0xE0 && b <= 0xEF ? 2
+                                             : b >= 0xF0 && b <= 0xF4 ? 3 : 0;
+                        if (need == 0) return false;  // a continuation byte without its lead, or no UTF-8 byte
+                        // the second byte's narrower range after E0 (overlong), ED (surrogates), F0, F4 (> U+10FFFF)
+                        f.lo = b == 0xE0 ? 1 : b == 0xED ? 2 : b == 0xF0 ? 3 : b == 0xF4 ? 4 : 0;
+                        f.off = 8u + need;
+                        ++f.hi;
+                        return true;
+                    }
                     ++f.hi;
                     if (b == '\\') f.off = 1;
+                    return true;
+                }
+                if (f.off >= 8) {  // inside a multi-byte character: only its continuation bytes, in UTF-8's ranges
+                    if ((b & 0xC0) != 0x80) return false;
+                    if ((f.lo == 1 && b < 0xA0) || (f.lo == 2 && b > 0x9F) || (f.lo == 3 && b < 0x90) ||
+                        (f.lo == 4 && b > 0x8F))
+                        return false;
+                    f.lo = 0;
+                    f.off = f.off == 9 ? 0 : f.off - 1;
                     return true;
                 }
                 if (f.off == 1) {

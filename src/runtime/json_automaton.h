@@ -23,8 +23,10 @@ struct Frame {
     uint8_t phase = 0;
     uint8_t ws = 0;      // whitespace bytes in the current run
     int16_t prop = -1;   // object: the property whose value is read (-1: another key)
-    uint32_t lo = 0, hi = 0;  // literals / keys: the candidates that still match; string: \\u flag, characters
-    uint32_t off = 0;    // literals / keys: bytes matched; string: escape progress; array: items begun
+    uint32_t lo = 0, hi = 0;  // literals / keys: the candidates that still match; string: \\u flag or the range of a
+                              // UTF-8 character's second byte, characters begun
+    uint32_t off = 0;    // literals / keys: bytes matched; string: escape progress (1-5) or a UTF-8 character's
+                         // continuation bytes still to come (8 + n); array: items begun
     uint64_t seen = 0;   // object: the properties already written
 };
 

@@ -13,7 +13,26 @@ namespace sluice {
 
 namespace {
 
-bool plain(uint8_t b) { return b != '"' && b != '\\' && b >= 0x20; }
+// A UTF-8 decoder's states inside a JSON string: 0 between characters; 1, 2, 3: that many continuation bytes to
+// come; 4 (after E0), 5 (ED): two to come, the first in A0..BF / 80..9F; 6 (F0), 7 (F4): three, the first in
+// 90..BF / 80..8F. The state after byte b, or -1 where the string cannot hold b there (the schema automaton's rules).
+int utf8_next(int q, uint8_t b) {
+    if (q == 0) {
+        if (b == '"' || b == '\\' || b < 0x20) return -1;
+        if (b < 0x80) return 0;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b == 0xE0) return 4;
+        if (b == 0xED) return 5;
+        if (b >= 0xE1 && b <= 0xEF) return 2;
+        if (b == 0xF0) return 6;
+        if (b == 0xF4) return 7;
+        if (b >= 0xF1 && b <= 0xF3) return 3;
+        return -1;
+    }
+    if ((b & 0xC0) != 0x80) return -1;
+    if ((q == 4 && b < 0xA0) || (q == 5 && b > 0x9F) || (q == 6 && b < 0x90) || (q == 7 && b > 0x8F)) return -1;
+    return q == 1 ? 0 : q == 2 || q == 4 || q == 5 ? 1 : 2;
+}
 
 // Walk scratch: one state per trie depth, shared by every constraint of the (engine) thread.
 std::vector<schema::State>& scratch(size_t depth) {
@@ -67,11 +86,17 @@ TokenTrie::TokenTrie(const std::vector<std::string>& bytes) : vocab_size_(int64_
         ++nodes_[path[t.size()]].n_end;
         prev = &t;
     }
+    // ok[i] bit q: from decoder state q before node i's byte, every byte on every path below is one a string takes
+    // (children come after their parent in preorder, so a reverse sweep sees them first)
+    std::vector<uint8_t> ok(nodes_.size(), 0);
     for (size_t i = nodes_.size(); i-- > 0;) {
-        bool p = true;
-        for (uint32_t c = nodes_[i].first_child; c; c = nodes_[c].next_sibling)
-            p = p && plain(nodes_[c].byte) && nodes_[c].plain_below;
-        nodes_[i].plain_below = p;
+        uint8_t below = 0xFF;
+        for (uint32_t c = nodes_[i].first_child; c; c = nodes_[c].next_sibling) below &= ok[c];
+        nodes_[i].plain_below = below & 1;
+        for (int q = 0; q < 8; ++q) {
+            const int next = utf8_next(q, nodes_[i].byte);
+            if (next >= 0 && ((below >> next) & 1)) ok[i] |= uint8_t(1u << q);
+        }
     }
 }
 
@@ -84,6 +109,8 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const tok::Tokenizer&
             std::string b = tok.decode_bytes({id}, false);
             if (tok.is_special(id))
                 b = std::find(markers.begin(), markers.end(), b) != markers.end() ? std::string(1, '\0') + b : "";
+            else if (!markers.empty() && b.find('\0') != std::string::npos)
+                b.clear();  // an ordinary 0x00 byte would spell a marker's 0x00 (and no JSON value holds one)
             bytes[size_t(id)] = std::move(b);
         } catch (const Error&) {  // an id the vocabulary leaves out
         }

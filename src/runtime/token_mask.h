@@ -27,7 +27,7 @@ public:
     // From a tokenizer, for a model whose logits have vocab_size entries. Special tokens whose text is one of
     // `markers` stay in, as a 0x00 byte and their text: no JSON value contains that byte, so only a grammar literal
     // that starts with it (the tool-call syntaxes, api/tool_choice) can force such a token, and its spelling in
-    // ordinary tokens does not match.
+    // ordinary tokens does not match (with markers, ordinary tokens holding a 0x00 byte are left out).
     static std::shared_ptr<const TokenTrie> from_tokenizer(const tok::Tokenizer& tok, int64_t vocab_size,
                                                            const std::vector<std::string>& markers = {});
 
@@ -36,7 +36,7 @@ public:
         uint32_t lo = 0, hi = 0;                     // the tokens below (positions in sorted order)
         uint32_t n_end = 0;                          // of which the first n_end end here
         uint8_t byte = 0;                            // on the edge from the parent
-        bool plain_below = true;                     // every byte below is a plain string character
+        bool plain_below = true;  // every path below is string characters (no quote, backslash, control, invalid UTF-8)
     };
     const std::vector<Node>& nodes() const { return nodes_; }
     const std::vector<int32_t>& order() const { return order_; }  // sorted position -> token id

@@ -128,6 +128,25 @@ TEST(JsonAutomaton, StringLengthsCountCharacters) {
     EXPECT_EQ(error_path(R"({"type":"string","minLength":3,"maxLength":2})"), "minLength");
 }
 
+// Strings are valid UTF-8 (JSON text is), and a character of several bytes counts once toward maxLength: a
+// continuation byte without its lead, a lead without its continuation, overlong forms, surrogates and code points
+// past U+10FFFF are refused at their byte.
+TEST(JsonAutomaton, StringsAreValidUtf8) {
+    const Automaton a = from(R"({"type":"string","maxLength":2})");
+    EXPECT_EQ(run(a, "\"\xf0\x9f\x98\x80\xc3\xa9\""), 1);  // two characters, six bytes
+    EXPECT_EQ(run(a, "\"\x80\""), -1 - 1);
+    EXPECT_EQ(run(a, "\"a\x80\x80\x80\""), -1 - 2);  // continuation bytes do not make a long string short
+    EXPECT_EQ(run(a, "\"\xc3\""), -1 - 2);
+    EXPECT_EQ(run(a, "\"\xc0\xaf\""), -1 - 1);
+    EXPECT_EQ(run(a, "\"\xe0\x80\x80\""), -1 - 2);
+    EXPECT_EQ(run(a, "\"\xed\xa0\x80\""), -1 - 2);
+    EXPECT_EQ(run(a, "\"\xf4\x90\x80\x80\""), -1 - 2);
+    EXPECT_EQ(run(a, "\"\xf5\x80\""), -1 - 1);
+    const Automaton any = from(R"({"type":"string"})");
+    EXPECT_EQ(run(any, "\"\xe2\x82\xac \xed\x9f\xbf \xf4\x8f\xbf\xbf\""), 1);
+    EXPECT_EQ(run(any, "\"\xe2\x82x\""), -1 - 3);
+}
+
 TEST(JsonAutomaton, AnyObjectAndRecursion) {
     const Automaton any = Automaton(any_object_grammar());
     EXPECT_EQ(run(any, R"({"a":[1,{"b":null,"c":[true,false,"x",-2.5E-3]}],"":{}})"), 1);
