@@ -82,6 +82,9 @@ TEST_P(ToolChoice, ForcesTheFamilysCallSyntax) {
             // the first marker only as its special token, never spelled out
             const std::vector<int32_t> spelled = tok->encode("<|", false);
             for (int32_t id : spelled) EXPECT_FALSE(std::isfinite(logits[size_t(id)]));
+            // nor as an ordinary 0x00 byte followed by its text (the trie spells a marker as 0x00 and its text)
+            for (int32_t id : tok->encode(std::string(1, '\0'), false))
+                EXPECT_FALSE(std::isfinite(logits[size_t(id)])) << "the 0x00 byte token " << id;
         }
         c->accept(ids[i]);
     }
