@@ -41,6 +41,39 @@ bool accepting_number(uint8_t phase) {
     return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits;
 }
 
+// Bounded integers (SchemaNode::has_min / has_max): the frame keeps the magnitude read so far in lo (low half) and
+// hi (high half), and in off bit 0 a minus sign, bit 1 a magnitude past 10^19 (beyond every bound). A prefix is
+// taken only while some integer that starts with it is within the bounds, so every accepted prefix can end well.
+uint64_t magnitude(const Frame& f) { return uint64_t(f.hi) << 32 | f.lo; }
+
+bool bounded(const SchemaNode& n) { return n.kind == Kind::integer && (n.has_min || n.has_max); }
+
+// Whether an integer with this prefix can lie within n's bounds: `digits` (any read yet), `more` (more may follow).
+bool int_feasible(const SchemaNode& n, const Frame& f, bool digits, bool more) {
+    using i128 = __int128;
+    const bool neg = f.off & 1, huge = f.off & 2;
+    const i128 lo = n.has_min ? i128(n.min_int) : -(i128(1) << 100), hi = n.has_max ? i128(n.max_int) : i128(1) << 100;
+    if (!digits) return lo <= std::min<i128>(0, hi);  // "-": any of 0, -1, -2, ...
+    if (huge) return neg ? !n.has_min : !n.has_max;
+    const i128 v = i128(magnitude(f));
+    i128 scale = 1;
+    for (int j = 0; j <= (more && v > 0 ? 19 : 0); ++j, scale *= 10) {  // the integers v, v0-v9, v00-v99, ...
+        const i128 a = v * scale, b = j == 0 ? v : v * scale + scale - 1;
+        const i128 x = neg ? -b : a, y = neg ? -a : b;
+        if (x <= hi && y >= lo) return true;
+    }
+    return more && v > 0 && (neg ? !n.has_min : !n.has_max);
+}
+
+// Appends digit d to a bounded integer's magnitude; false when no integer with the new prefix is within bounds.
+bool int_digit(const SchemaNode& n, Frame& f, uint8_t d) {
+    const __int128 v = __int128(magnitude(f)) * 10 + (d - '0');
+    if (v > __int128(10000000000000000000ull)) f.off |= 2;
+    const uint64_t m = f.off & 2 ? 0 : uint64_t(v);
+    f.lo = uint32_t(m), f.hi = uint32_t(m >> 32);
+    return int_feasible(n, f, true, !(m == 0 && !(f.off & 2)));
+}
+
 // A whitespace run may indent one line of pretty-printed JSON at this depth (two bytes a level), no more: weak
 // models otherwise spend their tokens on spaces.
 bool more_ws(Frame& f, int32_t depth) {
@@ -115,7 +148,14 @@ bool Automaton::begin_value(Frame& f, uint8_t b) const {
         case Kind::number:
         case Kind::integer:
             f.phase = b == '-' ? kMinus : b == '0' ? kZero : kInt;
-            return b == '-' || is_digit(b);
+            f.off = 0, f.lo = 0, f.hi = 0;
+            if (!(b == '-' || is_digit(b))) return false;
+            if (!bounded(n)) return true;
+            if (b == '-') {
+                f.off = 1;
+                return int_feasible(n, f, false, true);
+            }
+            return int_digit(n, f, b);
         case Kind::literals:
             f.phase = kLiteral;
             f.lo = 0, f.hi = uint32_t(n.literals.size()), f.off = 0;
@@ -243,12 +283,13 @@ bool Automaton::step_inner(State& s, uint8_t b) const {
             case kMinus:
                 if (!is_digit(b)) return false;
                 f.phase = b == '0' ? kZero : kInt;
-                return true;
+                return !bounded(n) || int_digit(n, f, b);
             case kZero:
             case kInt:
             case kFrac:
             case kExpDigits:
-                if (is_digit(b) && f.phase != kZero) return true;
+                if (is_digit(b) && f.phase != kZero) return !bounded(n) || int_digit(n, f, b);
+                if (bounded(n) && !int_feasible(n, f, true, false)) return false;  // ends out of bounds
                 if (n.kind == Kind::number && (f.phase == kZero || f.phase == kInt) && b == '.') {
                     f.phase = kDot;
                     return true;
@@ -364,7 +405,8 @@ bool Automaton::can_end(const State& s) const {
     if (s.depth != 1) return false;
     const Frame& f = s.frames[0];
     if (f.phase == kLiteral) return g_.nodes[size_t(f.node)].literals[f.lo].size() == f.off;
-    return accepting_number(f.phase);
+    const SchemaNode& n = g_.nodes[size_t(f.node)];
+    return accepting_number(f.phase) && (!bounded(n) || int_feasible(n, f, true, false));
 }
 
 bool Automaton::in_plain_string(const State& s) const {

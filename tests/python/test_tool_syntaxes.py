@@ -52,7 +52,7 @@ NOTE = {"type": "function", "function": {
 TIME = {"type": "function", "function": {
     "name": "get_time", "description": "The time in a zone",
     "parameters": {"type": "object", "required": ["zone"], "additionalProperties": False,
-                                       "properties": {"zone": {"type": "integer"}}}}}
+                                       "properties": {"zone": {"type": "integer", "minimum": -12, "maximum": 14}}}}}
 MESSAGES = [{"role": "user", "content": "Write a note about the sea."}]
 SLUICE = TMP = None
 
@@ -162,6 +162,7 @@ class ToolSyntaxTest(unittest.TestCase):
         else:
             self.assertEqual(call.function.name, "get_time")
             self.assertIsInstance(args["zone"], int)
+            self.assertTrue(-12 <= args["zone"] <= 14, args)
 
         content, calls, finish, arg_chunks, _ = accumulate(
             self.fam.create(tool_choice=tool_choice, extra_body=extra, stream=True))

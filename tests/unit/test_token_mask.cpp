@@ -30,7 +30,7 @@ const std::shared_ptr<const TokenTrie>& qwen3_trie() {
 }
 
 const char* k_schema = R"({"type":"object","additionalProperties":false,"required":["name","age","pets"],
-  "properties":{"name":{"type":"string","maxLength":8},"nick":{"type":"string"},"age":{"type":"integer"},"alive":{"type":"boolean"},
+  "properties":{"name":{"type":"string","maxLength":8},"nick":{"type":"string"},"age":{"type":"integer","minimum":-3,"exclusiveMaximum":120},"alive":{"type":"boolean"},
   "pets":{"type":"array","maxItems":3,"items":{"type":"object","required":["kind"],"additionalProperties":false,
      "properties":{"kind":{"enum":["cat","dog"]},"weight":{"type":["number","null"]}}}}}})";
 
