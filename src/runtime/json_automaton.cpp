@@ -409,10 +409,17 @@ bool Automaton::can_end(const State& s) const {
     return accepting_number(f.phase) && (!bounded(n) || int_feasible(n, f, true, false));
 }
 
-bool Automaton::in_plain_string(const State& s) const {
-    if (s.depth == 0) return false;
+int Automaton::plain_string_state(const State& s) const {
+    if (s.depth == 0) return -1;
     const Frame& f = s.frames[size_t(s.depth - 1)];
-    return f.phase == kString && f.off == 0 && g_.nodes[size_t(f.node)].max_length == UINT32_MAX;
+    if (f.phase != kString || g_.nodes[size_t(f.node)].max_length != UINT32_MAX) return -1;
+    switch (f.off) {
+        case 0: return 0;
+        case 9: return 1;
+        case 10: return f.lo == 1 ? 4 : f.lo == 2 ? 5 : 2;
+        case 11: return f.lo == 3 ? 6 : f.lo == 4 ? 7 : 3;
+        default: return -1;  // an escape
+    }
 }
 
 }  // namespace sluice::schema

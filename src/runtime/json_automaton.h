@@ -49,9 +49,11 @@ public:
     bool can_end(const State& s) const;
     // Complete, and nothing may follow.
     static bool done(const State& s) { return s.depth == 0; }
-    // Inside a string without maxLength, with no escape pending: any byte but '"', '\\' and controls keeps the
-    // state as it is (but for the character count, which only maxLength reads).
-    bool in_plain_string(const State& s) const;
+    // Inside a string without maxLength, with no escape pending: the UTF-8 decoder's state there (0 between
+    // characters; 1-3 continuation bytes to come; 4/5: two to come, the first in A0..BF / 80..9F (after E0 / ED);
+    // 6/7: three, the first in 90..BF / 80..8F (after F0 / F4)), else -1. From there any valid UTF-8 without '"',
+    // '\\' and controls leaves the state as it is but for the decoder (the character count only maxLength reads).
+    int plain_string_state(const State& s) const;
     const Grammar& grammar() const { return g_; }
 
 private:

@@ -13,9 +13,9 @@ namespace sluice {
 
 namespace {
 
-// A UTF-8 decoder's states inside a JSON string: 0 between characters; 1, 2, 3: that many continuation bytes to
-// come; 4 (after E0), 5 (ED): two to come, the first in A0..BF / 80..9F; 6 (F0), 7 (F4): three, the first in
-// 90..BF / 80..8F. The state after byte b, or -1 where the string cannot hold b there (the schema automaton's rules).
+// A UTF-8 decoder's states inside a JSON string (Automaton::plain_string_state's): 0 between characters; 1, 2, 3:
+// that many continuation bytes to come; 4 (after E0), 5 (ED): two to come, the first in A0..BF / 80..9F; 6 (F0),
+// 7 (F4): three, the first in 90..BF / 80..8F. The state after byte b, or -1 where the string cannot hold b there (the schema automaton's rules).
 int utf8_next(int q, uint8_t b) {
     if (q == 0) {
         if (b == '"' || b == '\\' || b < 0x20) return -1;
@@ -92,7 +92,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& bytes) : vocab_size_(int64_
     for (size_t i = nodes_.size(); i-- > 0;) {
         uint8_t below = 0xFF;
         for (uint32_t c = nodes_[i].first_child; c; c = nodes_[c].next_sibling) below &= ok[c];
-        nodes_[i].plain_below = below & 1;
+        nodes_[i].plain_below = below;
         for (int q = 0; q < 8; ++q) {
             const int next = utf8_next(q, nodes_[i].byte);
             if (next >= 0 && ((below >> next) & 1)) ok[i] |= uint8_t(1u << q);
@@ -135,7 +135,7 @@ void JsonConstraint::walk(uint32_t node, int depth) {
         schema::State& s = st[size_t(depth) + 1];
         s.copy_from(st[size_t(depth)]);
         if (!a_->step(s, n.byte)) continue;
-        if (n.plain_below && a_->in_plain_string(s)) {
+        if (const int q = a_->plain_string_state(s); q >= 0 && ((n.plain_below >> q) & 1)) {
             std::fill(allowed_.begin() + n.lo, allowed_.begin() + n.hi, uint8_t(1));
             continue;
         }

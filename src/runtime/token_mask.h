@@ -1,8 +1,9 @@
 // Structured output over a vocabulary: every token's bytes in a trie (built once per tokenizer), and the
 // TokenConstraint that walks a schema automaton (runtime/json_automaton.h) over that trie to find the tokens that
 // may come next. The walk shares the work of tokens with a common prefix and prunes a subtree at the first byte the
-// automaton refuses; inside a string, a subtree whose bytes are all plain string characters is allowed whole without
-// being walked (TokenTrie::Node::plain_below), so a mask costs about the tokens that can change the state.
+// automaton refuses; inside a string, a subtree whose bytes are all plain string characters (valid UTF-8 from the
+// decoder's state there) is allowed whole without being walked (TokenTrie::Node::plain_below), so a mask costs about
+// the tokens that can change the state.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +37,9 @@ public:
         uint32_t lo = 0, hi = 0;                     // the tokens below (positions in sorted order)
         uint32_t n_end = 0;                          // of which the first n_end end here
         uint8_t byte = 0;                            // on the edge from the parent
-        bool plain_below = true;  // every path below is string characters (no quote, backslash, control, invalid UTF-8)
+        // bit q: from UTF-8 decoder state q (Automaton::plain_string_state) after this node's byte, every path below
+        // is string characters (no quote, backslash or control byte, valid UTF-8)
+        uint8_t plain_below = 0xFF;
     };
     const std::vector<Node>& nodes() const { return nodes_; }
     const std::vector<int32_t>& order() const { return order_; }  // sorted position -> token id
