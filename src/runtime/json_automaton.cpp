@@ -174,6 +174,7 @@ bool Automaton::key_step(Frame& f, uint8_t b) const {
     const SchemaNode& n = g_.nodes[size_t(f.node)];
     const auto seen = [&](uint32_t k) { return (f.seen >> k & 1) != 0; };
     if (b == '"') {
+        if (f.ws != 0) return false;  // inside a character
         const bool exact = f.lo < f.hi && n.keys[f.lo].size() == f.off;
         if (exact && seen(f.lo)) return false;  // a property written twice
         if (exact) f.prop = int16_t(f.lo);
@@ -184,6 +185,9 @@ bool Automaton::key_step(Frame& f, uint8_t b) const {
         return true;
     }
     if (b == '\\' || b < 0x20) return false;
+    const int q = utf8_next(f.ws, b);  // a key is valid UTF-8 too (f.ws: the decoder's state; no whitespace in a key)
+    if (q < 0) return false;
+    f.ws = uint8_t(q);
     if (f.lo < f.hi && !narrow(n.keys, f, b)) {
         f.lo = f.hi;  // no property starts so: another key, if those are allowed
         ++f.off;

@@ -39,6 +39,28 @@ struct State {
     }
 };
 
+// A UTF-8 decoder's states inside a JSON string (Automaton::plain_string_state's): 0 between characters; 1, 2, 3:
+// that many continuation bytes to come; 4 (after E0), 5 (ED): two to come, the first in A0..BF / 80..9F; 6 (F0),
+// 7 (F4): three, the first in 90..BF / 80..8F. The state after byte b, or -1 where a string cannot hold b there
+// (a quote, backslash or control byte between characters, or a byte UTF-8 does not allow).
+inline int utf8_next(int q, uint8_t b) {
+    if (q == 0) {
+        if (b == '"' || b == '\\' || b < 0x20) return -1;
+        if (b < 0x80) return 0;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b == 0xE0) return 4;
+        if (b == 0xED) return 5;
+        if (b >= 0xE1 && b <= 0xEF) return 2;
+        if (b == 0xF0) return 6;
+        if (b == 0xF4) return 7;
+        if (b >= 0xF1 && b <= 0xF3) return 3;
+        return -1;
+    }
+    if ((b & 0xC0) != 0x80) return -1;
+    if ((q == 4 && b < 0xA0) || (q == 5 && b > 0x9F) || (q == 6 && b < 0x90) || (q == 7 && b > 0x8F)) return -1;
+    return q == 1 ? 0 : q == 2 || q == 4 || q == 5 ? 1 : 2;
+}
+
 class Automaton {
 public:
     explicit Automaton(Grammar g);

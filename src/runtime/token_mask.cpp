@@ -13,27 +13,6 @@ namespace sluice {
 
 namespace {
 
-// A UTF-8 decoder's states inside a JSON string (Automaton::plain_string_state's): 0 between characters; 1, 2, 3:
-// that many continuation bytes to come; 4 (after E0), 5 (ED): two to come, the first in A0..BF / 80..9F; 6 (F0),
-// 7 (F4): three, the first in 90..BF / 80..8F. The state after byte b, or -1 where the string cannot hold b there (the schema automaton's rules).
-int utf8_next(int q, uint8_t b) {
-    if (q == 0) {
-        if (b == '"' || b == '\\' || b < 0x20) return -1;
-        if (b < 0x80) return 0;
-        if (b >= 0xC2 && b <= 0xDF) return 1;
-        if (b == 0xE0) return 4;
-        if (b == 0xED) return 5;
-        if (b >= 0xE1 && b <= 0xEF) return 2;
-        if (b == 0xF0) return 6;
-        if (b == 0xF4) return 7;
-        if (b >= 0xF1 && b <= 0xF3) return 3;
-        return -1;
-    }
-    if ((b & 0xC0) != 0x80) return -1;
-    if ((q == 4 && b < 0xA0) || (q == 5 && b > 0x9F) || (q == 6 && b < 0x90) || (q == 7 && b > 0x8F)) return -1;
-    return q == 1 ? 0 : q == 2 || q == 4 || q == 5 ? 1 : 2;
-}
-
 // Walk scratch: one state per trie depth, shared by every constraint of the (engine) thread.
 std::vector<schema::State>& scratch(size_t depth) {
     thread_local std::vector<schema::State> s;
@@ -94,7 +73,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& bytes) : vocab_size_(int64_
         for (uint32_t c = nodes_[i].first_child; c; c = nodes_[c].next_sibling) below &= ok[c];
         nodes_[i].plain_below = below;
         for (int q = 0; q < 8; ++q) {
-            const int next = utf8_next(q, nodes_[i].byte);
+            const int next = schema::utf8_next(q, nodes_[i].byte);
             if (next >= 0 && ((below >> next) & 1)) ok[i] |= uint8_t(1u << q);
         }
     }

@@ -145,6 +145,10 @@ TEST(JsonAutomaton, StringsAreValidUtf8) {
     const Automaton any = from(R"({"type":"string"})");
     EXPECT_EQ(run(any, "\"\xe2\x82\xac \xed\x9f\xbf \xf4\x8f\xbf\xbf\""), 1);
     EXPECT_EQ(run(any, "\"\xe2\x82x\""), -1 - 3);
+    const Automaton obj = Automaton(any_object_grammar());  // keys of any object too
+    EXPECT_EQ(run(obj, "{\"\xc3\xa9\":1}"), 1);
+    EXPECT_EQ(run(obj, "{\"a\x80\":1}"), -1 - 3);
+    EXPECT_EQ(run(obj, "{\"\xc3\":1}"), -1 - 3);
 }
 
 // Integer bounds: a digit is taken only while some integer that starts so is within them, and the value must be
