@@ -148,8 +148,8 @@ CompletionJob::CompletionJob(Engine& engine, const tok::Tokenizer& tok, ParsedRe
     sh.parse_tools = req_.parse_tools;
     const std::vector<int32_t> markers = req_.parse_tools ? tool_marker_ids(tok) : std::vector<int32_t>();
     // Kimi K3's output starts inside the element its generation prompt opened
-    const std::string_view tail = std::string_view(req_.prompt_text).substr(req_.prompt_text.size() -
-                                                                            std::min<size_t>(req_.prompt_text.size(), 256));
+    const size_t keep = std::min<size_t>(req_.prompt_text.size(), 256);
+    const std::string_view tail = std::string_view(req_.prompt_text).substr(req_.prompt_text.size() - keep);
     for (size_t i = 0; i < n_choices; ++i) {
         sh.texts.emplace_back(tok, req_.stop);
         if (req_.parse_tools) {
