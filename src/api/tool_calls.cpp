@@ -11,7 +11,8 @@ ToolSyntax tool_syntax_of(std::string_view src) {
         src.find("'call'") != std::string_view::npos)
         return ToolSyntax::kimi_k3;
     if (src.find("<|tool_calls_section_begin|>") != std::string_view::npos) return ToolSyntax::kimi;
-    if (src.find("to=functions.") != std::string_view::npos || src.find("<|start|>assistant to=") != std::string_view::npos)
+    if (src.find("to=functions.") != std::string_view::npos ||
+        src.find("<|start|>assistant to=") != std::string_view::npos)
         return ToolSyntax::harmony;
     return ToolSyntax::hermes;
 }

@@ -28,7 +28,10 @@ size_t whole_utf8(std::string_view s) {
     while (i > 0 && cont < 3 && (uint8_t(s[i - 1]) & 0xC0) == 0x80) --i, ++cont;
     if (i == 0) return s.size();
     const uint8_t lead = uint8_t(s[i - 1]);
-    const size_t need = lead >= 0xF0 && lead < 0xF8 ? 4 : lead >= 0xE0 && lead < 0xF0 ? 3 : lead >= 0xC0 && lead < 0xE0 ? 2 : 1;
+    const size_t need = lead >= 0xF0 && lead < 0xF8   ? 4
+                        : lead >= 0xE0 && lead < 0xF0 ? 3
+                        : lead >= 0xC0 && lead < 0xE0 ? 2
+                                                      : 1;
     return need > cont + 1 ? i - 1 : s.size();
 }
 

@@ -125,10 +125,9 @@ private:
                 bad(p, "'type' must be a type name or a non-empty array of them");
             }
         }
+        const auto typed_as = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
         for (const char* k : k_bounds)  // bounds apply to numbers only; the mask enforces them on integers
-            if (has(k) && (has("enum") || has("const") ||
-                           std::none_of(types.begin(), types.end(), [](const std::string& t) { return t == "integer"; }) ||
-                           std::any_of(types.begin(), types.end(), [](const std::string& t) { return t == "number"; })))
+            if (has(k) && (has("enum") || has("const") || !typed_as("integer") || typed_as("number")))
                 bad(join(path, k), cat("'", k, "' is supported only with \"type\": \"integer\" (not beside 'enum' or "
                                        "'const', nor on type 'number', whose bounds the mask cannot enforce exactly)"));
         if (has("enum") || has("const")) return literals(s, path, types);

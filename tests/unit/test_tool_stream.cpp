@@ -157,7 +157,8 @@ TEST(ToolStream, KimiK2AndHarmony) {
     const Parsed k = same_any_way(
         ToolSyntax::kimi, "Sure.<|tool_calls_section_begin|><|tool_call_begin|>functions.search:3"
                           "<|tool_call_argument_begin|>{\"q\": \"x y\"}<|tool_call_end|><|tool_call_begin|>"
-                          "functions.open:4<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|> ok");
+                          "functions.open:4<|tool_call_argument_begin|>{}<|tool_call_end|>"
+                          "<|tool_calls_section_end|> ok");
     ASSERT_EQ(k.calls.size(), 2u) << k;
     EXPECT_EQ(k.calls[0].id, "functions.search:3");
     EXPECT_EQ(k.calls[0].arguments, R"({"q":"x y"})");
@@ -210,7 +211,8 @@ TEST(ToolStream, MalformedAndCutOutputNeverMakesUpACall) {
     EXPECT_TRUE(h2.calls.empty());
     EXPECT_EQ(h2.content, "<tool_call>\n{\"name\": \"f\", \"argu");
     // the block closed inside the arguments: the call ends there, what follows is content
-    const Parsed h3 = same_any_way(ToolSyntax::hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1</tool_call>x");
+    const Parsed h3 =
+        same_any_way(ToolSyntax::hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1</tool_call>x");
     ASSERT_EQ(h3.calls.size(), 1u);
     EXPECT_FALSE(h3.open);
     EXPECT_EQ(h3.calls[0].arguments, R"({"a":1)");
