@@ -25,8 +25,7 @@ struct CompletionJob::Shared {
     std::vector<size_t> prompt_bytes;
     int n = 1;             // choices per prompt
     bool parse_tools = false;        // ParsedRequest::parse_tools
-    ToolSyntax tool_syntax = ToolSyntax::hermes;
-    std::vector<std::string> raw;    // per choice under parse_tools: the output with the syntax's markers kept
+    std::vector<ToolCallStream> tools;  // per choice under parse_tools: its output's calls parsed as they come
     int64_t n_prompt = 0;  // all prompts' tokens
     bool cancelled = false;
 
@@ -41,8 +40,6 @@ struct CompletionJob::Shared {
 namespace {
 
 int64_t now_unix_s() { return int64_t(std::time(nullptr)); }
-
-bool is_tool_marker(const tok::Tokenizer& tok, int32_t id);
 
 // Under echo the choice's first delta is its prompt: the echoed text and (with logprobs) the prompt tokens' entries.
 void queue_echo(CompletionJob::Shared& sh, int index) {
@@ -82,12 +79,7 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
         sh->cached[ci] = ev.n_cached;
         if (ev.id >= 0) {
             sh->generated[ci] = ev.n_generated;
-            d.text = text.push(ev.id);
-            if (sh->parse_tools) {
-                if (ev.id < tok.vocab_size() && (!tok.is_special(ev.id) || is_tool_marker(tok, ev.id)))
-                    sh->raw[ci] += tok.decode_bytes({ev.id}, false);
-                d.text.clear();  // held back: the whole output is parsed when the choice ends
-            }
+            d.text = text.push(ev.id);  // under parse_tools with the syntax's markers
             if (logprobs) d.logprobs.push_back(chat_logprob_entry(tok, ev.id, ev.logits, top_n));
         }
         if (text.stopped()) {
@@ -102,15 +94,15 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
             d.error = "cancelled";
         }
         const bool end = !d.finish_reason.empty() || !d.error.empty();
-        if (end && sh->parse_tools && d.error.empty()) {
-            ToolOutput out = parse_tool_calls(sh->tool_syntax, sh->raw[ci]);
-            if (!out.calls.empty()) {
-                d.text = out.content;
-                d.tool_calls = std::move(out.calls);
-                d.finish_reason = "tool_calls";
-            } else {
-                d.text = text.text();  // no call: the answer as it would have been streamed
+        if (sh->parse_tools) {
+            ToolCallStream& calls = sh->tools[ci];
+            ToolDelta td = calls.push(d.text);
+            if (end && d.error.empty()) {
+                td.append(calls.finish());
+                if (calls.calls() > 0 && !calls.call_open()) d.finish_reason = "tool_calls";
             }
+            d.text = std::move(td.content);
+            d.tool_calls = std::move(td.calls);
         }
         sh->push(std::move(d));
         return !end;
@@ -118,9 +110,11 @@ TokenCallback choice_callback(std::shared_ptr<CompletionJob::Shared> sh, const t
 }
 
 // The special tokens that tool-call syntaxes are made of: kept in the text that is parsed for calls.
-bool is_tool_marker(const tok::Tokenizer& tok, int32_t id) {
-    const std::vector<std::string>& m = tool_call_markers();
-    return std::find(m.begin(), m.end(), tok.decode_bytes({id}, false)) != m.end();
+std::vector<int32_t> tool_marker_ids(const tok::Tokenizer& tok) {
+    std::vector<int32_t> ids;
+    for (const std::string& m : tool_call_markers())
+        if (std::optional<int32_t> id = tok.token_to_id(m); id && tok.is_special(*id)) ids.push_back(*id);
+    return ids;
 }
 
 // The bytes of the prompt's tokens, as ChoiceText::offset() counts a completion's.
@@ -152,10 +146,16 @@ CompletionJob::CompletionJob(Engine& engine, const tok::Tokenizer& tok, ParsedRe
     sh.prompt_bytes.assign(n_choices, 0);
     sh.n = req_.n;
     sh.parse_tools = req_.parse_tools;
-    sh.tool_syntax = req_.tool_syntax;
-    sh.raw.assign(n_choices, std::string());
+    const std::vector<int32_t> markers = req_.parse_tools ? tool_marker_ids(tok) : std::vector<int32_t>();
+    // Kimi K3's output starts inside the element its generation prompt opened
+    const size_t keep = std::min<size_t>(req_.prompt_text.size(), 256);
+    const std::string_view tail = std::string_view(req_.prompt_text).substr(req_.prompt_text.size() - keep);
     for (size_t i = 0; i < n_choices; ++i) {
         sh.texts.emplace_back(tok, req_.stop);
+        if (req_.parse_tools) {
+            sh.texts.back().keep_specials(markers);
+            sh.tools.emplace_back(req_.tool_syntax, tail);
+        }
         if (req_.echo) sh.prompt_bytes[i] = token_bytes(tok, req_.prompts[i / size_t(req_.n)]);
     }
     try {
@@ -206,7 +206,12 @@ bool CompletionJob::wait(std::vector<ChoiceDelta>& out, std::chrono::millisecond
             continue;
         }
         same->text += d.text;
-        same->tool_calls = std::move(d.tool_calls);
+        for (CallDelta& c : d.tool_calls) {  // fragments of the same call join
+            if (!same->tool_calls.empty() && same->tool_calls.back().index == c.index && !c.first)
+                same->tool_calls.back().arguments += c.arguments;
+            else
+                same->tool_calls.push_back(std::move(c));
+        }
         for (auto& e : d.logprobs) same->logprobs.push_back(std::move(e));
         same->finish_reason = d.finish_reason;
         same->error = d.error;
@@ -280,7 +285,7 @@ nlohmann::json CompletionJob::wait_result(std::chrono::steady_clock::time_point 
             }
             auto& c = choices[size_t(d.index)];
             c.text += d.text;
-            if (!d.tool_calls.empty()) c.tool_calls = std::move(d.tool_calls);
+            c.add(d.tool_calls);
             for (auto& e : d.logprobs) entries[size_t(d.index)].push_back(std::move(e));
             if (!d.finish_reason.empty()) c.finish_reason = d.finish_reason;
         }

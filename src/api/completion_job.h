@@ -31,9 +31,10 @@ struct ChoiceDelta {
     std::string finish_reason;                          // empty until the choice ends
     std::string error;                                  // the engine failed this choice (I/O error, ...)
     size_t text_offset = 0;  // where `text` starts in the choice's whole text (completions logprobs text_offset)
-    // parse_tools: the text is held back until the choice ends; its last delta then carries the content and the
-    // calls parsed from the output (finish_reason "tool_calls" when there are any)
-    std::vector<ToolCall> tool_calls;
+    // parse_tools: `text` is the content as the output's tool calls are parsed (tool_stream.h), and these the
+    // calls' deltas (a call's first with its id and name, then fragments of its arguments as they are generated);
+    // finish_reason "tool_calls" when the choice wrote calls and closed the last one
+    std::vector<CallDelta> tool_calls;
 };
 
 // The model facts request parsing needs, from the engine's model and options: the context one request may use is the

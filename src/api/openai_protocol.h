@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/tool_calls.h"
+#include "api/tool_stream.h"
 #include "runtime/engine.h"
 #include "runtime/token_constraint.h"
 
@@ -109,7 +110,7 @@ struct ParsedRequest {
 
 // tools, tool_choice and parallel_tool_calls of a chat body (after response_format): checks the tool definitions
 // (each function's parameters compiled as a schema), sets r.parse_tools / r.tool_syntax, and for tool_choice
-// "required" or a named function r.params.constraint (hermes syntax only). Returns the tools for the template (null
+// "required" or a named function r.params.constraint (in the template's syntax). Returns the tools for the template (null
 // when none).
 nlohmann::ordered_json parse_tools(const nlohmann::ordered_json& body, const ModelContext& ctx, ParsedRequest& r);
 
@@ -176,6 +177,9 @@ public:
     // Feeds one generated id; returns the text that is now safe to send. Sets stopped() when a stop sequence
     // appeared (the text up to it has then been returned and later ids must not be pushed).
     std::string push(int32_t id);
+    // Special tokens in `ids` come out as their text (tool-call markers, for the parser of tool_stream.h); other
+    // special tokens are skipped as always.
+    void keep_specials(std::vector<int32_t> ids) { kept_ = std::move(ids); }
     // The held-back text at the end, with a trailing partial UTF-8 sequence as U+FFFD. Stops there too (check
     // stopped() after it: a stop found only here still makes the finish reason "stop").
     std::string finish();
@@ -190,6 +194,7 @@ private:
     std::unique_ptr<tok::StreamDecoder> dec_;
     std::vector<std::string> stop_;
     std::string held_, text_;
+    std::vector<int32_t> kept_;
     size_t raw_bytes_ = 0;
     bool stopped_ = false;
 };
@@ -220,6 +225,7 @@ struct ChoiceResult {
     nlohmann::json logprobs;              // null, or the endpoint's logprobs object (chat_logprobs_json /
                                           // completion_logprobs_json)
     std::vector<ToolCall> tool_calls;     // chat: message.tool_calls (content null when text is empty)
+    void add(const std::vector<CallDelta>& deltas);  // the calls' deltas of a stream, joined
 };
 
 // Non-streaming bodies: chat.completion / text_completion.
@@ -232,10 +238,11 @@ nlohmann::json completion_json(const ParsedRequest& req, const std::string& id, 
 nlohmann::json chunk_json(const ParsedRequest& req, const std::string& id, int64_t created, int index,
                           const std::string& delta_text, const std::string& finish_reason, bool role_first,
                           const nlohmann::json& logprobs = nullptr);
-// A chat choice's tool calls as stream chunks, in OpenAI's shape: per call a delta with its index, id, type and
-// function name (arguments ""), then its arguments in fragments; the finish_reason goes in a chunk after these.
+// Tool-call deltas (ToolCallStream's) as stream chunks, in OpenAI's shape: a call's first delta as one with its
+// index, id, type and function name (arguments ""), each fragment of arguments as one with the index and the
+// fragment only; the finish_reason goes in a chunk after these.
 std::vector<nlohmann::json> tool_call_chunks(const ParsedRequest& req, const std::string& id, int64_t created,
-                                             int index, const std::vector<ToolCall>& calls);
+                                             int index, const std::vector<CallDelta>& calls);
 // The final usage chunk (choices: []) sent when include_usage is set.
 nlohmann::json usage_chunk_json(const ParsedRequest& req, const std::string& id, int64_t created, const Usage& u);
 

@@ -98,7 +98,11 @@ ChoiceText::~ChoiceText() = default;
 std::string ChoiceText::push(int32_t id) {
     if (stopped_) return {};
     // ids past the tokenizer's vocabulary (padding rows of the embedding) decode to nothing, as in HF
-    if (id >= 0 && id < tok_->vocab_size()) {
+    if (id >= 0 && id < tok_->vocab_size() && std::find(kept_.begin(), kept_.end(), id) != kept_.end()) {
+        held_ += dec_->finish();  // a marker ends any partial character before it
+        held_ += tok_->decode_bytes({id}, false);
+        raw_bytes_ += tok_->decode_bytes({id}, false).size();
+    } else if (id >= 0 && id < tok_->vocab_size()) {
         held_ += dec_->push(id);
         raw_bytes_ += tok_->decode_bytes({id}, false).size();
     }
@@ -227,7 +231,7 @@ json chunk_json(const ParsedRequest& req, const std::string& id, int64_t created
 }
 
 std::vector<json> tool_call_chunks(const ParsedRequest& req, const std::string& id, int64_t created, int index,
-                                   const std::vector<ToolCall>& calls) {
+                                   const std::vector<CallDelta>& calls) {
     std::vector<json> out;
     const auto chunk = [&](json call) {
         json choice = {{"index", index},
@@ -238,18 +242,20 @@ std::vector<json> tool_call_chunks(const ParsedRequest& req, const std::string& 
         if (req.include_usage) body["usage"] = nullptr;
         out.push_back(std::move(body));
     };
-    constexpr size_t k_fragment_bytes = 16;
-    for (size_t k = 0; k < calls.size(); ++k) {
-        const ToolCall& c = calls[k];
-        chunk({{"index", k}, {"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", ""}}}});
-        for (size_t at = 0; at < c.arguments.size();) {
-            size_t end = std::min(c.arguments.size(), at + k_fragment_bytes);
-            while (end < c.arguments.size() && (uint8_t(c.arguments[end]) & 0xC0) == 0x80) ++end;  // whole UTF-8
-            chunk({{"index", k}, {"function", {{"arguments", c.arguments.substr(at, end - at)}}}});
-            at = end;
-        }
+    for (const CallDelta& c : calls) {
+        if (c.first)
+            chunk({{"index", c.index}, {"id", c.id}, {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", ""}}}});
+        if (!c.arguments.empty()) chunk({{"index", c.index}, {"function", {{"arguments", c.arguments}}}});
     }
     return out;
+}
+
+void ChoiceResult::add(const std::vector<CallDelta>& deltas) {
+    for (const CallDelta& c : deltas) {
+        if (c.first) tool_calls.push_back({c.id, c.name, ""});
+        if (c.index < tool_calls.size()) tool_calls[c.index].arguments += c.arguments;
+    }
 }
 
 json usage_chunk_json(const ParsedRequest& req, const std::string& id, int64_t created, const Usage& u) {

@@ -367,13 +367,15 @@ struct Server::Impl {
                 if (!d.error.empty()) return fail(ApiError(500, "server_error", "generation failed: " + d.error));
                 json lp = nullptr;
                 if (r.logprobs) lp = logprobs_object(r, d.logprobs, d.text_offset);
-                if (!d.tool_calls.empty()) {  // content first, then the calls, then the finish
-                    if (!d.text.empty() && !ex.write(sse(chunk_json(r, job.id(), job.created(), d.index, d.text, "",
-                                                                    false, lp))))
+                if (r.parse_tools) {  // content as it is certain, the calls' deltas as they come, then the finish
+                    const bool has_lp = r.logprobs && !d.logprobs.empty();
+                    if ((!d.text.empty() || has_lp) &&
+                        !ex.write(sse(chunk_json(r, job.id(), job.created(), d.index, d.text, "", false, lp))))
                         return job.cancel();
                     for (const json& c : tool_call_chunks(r, job.id(), job.created(), d.index, d.tool_calls))
                         if (!ex.write(sse(c))) return job.cancel();
-                    if (!ex.write(sse(chunk_json(r, job.id(), job.created(), d.index, "", d.finish_reason, false))))
+                    if (!d.finish_reason.empty() &&
+                        !ex.write(sse(chunk_json(r, job.id(), job.created(), d.index, "", d.finish_reason, false))))
                         return job.cancel();
                     continue;
                 }

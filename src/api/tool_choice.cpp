@@ -25,8 +25,11 @@ using ojson = nlohmann::ordered_json;
 //   <|tool_call_end|><|tool_calls_section_end|>
 // - harmony (after the generation prompt's "<|start|>assistant", as gpt-oss's template writes a call):
 //   " to=functions.NAME<|channel|>commentary json<|message|>ARGS<|call|>"
+// - kimi_k3 (after the generation prompt's <|open|>think<|sep|>, or <|open|>response<|sep|> when `thinking` is
+//   off; T(x) is <|open|>x<|sep|>, /T(x) <|close|>x<|sep|>): [/T(think) T(response)] /T(response) T(tools)
+//   T(call tool="NAME" index="1") T(json type="object") ARGS /T(json) /T(call) /T(tools)
 schema::Grammar call_grammar(ToolSyntax syntax, const std::vector<std::string>& names,
-                             const std::vector<schema::Grammar>& params) {
+                             const std::vector<schema::Grammar>& params, bool k3_thinking) {
     const std::string z(1, '\0');
     std::string head, tail, suffix;
     switch (syntax) {
@@ -42,6 +45,15 @@ schema::Grammar call_grammar(ToolSyntax syntax, const std::vector<std::string>& 
             head = " to=functions.", tail = z + "<|channel|>commentary json" + z + "<|message|>";
             suffix = z + "<|call|>";
             break;
+        case ToolSyntax::kimi_k3: {
+            const auto open = [&](const std::string& t) { return z + "<|open|>" + t + z + "<|sep|>"; };
+            const auto close = [&](const std::string& t) { return z + "<|close|>" + t + z + "<|sep|>"; };
+            if (k3_thinking) head = close("think") + open("response");
+            head += close("response") + open("tools") + z + "<|open|>call tool=\"";
+            tail = "\" index=\"1\"" + z + "<|sep|>" + open("json type=\"object\"");
+            suffix = close("json") + close("call") + close("tools");
+            break;
+        }
     }
     schema::Grammar g;
     g.nodes.emplace_back().kind = schema::SchemaNode::Kind::literals;  // the root: one prefix per function
@@ -64,6 +76,20 @@ schema::Grammar call_grammar(ToolSyntax syntax, const std::vector<std::string>& 
     }
     g.root = 0;
     return g;
+}
+
+// Kimi K3's template opens the think element in the generation prompt unless its `thinking` variable is falsy
+// (chat_template_kwargs.thinking: false, null, 0 or empty).
+bool k3_thinking(const ojson& body) {
+    const auto kw = body.find("chat_template_kwargs");
+    if (kw == body.end() || !kw->is_object()) return true;
+    const auto t = kw->find("thinking");
+    if (t == kw->end()) return true;
+    if (t->is_null()) return false;
+    if (t->is_boolean()) return t->get<bool>();
+    if (t->is_number()) return t->get<double>() != 0;
+    if (t->is_string() || t->is_array() || t->is_object()) return !t->empty();
+    return true;
 }
 
 }  // namespace
@@ -169,8 +195,8 @@ ojson parse_tools(const ojson& body, const ModelContext& ctx, ParsedRequest& r) 
         const int64_t vocab = ctx.vocab_size > 0 ? ctx.vocab_size : ctx.tokenizer->vocab_size();
         std::shared_ptr<LazyTokenTrie> lazy =
             ctx.tool_token_trie ? ctx.tool_token_trie : std::make_shared<LazyTokenTrie>(tool_call_markers());
-        r.params.constraint =
-            json_constraint_factory(std::make_shared<const schema::Automaton>(call_grammar(r.tool_syntax, n, p)),
+        r.params.constraint = json_constraint_factory(
+            std::make_shared<const schema::Automaton>(call_grammar(r.tool_syntax, n, p, k3_thinking(body))),
                                     lazy->get(*ctx.tokenizer, vocab));
     }
     return tools ? *tools : ojson();

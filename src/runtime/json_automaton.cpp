@@ -41,6 +41,39 @@ bool accepting_number(uint8_t phase) {
     return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits;
 }
 
+// Bounded integers (SchemaNode::has_min / has_max): the frame keeps the magnitude read so far in lo (low half) and
+// hi (high half), and in off bit 0 a minus sign, bit 1 a magnitude past 10^19 (beyond every bound). A prefix is
+// taken only while some integer that starts with it is within the bounds, so every accepted prefix can end well.
+uint64_t magnitude(const Frame& f) { return uint64_t(f.hi) << 32 | f.lo; }
+
+bool bounded(const SchemaNode& n) { return n.kind == Kind::integer && (n.has_min || n.has_max); }
+
+// Whether an integer with this prefix can lie within n's bounds: `digits` (any read yet), `more` (more may follow).
+bool int_feasible(const SchemaNode& n, const Frame& f, bool digits, bool more) {
+    using i128 = __int128;
+    const bool neg = f.off & 1, huge = f.off & 2;
+    const i128 lo = n.has_min ? i128(n.min_int) : -(i128(1) << 100), hi = n.has_max ? i128(n.max_int) : i128(1) << 100;
+    if (!digits) return lo <= std::min<i128>(0, hi);  // "-": any of 0, -1, -2, ...
+    if (huge) return neg ? !n.has_min : !n.has_max;
+    const i128 v = i128(magnitude(f));
+    i128 scale = 1;
+    for (int j = 0; j <= (more && v > 0 ? 19 : 0); ++j, scale *= 10) {  // the integers v, v0-v9, v00-v99, ...
+        const i128 a = v * scale, b = j == 0 ? v : v * scale + scale - 1;
+        const i128 x = neg ? -b : a, y = neg ? -a : b;
+        if (x <= hi && y >= lo) return true;
+    }
+    return more && v > 0 && (neg ? !n.has_min : !n.has_max);
+}
+
+// Appends digit d to a bounded integer's magnitude; false when no integer with the new prefix is within bounds.
+bool int_digit(const SchemaNode& n, Frame& f, uint8_t d) {
+    const __int128 v = __int128(magnitude(f)) * 10 + (d - '0');
+    if (v > __int128(10000000000000000000ull)) f.off |= 2;
+    const uint64_t m = f.off & 2 ? 0 : uint64_t(v);
+    f.lo = uint32_t(m), f.hi = uint32_t(m >> 32);
+    return int_feasible(n, f, true, !(m == 0 && !(f.off & 2)));
+}
+
 // A whitespace run may indent one line of pretty-printed JSON at this depth (two bytes a level), no more: weak
 // models otherwise spend their tokens on spaces.
 bool more_ws(Frame& f, int32_t depth) {
@@ -115,7 +148,14 @@ bool Automaton::begin_value(Frame& f, uint8_t b) const {
         case Kind::number:
         case Kind::integer:
             f.phase = b == '-' ? kMinus : b == '0' ? kZero : kInt;
-            return b == '-' || is_digit(b);
+            f.off = 0, f.lo = 0, f.hi = 0;
+            if (!(b == '-' || is_digit(b))) return false;
+            if (!bounded(n)) return true;
+            if (b == '-') {
+                f.off = 1;
+                return int_feasible(n, f, false, true);
+            }
+            return int_digit(n, f, b);
         case Kind::literals:
             f.phase = kLiteral;
             f.lo = 0, f.hi = uint32_t(n.literals.size()), f.off = 0;
@@ -134,6 +174,7 @@ bool Automaton::key_step(Frame& f, uint8_t b) const {
     const SchemaNode& n = g_.nodes[size_t(f.node)];
     const auto seen = [&](uint32_t k) { return (f.seen >> k & 1) != 0; };
     if (b == '"') {
+        if (f.ws != 0) return false;  // inside a character
         const bool exact = f.lo < f.hi && n.keys[f.lo].size() == f.off;
         if (exact && seen(f.lo)) return false;  // a property written twice
         if (exact) f.prop = int16_t(f.lo);
@@ -144,6 +185,9 @@ bool Automaton::key_step(Frame& f, uint8_t b) const {
         return true;
     }
     if (b == '\\' || b < 0x20) return false;
+    const int q = utf8_next(f.ws, b);  // a key is valid UTF-8 too (f.ws: the decoder's state; no whitespace in a key)
+    if (q < 0) return false;
+    f.ws = uint8_t(q);
     if (f.lo < f.hi && !narrow(n.keys, f, b)) {
         f.lo = f.hi;  // no property starts so: another key, if those are allowed
         ++f.off;
@@ -201,10 +245,28 @@ bool Automaton::step_inner(State& s, uint8_t b) const {
                         return true;
                     }
                     if (b < 0x20) return false;
-                    if ((b & 0xC0) == 0x80) return true;  // a UTF-8 continuation byte
                     if (f.hi >= n.max_length) return false;
+                    if (b >= 0x80) {  // a character of 2 to 4 bytes: its continuation bytes follow (f.off 8 + count)
+                        const uint8_t need = b >= 0xC2 && b <= 0xDF ? 1 : b >= 0xE0 && b <= 0xEF ? 2
+                                             : b >= 0xF0 && b <= 0xF4 ? 3 : 0;
+                        if (need == 0) return false;  // a continuation byte without its lead, or no UTF-8 byte
+                        // the second byte's narrower range after E0 (overlong), ED (surrogates), F0, F4 (> U+10FFFF)
+                        f.lo = b == 0xE0 ? 1 : b == 0xED ? 2 : b == 0xF0 ? 3 : b == 0xF4 ? 4 : 0;
+                        f.off = 8u + need;
+                        ++f.hi;
+                        return true;
+                    }
                     ++f.hi;
                     if (b == '\\') f.off = 1;
+                    return true;
+                }
+                if (f.off >= 8) {  // inside a multi-byte character: only its continuation bytes, in UTF-8's ranges
+                    if ((b & 0xC0) != 0x80) return false;
+                    if ((f.lo == 1 && b < 0xA0) || (f.lo == 2 && b > 0x9F) || (f.lo == 3 && b < 0x90) ||
+                        (f.lo == 4 && b > 0x8F))
+                        return false;
+                    f.lo = 0;
+                    f.off = f.off == 9 ? 0 : f.off - 1;
                     return true;
                 }
                 if (f.off == 1) {
@@ -225,12 +287,13 @@ bool Automaton::step_inner(State& s, uint8_t b) const {
             case kMinus:
                 if (!is_digit(b)) return false;
                 f.phase = b == '0' ? kZero : kInt;
-                return true;
+                return !bounded(n) || int_digit(n, f, b);
             case kZero:
             case kInt:
             case kFrac:
             case kExpDigits:
-                if (is_digit(b) && f.phase != kZero) return true;
+                if (is_digit(b) && f.phase != kZero) return !bounded(n) || int_digit(n, f, b);
+                if (bounded(n) && !int_feasible(n, f, true, false)) return false;  // ends out of bounds
                 if (n.kind == Kind::number && (f.phase == kZero || f.phase == kInt) && b == '.') {
                     f.phase = kDot;
                     return true;
@@ -346,13 +409,21 @@ bool Automaton::can_end(const State& s) const {
     if (s.depth != 1) return false;
     const Frame& f = s.frames[0];
     if (f.phase == kLiteral) return g_.nodes[size_t(f.node)].literals[f.lo].size() == f.off;
-    return accepting_number(f.phase);
+    const SchemaNode& n = g_.nodes[size_t(f.node)];
+    return accepting_number(f.phase) && (!bounded(n) || int_feasible(n, f, true, false));
 }
 
-bool Automaton::in_plain_string(const State& s) const {
-    if (s.depth == 0) return false;
+int Automaton::plain_string_state(const State& s) const {
+    if (s.depth == 0) return -1;
     const Frame& f = s.frames[size_t(s.depth - 1)];
-    return f.phase == kString && f.off == 0 && g_.nodes[size_t(f.node)].max_length == UINT32_MAX;
+    if (f.phase != kString || g_.nodes[size_t(f.node)].max_length != UINT32_MAX) return -1;
+    switch (f.off) {
+        case 0: return 0;
+        case 9: return 1;
+        case 10: return f.lo == 1 ? 4 : f.lo == 2 ? 5 : 2;
+        case 11: return f.lo == 3 ? 6 : f.lo == 4 ? 7 : 3;
+        default: return -1;  // an escape
+    }
 }
 
 }  // namespace sluice::schema

@@ -23,8 +23,10 @@ struct Frame {
     uint8_t phase = 0;
     uint8_t ws = 0;      // whitespace bytes in the current run
     int16_t prop = -1;   // object: the property whose value is read (-1: another key)
-    uint32_t lo = 0, hi = 0;  // literals / keys: the candidates that still match; string: \\u flag, characters
-    uint32_t off = 0;    // literals / keys: bytes matched; string: escape progress; array: items begun
+    uint32_t lo = 0, hi = 0;  // literals / keys: the candidates that still match; string: \\u flag or the range of a
+                              // UTF-8 character's second byte, characters begun
+    uint32_t off = 0;    // literals / keys: bytes matched; string: escape progress (1-5) or a UTF-8 character's
+                         // continuation bytes still to come (8 + n); array: items begun
     uint64_t seen = 0;   // object: the properties already written
 };
 
@@ -37,6 +39,28 @@ struct State {
     }
 };
 
+// A UTF-8 decoder's states inside a JSON string (Automaton::plain_string_state's): 0 between characters; 1, 2, 3:
+// that many continuation bytes to come; 4 (after E0), 5 (ED): two to come, the first in A0..BF / 80..9F; 6 (F0),
+// 7 (F4): three, the first in 90..BF / 80..8F. The state after byte b, or -1 where a string cannot hold b there
+// (a quote, backslash or control byte between characters, or a byte UTF-8 does not allow).
+inline int utf8_next(int q, uint8_t b) {
+    if (q == 0) {
+        if (b == '"' || b == '\\' || b < 0x20) return -1;
+        if (b < 0x80) return 0;
+        if (b >= 0xC2 && b <= 0xDF) return 1;
+        if (b == 0xE0) return 4;
+        if (b == 0xED) return 5;
+        if (b >= 0xE1 && b <= 0xEF) return 2;
+        if (b == 0xF0) return 6;
+        if (b == 0xF4) return 7;
+        if (b >= 0xF1 && b <= 0xF3) return 3;
+        return -1;
+    }
+    if ((b & 0xC0) != 0x80) return -1;
+    if ((q == 4 && b < 0xA0) || (q == 5 && b > 0x9F) || (q == 6 && b < 0x90) || (q == 7 && b > 0x8F)) return -1;
+    return q == 1 ? 0 : q == 2 || q == 4 || q == 5 ? 1 : 2;
+}
+
 class Automaton {
 public:
     explicit Automaton(Grammar g);
@@ -47,9 +71,11 @@ public:
     bool can_end(const State& s) const;
     // Complete, and nothing may follow.
     static bool done(const State& s) { return s.depth == 0; }
-    // Inside a string without maxLength, with no escape pending: any byte but '"', '\\' and controls keeps the
-    // state as it is (but for the character count, which only maxLength reads).
-    bool in_plain_string(const State& s) const;
+    // Inside a string without maxLength, with no escape pending: the UTF-8 decoder's state there (0 between
+    // characters; 1-3 continuation bytes to come; 4/5: two to come, the first in A0..BF / 80..9F (after E0 / ED);
+    // 6/7: three, the first in 90..BF / 80..8F (after F0 / F4)), else -1. From there any valid UTF-8 without '"',
+    // '\\' and controls leaves the state as it is but for the decoder (the character count only maxLength reads).
+    int plain_string_state(const State& s) const;
     const Grammar& grammar() const { return g_; }
 
 private:

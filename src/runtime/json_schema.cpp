@@ -5,6 +5,7 @@
 #include "runtime/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <bitset>
 #include <map>
 #include <set>
@@ -25,7 +26,9 @@ const std::set<std::string> k_annotations = {"title", "description", "default", 
                                              "$comment", "$defs", "definitions", "deprecated", "readOnly",
                                              "writeOnly"};
 const std::set<std::string> k_keywords = {"type", "properties", "required", "additionalProperties", "items",
-                                          "minItems", "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref"};
+                                          "minItems", "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref",
+                                          "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+const char* const k_bounds[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
 const std::set<std::string> k_types = {"object", "array", "string", "number", "integer", "boolean", "null"};
 
 std::bitset<256> first_bytes(const Grammar& g, int32_t n) {
@@ -122,6 +125,11 @@ private:
                 bad(p, "'type' must be a type name or a non-empty array of them");
             }
         }
+        const auto typed_as = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
+        for (const char* k : k_bounds)  // bounds apply to numbers only; the mask enforces them on integers
+            if (has(k) && (has("enum") || has("const") || !typed_as("integer") || typed_as("number")))
+                bad(join(path, k), cat("'", k, "' is supported only with \"type\": \"integer\" (not beside 'enum' or "
+                                       "'const', nor on type 'number', whose bounds the mask cannot enforce exactly)"));
         if (has("enum") || has("const")) return literals(s, path, types);
         if (types.empty()) {
             if (has("properties") || has("required") || has("additionalProperties")) types = {"object"};
@@ -209,6 +217,39 @@ private:
         return uint32_t(v.get<int64_t>());
     }
 
+    // An integer node with its bounds: minimum / maximum as they are (a fraction rounded inward), the exclusive
+    // forms one step inside; within the 64-bit range.
+    int32_t integer(const ojson& s, const std::string& path) {
+        const int32_t n = add(Kind::integer, path);
+        SchemaNode& node = g_.nodes[size_t(n)];
+        std::string lo_key, hi_key;
+        for (const char* k : k_bounds) {
+            if (!s.contains(k)) continue;
+            const ojson& v = s[k];
+            const std::string p = join(path, k);
+            if (!v.is_number()) bad(p, cat("'", k, "' must be a number"));
+            const bool upper = std::string_view(k).find("aximum") != std::string_view::npos;
+            const bool exclusive = k[0] == 'e';
+            const double d = v.get<double>();
+            if (!(d > -9.2e18 && d < 9.2e18) || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+                bad(p, cat("'", k, "' must be within the 64-bit integer range"));
+            int64_t b;
+            if (v.is_number_integer()) {
+                b = v.get<int64_t>();
+                if (exclusive) b += upper ? -1 : 1;
+            } else {
+                const double r = upper ? std::floor(d) : std::ceil(d);
+                b = int64_t(r);
+                if (exclusive && r == d) b += upper ? -1 : 1;
+            }
+            if (upper && (!node.has_max || b < node.max_int)) node.max_int = b, node.has_max = true, hi_key = p;
+            if (!upper && (!node.has_min || b > node.min_int)) node.min_int = b, node.has_min = true, lo_key = p;
+        }
+        if (node.has_min && node.has_max && node.min_int > node.max_int)
+            bad(lo_key, "the lower bound is above the upper bound: no integer satisfies both");
+        return n;
+    }
+
     int32_t typed(const ojson& s, const std::string& path, const std::string& type, int depth) {
         if (type == "string") {
             const uint32_t mn = count(s, path, "minLength", 0), mx = count(s, path, "maxLength", UINT32_MAX);
@@ -219,7 +260,7 @@ private:
             return n;
         }
         if (type == "number") return add(Kind::number, path);
-        if (type == "integer") return add(Kind::integer, path);
+        if (type == "integer") return integer(s, path);
         if (type == "boolean" || type == "null") {
             const int32_t n = add(Kind::literals, path);
             g_.nodes[size_t(n)].literals = type == "null" ? std::vector<std::string>{"null"}

@@ -46,6 +46,9 @@ struct SchemaNode {
     uint32_t min_items = 0, max_items = UINT32_MAX;
     // string: length in characters (code points; an escape is one)
     uint32_t min_length = 0, max_length = UINT32_MAX;
+    // integer: inclusive bounds (minimum, maximum, exclusiveMinimum, exclusiveMaximum folded in), where given
+    bool has_min = false, has_max = false;
+    int64_t min_int = 0, max_int = 0;
     // literals (enum, const, boolean, null): the values' JSON texts, distinct, in byte order
     std::vector<std::string> literals;
     std::vector<int32_t> then;  // literals: per literal, a node read right after it (-1: none); empty: none

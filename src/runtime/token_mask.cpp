@@ -13,8 +13,6 @@ namespace sluice {
 
 namespace {
 
-bool plain(uint8_t b) { return b != '"' && b != '\\' && b >= 0x20; }
-
 // Walk scratch: one state per trie depth, shared by every constraint of the (engine) thread.
 std::vector<schema::State>& scratch(size_t depth) {
     thread_local std::vector<schema::State> s;
@@ -67,11 +65,17 @@ TokenTrie::TokenTrie(const std::vector<std::string>& bytes) : vocab_size_(int64_
         ++nodes_[path[t.size()]].n_end;
         prev = &t;
     }
+    // ok[i] bit q: from decoder state q before node i's byte, every byte on every path below is one a string takes
+    // (children come after their parent in preorder, so a reverse sweep sees them first)
+    std::vector<uint8_t> ok(nodes_.size(), 0);
     for (size_t i = nodes_.size(); i-- > 0;) {
-        bool p = true;
-        for (uint32_t c = nodes_[i].first_child; c; c = nodes_[c].next_sibling)
-            p = p && plain(nodes_[c].byte) && nodes_[c].plain_below;
-        nodes_[i].plain_below = p;
+        uint8_t below = 0xFF;
+        for (uint32_t c = nodes_[i].first_child; c; c = nodes_[c].next_sibling) below &= ok[c];
+        nodes_[i].plain_below = below;
+        for (int q = 0; q < 8; ++q) {
+            const int next = schema::utf8_next(q, nodes_[i].byte);
+            if (next >= 0 && ((below >> next) & 1)) ok[i] |= uint8_t(1u << q);
+        }
     }
 }
 
@@ -84,6 +88,8 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const tok::Tokenizer&
             std::string b = tok.decode_bytes({id}, false);
             if (tok.is_special(id))
                 b = std::find(markers.begin(), markers.end(), b) != markers.end() ? std::string(1, '\0') + b : "";
+            else if (!markers.empty() && b.find('\0') != std::string::npos)
+                b.clear();  // an ordinary 0x00 byte would spell a marker's 0x00 (and no JSON value holds one)
             bytes[size_t(id)] = std::move(b);
         } catch (const Error&) {  // an id the vocabulary leaves out
         }
@@ -108,7 +114,7 @@ void JsonConstraint::walk(uint32_t node, int depth) {
         schema::State& s = st[size_t(depth) + 1];
         s.copy_from(st[size_t(depth)]);
         if (!a_->step(s, n.byte)) continue;
-        if (n.plain_below && a_->in_plain_string(s)) {
+        if (const int q = a_->plain_string_state(s); q >= 0 && ((n.plain_below >> q) & 1)) {
             std::fill(allowed_.begin() + n.lo, allowed_.begin() + n.hi, uint8_t(1));
             continue;
         }

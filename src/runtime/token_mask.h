@@ -1,8 +1,9 @@
 // Structured output over a vocabulary: every token's bytes in a trie (built once per tokenizer), and the
 // TokenConstraint that walks a schema automaton (runtime/json_automaton.h) over that trie to find the tokens that
 // may come next. The walk shares the work of tokens with a common prefix and prunes a subtree at the first byte the
-// automaton refuses; inside a string, a subtree whose bytes are all plain string characters is allowed whole without
-// being walked (TokenTrie::Node::plain_below), so a mask costs about the tokens that can change the state.
+// automaton refuses; inside a string, a subtree whose bytes are all plain string characters (valid UTF-8 from the
+// decoder's state there) is allowed whole without being walked (TokenTrie::Node::plain_below), so a mask costs about
+// the tokens that can change the state.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ public:
     // From a tokenizer, for a model whose logits have vocab_size entries. Special tokens whose text is one of
     // `markers` stay in, as a 0x00 byte and their text: no JSON value contains that byte, so only a grammar literal
     // that starts with it (the tool-call syntaxes, api/tool_choice) can force such a token, and its spelling in
-    // ordinary tokens does not match.
+    // ordinary tokens does not match (with markers, ordinary tokens holding a 0x00 byte are left out).
     static std::shared_ptr<const TokenTrie> from_tokenizer(const tok::Tokenizer& tok, int64_t vocab_size,
                                                            const std::vector<std::string>& markers = {});
 
@@ -36,7 +37,9 @@ public:
         uint32_t lo = 0, hi = 0;                     // the tokens below (positions in sorted order)
         uint32_t n_end = 0;                          // of which the first n_end end here
         uint8_t byte = 0;                            // on the edge from the parent
-        bool plain_below = true;                     // every byte below is a plain string character
+        // bit q: from UTF-8 decoder state q (Automaton::plain_string_state) after this node's byte, every path below
+        // is string characters (no quote, backslash or control byte, valid UTF-8)
+        uint8_t plain_below = 0xFF;
     };
     const std::vector<Node>& nodes() const { return nodes_; }
     const std::vector<int32_t>& order() const { return order_; }  // sorted position -> token id

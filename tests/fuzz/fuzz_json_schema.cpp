@@ -26,10 +26,13 @@ std::shared_ptr<const TokenTrie> vocab() {
     static std::shared_ptr<const TokenTrie> t = [] {
         std::vector<std::string> v;
         // ASCII bytes but 'e' / 'E', so that an exponent comes only as "e-3" (a huge one would not parse as a
-        // double), and UTF-8 only in whole characters (nlohmann refuses invalid UTF-8; the server's decoder
-        // repairs it)
+        // double); UTF-8 in whole characters and in pieces, and bytes no UTF-8 string holds: the mask must only
+        // ever put whole, valid characters in strings (nlohmann refuses invalid UTF-8, so the check below sees it)
         for (int b = 0; b < 128; ++b)
             if (b != 'e' && b != 'E') v.push_back(std::string(1, char(b)));
+        for (const char* s : {"\xc3", "\xa9", "\xe2\x82", "\xac", "\x80", "\xff", "\xc0\xaf", "\xed\xa0\x80",
+                              "\xf0\x9f", "\x98\x80", "\xf4\x90\x80\x80"})
+            v.push_back(s);
         for (const char* s : {"\xc3\xa9", "\"", "\":", "\",", "\"}", "{\"", "true", "false", "null", "12", "0.5", "e-3", "  ",
                               "\n", "\\u00e9", "\\n", "abc", "[]", "{}", "},", "],", "\"a\"", "\"name\"", ""})
             v.push_back(s);

@@ -1,6 +1,7 @@
 // An independent check that a JSON value is an instance of a schema, for the structured-output tests: the subset
-// runtime/json_schema supports (type, properties, required, additionalProperties, items, minItems, maxItems, enum,
-// const, anyOf, $ref "#"), written straight from the JSON Schema rules rather than from the automaton.
+// runtime/json_schema supports (type, properties, required, additionalProperties, items, minItems, maxItems,
+// minLength, maxLength, minimum, maximum, exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, $ref "#"), written
+// straight from the JSON Schema rules rather than from the automaton.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -45,6 +46,21 @@ inline bool is_instance(const nlohmann::json& v, const nlohmann::json& s, const 
                 if (!is_instance(x, s["additionalProperties"], root)) return false;
             }
         }
+    }
+    if (v.is_number()) {  // compared as long double: exact for the 64-bit integers the tests use
+        const long double x = v.is_number_unsigned() ? (long double)v.get<uint64_t>()
+                              : v.is_number_integer() ? (long double)v.get<int64_t>() : (long double)v.get<double>();
+        const auto bound = [&](const char* k) { return (long double)s[k].get<double>(); };
+        if (s.contains("minimum") && x < bound("minimum")) return false;
+        if (s.contains("maximum") && x > bound("maximum")) return false;
+        if (s.contains("exclusiveMinimum") && x <= bound("exclusiveMinimum")) return false;
+        if (s.contains("exclusiveMaximum") && x >= bound("exclusiveMaximum")) return false;
+    }
+    if (v.is_string()) {  // lengths in code points
+        size_t n = 0;
+        for (unsigned char c : v.get<std::string>()) n += (c & 0xC0) != 0x80;
+        if (s.contains("minLength") && n < s["minLength"].get<size_t>()) return false;
+        if (s.contains("maxLength") && n > s["maxLength"].get<size_t>()) return false;
     }
     if (v.is_array()) {
         if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return false;

@@ -128,6 +128,72 @@ TEST(JsonAutomaton, StringLengthsCountCharacters) {
     EXPECT_EQ(error_path(R"({"type":"string","minLength":3,"maxLength":2})"), "minLength");
 }
 
+// Strings are valid UTF-8 (JSON text is), and a character of several bytes counts once toward maxLength: a
+// continuation byte without its lead, a lead without its continuation, overlong forms, surrogates and code points
+// past U+10FFFF are refused at their byte.
+TEST(JsonAutomaton, StringsAreValidUtf8) {
+    const Automaton a = from(R"({"type":"string","maxLength":2})");
+    EXPECT_EQ(run(a, "\"\xf0\x9f\x98\x80\xc3\xa9\""), 1);  // two characters, six bytes
+    EXPECT_EQ(run(a, "\"\x80\""), -1 - 1);
+    EXPECT_EQ(run(a, "\"a\x80\x80\x80\""), -1 - 2);  // continuation bytes do not make a long string short
+    EXPECT_EQ(run(a, "\"\xc3\""), -1 - 2);
+    EXPECT_EQ(run(a, "\"\xc0\xaf\""), -1 - 1);
+    EXPECT_EQ(run(a, "\"\xe0\x80\x80\""), -1 - 2);
+    EXPECT_EQ(run(a, "\"\xed\xa0\x80\""), -1 - 2);
+    EXPECT_EQ(run(a, "\"\xf4\x90\x80\x80\""), -1 - 2);
+    EXPECT_EQ(run(a, "\"\xf5\x80\""), -1 - 1);
+    const Automaton any = from(R"({"type":"string"})");
+    EXPECT_EQ(run(any, "\"\xe2\x82\xac \xed\x9f\xbf \xf4\x8f\xbf\xbf\""), 1);
+    EXPECT_EQ(run(any, "\"\xe2\x82x\""), -1 - 3);
+    const Automaton obj = Automaton(any_object_grammar());  // keys of any object too
+    EXPECT_EQ(run(obj, "{\"\xc3\xa9\":1}"), 1);
+    EXPECT_EQ(run(obj, "{\"a\x80\":1}"), -1 - 3);
+    EXPECT_EQ(run(obj, "{\"\xc3\":1}"), -1 - 3);
+}
+
+// Integer bounds: a digit is taken only while some integer that starts so is within them, and the value must be
+// within them where it ends; fractions round inward, exclusive bounds step in by one.
+TEST(JsonAutomaton, IntegerBounds) {
+    const Automaton a = from(R"({"type":"integer","minimum":-5,"maximum":12})");
+    for (const char* ok : {"-5", "-0", "0", "7", "12", "10"}) EXPECT_EQ(run(a, ok), 1) << ok;
+    EXPECT_EQ(run(a, "13"), -1 - 1);
+    EXPECT_EQ(run(a, "120"), -1 - 2);
+    EXPECT_EQ(run(a, "-6"), -1 - 1);
+    EXPECT_EQ(run(a, "-51"), -1 - 2);
+    const Automaton below = from(R"({"type":"integer","maximum":-10})");
+    EXPECT_EQ(run(below, "5"), -1 - 0);
+    EXPECT_EQ(run(below, "-9"), 0);  // -90 .. -99 are still ahead, but -9 cannot end
+    EXPECT_EQ(run(below, "-95"), 1);
+    EXPECT_EQ(run(below, "-99999999999999999999999"), 1);  // past 64 bits, still below the bound
+    const Automaton excl = from(R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":3})");
+    EXPECT_EQ(run(excl, "0"), -1 - 0);
+    EXPECT_EQ(run(excl, "2"), 1);
+    EXPECT_EQ(run(excl, "3"), -1 - 0);
+    EXPECT_EQ(run(excl, "-"), -1 - 0);
+    const Automaton frac = from(R"({"type":"integer","minimum":1.5,"exclusiveMaximum":4.0})");
+    EXPECT_EQ(run(frac, "1"), -1 - 0);  // 2 and 3 only: nothing starts with 1
+    EXPECT_EQ(run(frac, "2"), 1);
+    EXPECT_EQ(run(frac, "4"), -1 - 0);
+    const Automaton big = from(R"({"type":["integer","null"],"minimum":0})");
+    EXPECT_EQ(run(big, "123456789012345678901234567890"), 1);
+    EXPECT_EQ(run(big, "-1"), -1 - 1);
+    EXPECT_EQ(run(big, "null"), 1);
+    const Automaton obj = from(R"({"type":"object","properties":{"n":{"type":"integer","maximum":9}}})");
+    EXPECT_EQ(run(obj, R"({"n":9})"), 1);
+    EXPECT_EQ(run(obj, R"({"n":10})"), -1 - 6);
+    const Automaton neg = from(R"({"type":"object","properties":{"n":{"type":"integer","maximum":-10}}})");
+    EXPECT_EQ(run(neg, R"({"n":-9})"), -1 - 7);  // the value ends above the bound at the brace
+    EXPECT_EQ(run(neg, R"({"n":-90})"), 1);
+    // bounds the mask does not enforce are refused, naming the keyword
+    EXPECT_EQ(error_path(R"({"type":"number","minimum":0})"), "minimum");
+    EXPECT_EQ(error_path(R"({"maximum":0})"), "maximum");
+    EXPECT_EQ(error_path(R"({"type":["integer","number"],"maximum":0})"), "maximum");
+    EXPECT_EQ(error_path(R"({"type":"integer","enum":[1,2],"minimum":2})"), "minimum");
+    EXPECT_EQ(error_path(R"({"properties":{"x":{"type":"integer","minimum":5,"maximum":4}}})"), "properties.x.minimum");
+    EXPECT_EQ(error_path(R"({"type":"integer","exclusiveMinimum":true})"), "exclusiveMinimum");
+    EXPECT_EQ(error_path(R"({"type":"integer","maximum":1e30})"), "maximum");
+}
+
 TEST(JsonAutomaton, AnyObjectAndRecursion) {
     const Automaton any = Automaton(any_object_grammar());
     EXPECT_EQ(run(any, R"({"a":[1,{"b":null,"c":[true,false,"x",-2.5E-3]}],"":{}})"), 1);

@@ -585,6 +585,24 @@ TEST(ChoiceText, HoldsBackPartialUtf8) {
     EXPECT_EQ(u.finish(), "\xEF\xBF\xBD");
 }
 
+// Under tools the syntax's marker tokens come out as their text (for the tool-call parser); other special tokens
+// are still skipped, and a marker ends a character cut short before it.
+TEST(ChoiceText, KeepsTheMarkersItIsGiven) {
+    const int32_t end = qwen().token_to_id("<|im_end|>").value(), start = qwen().token_to_id("<|im_start|>").value();
+    ASSERT_TRUE(qwen().is_special(end) && qwen().is_special(start));
+    ChoiceText t(qwen(), {});
+    t.keep_specials({end});
+    const std::vector<int32_t> ids = byte_ids("a\xC3" "b");
+    EXPECT_EQ(t.push(ids[0]), "a");
+    EXPECT_EQ(t.push(ids[1]), "");
+    EXPECT_EQ(t.push(end), "\xEF\xBF\xBD<|im_end|>");
+    EXPECT_EQ(t.push(start), "");
+    EXPECT_EQ(t.push(ids[2]), "b");
+    EXPECT_EQ(t.offset(), 3u + 10u + 12u);  // every token's bytes, as without markers kept
+    ChoiceText plain(qwen(), {});
+    EXPECT_EQ(plain.push(end), "");
+}
+
 TEST(ChoiceText, HoldsBackPartialStopAndReleasesIt) {
     ChoiceText t(qwen(), {"xyz"});
     const std::vector<int32_t> ids = byte_ids("axyqxy");

@@ -30,7 +30,7 @@ const std::shared_ptr<const TokenTrie>& qwen3_trie() {
 }
 
 const char* k_schema = R"({"type":"object","additionalProperties":false,"required":["name","age","pets"],
-  "properties":{"name":{"type":"string","maxLength":8},"nick":{"type":"string"},"age":{"type":"integer"},"alive":{"type":"boolean"},
+  "properties":{"name":{"type":"string","maxLength":8},"nick":{"type":"string"},"age":{"type":"integer","minimum":-3,"exclusiveMaximum":120},"alive":{"type":"boolean"},
   "pets":{"type":"array","maxItems":3,"items":{"type":"object","required":["kind"],"additionalProperties":false,
      "properties":{"kind":{"enum":["cat","dog"]},"weight":{"type":["number","null"]}}}}}})";
 
@@ -46,13 +46,17 @@ TEST(TokenMask, AllowsExactlyTheTokensTheAutomatonAccepts) {
     const auto a = automaton(k_schema);
     const int64_t V = trie->vocab_size();
     ASSERT_GT(V, 150000);
-    // states along one text: object start, a key, a string value, a number, an enum, inside an array
-    const std::string text = R"({"name": "Jo \"x\" y", "nick": "a\u00e9 \"b", "age": 41, "pets": [{"kind": "dog", "weight": 2.5e1}, {"kind":)";
+    // states along one text: object start, a key, a string value (also inside characters of two, three and four
+    // bytes, after E0, ED, F0 and F4 leads), a number, an enum, inside an array
+    const std::string text = R"({"name": "Jo \"x\" y", "nick": "a\u00e9 \"b)"
+                             "\xc3\xa9\xe0\xa4\x95\xed\x9f\xbf\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\xf3\xa0\x80\x81"
+                             R"(", "age": 41, "pets": [{"kind": "dog", "weight": 2.5e1}, {"kind":)";
     JsonConstraint c(a, trie);
     schema::State s = a->start(), t;
     int checked = 0;
     for (size_t i = 0; i <= text.size(); ++i) {
-        if (i % 3 == 0 || i == text.size()) {
+        const bool in_char = i > 0 && (uint8_t(text[i - 1]) >= 0x80);
+        if (i % 3 == 0 || i == text.size() || in_char) {
             std::vector<float> logits(size_t(V), 0.0f);
             ASSERT_TRUE(c.mask(logits, {}));
             for (int32_t id = 0; id < V; ++id) {

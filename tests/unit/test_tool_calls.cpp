@@ -1,8 +1,7 @@
 // Tool-call parsing (api/tool_calls) against what each family's real chat template writes for an assistant turn with
-// tool calls (tests/data/templates: Qwen3, Kimi K2, gpt-oss; Kimi K3's template writes its XTML <call> tags instead,
-// which are not parsed yet): render the conversation, take the assistant
+// tool calls (tests/data/templates: Qwen3, Kimi K2, Kimi K3, gpt-oss): render the conversation, take the assistant
 // turn's text, and parse it back into the same calls. Plus the forms models emit that templates do not (content
-// before a call, a call cut short, a block that is not JSON).
+// before a call, a call cut short, a block that is not JSON). The incremental parser itself: test_tool_stream.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -24,8 +23,9 @@ std::string read(const std::string& name) {
     return ss.str();
 }
 
-// The assistant turn as the template writes it: the whole conversation minus its prefix up to the generation prompt.
-std::string assistant_turn(const std::string& source, const ojson& calls) {
+// The assistant turn as the template writes it: the whole conversation minus its prefix up to the generation prompt
+// (returned in `prompt`).
+std::string assistant_turn(const std::string& source, const ojson& calls, std::string* prompt = nullptr) {
     ChatTemplate t(source);
     ChatRequest req;
     req.messages = ojson::array({{{"role", "user"}, {"content", "Weather in Paris and Oslo?"}}});
@@ -35,6 +35,7 @@ std::string assistant_turn(const std::string& source, const ojson& calls) {
     req.add_generation_prompt = false;
     const std::string whole = t.apply(req);
     EXPECT_EQ(whole.substr(0, prefix.size()), prefix);
+    if (prompt) *prompt = prefix;
     return whole.substr(prefix.size());
 }
 
@@ -57,10 +58,14 @@ TEST_P(ToolCallsFromTemplates, RoundTrip) {
     const std::string src = read(f.file);
     ASSERT_FALSE(src.empty()) << f.file;
     EXPECT_EQ(tool_syntax_of(src), f.syntax);
-    ojson calls = ojson::array({call("get_weather", R"({"city": "Paris", "days": [1, 2]})")});
-    if (f.several) calls.push_back(call("get_time", R"({"zone": "Europe/Oslo"})"));
-    const std::string turn = assistant_turn(src, calls);
-    const ToolOutput out = parse_tool_calls(f.syntax, turn);
+    ojson calls = ojson::array(
+        {call("get_weather", R"({"city": "Paris \"Ville\" &amp; <b>", "days": [1, 2], "opts": {"x": null}})")});
+    if (f.several) calls.push_back(call("get_time", R"({"zone": "Europe/Oslo", "n": 2.5, "dst": true})"));
+    if (f.several) calls.push_back(call("ping", "{}"));
+    std::string prompt;
+    const std::string turn = assistant_turn(src, calls, &prompt);
+    const ToolOutput out = parse_tool_calls(f.syntax, turn, prompt);
+    EXPECT_FALSE(out.cut);
     ASSERT_EQ(out.calls.size(), calls.size()) << turn;
     for (size_t i = 0; i < calls.size(); ++i) {
         EXPECT_EQ(out.calls[i].name, calls[i]["function"]["name"]) << turn;
@@ -68,13 +73,14 @@ TEST_P(ToolCallsFromTemplates, RoundTrip) {
         EXPECT_FALSE(out.calls[i].id.empty());
     }
     if (f.syntax == ToolSyntax::kimi) EXPECT_EQ(out.calls[0].id, "functions.get_weather:0");
-    for (const char* marker : {"<tool_call>", "<|tool_call", "<|call|>", "to=functions"})
+    for (const char* marker : {"<tool_call>", "<|tool_call", "<|call|>", "to=functions", "<|open|>", "<|sep|>"})
         EXPECT_EQ(out.content.find(marker), std::string::npos) << out.content;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ToolCallsFromTemplates,
                          ::testing::Values(Family{"Qwen-Qwen3-0.6B.jinja", ToolSyntax::hermes, true},
                                            Family{"moonshotai-Kimi-K2.jinja", ToolSyntax::kimi, true},
+                                           Family{"moonshotai-Kimi-K3.jinja", ToolSyntax::kimi_k3, true},
                                            Family{"openai-gpt-oss-120b.jinja", ToolSyntax::harmony, false}));
 
 TEST(ToolCalls, ContentBesideCallsAndBrokenBlocks) {
