@@ -32,6 +32,7 @@ void expect_same_plan(const std::string& dir, const ModelShape& m, uint64_t budg
     PlanSettings s;
     s.ctx = lo.max_context_tokens;
     s.parallel = lo.max_sequences;
+    s.pass_rows = lo.max_pass_rows;
     const Projection p = project(m, mc, s);
     EXPECT_EQ(p.plan.spine_bytes, engine->spine_bytes);
     EXPECT_EQ(p.plan.spine_fixed_bytes, engine->spine_fixed_bytes);
