@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/blocks/row_runs.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -18,9 +19,8 @@ void add_bias(float* y, int64_t n, const std::vector<float>& b) {
 
 uint64_t gqa_scratch_bytes(const GqaConfig& c, int64_t n) {
     using A = ScratchArena;
-    // q, k, v, o; the gathered queries, outputs and positions of one sequence
-    return 4 * A::f32_bytes(n * c.q_width()) + 2 * A::f32_bytes(n * c.kv_width()) +
-           A::bytes(uint64_t(n) * sizeof(int64_t));
+    // q, k, v, o
+    return 2 * A::f32_bytes(n * c.q_width()) + 2 * A::f32_bytes(n * c.kv_width());
 }
 
 void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, const float* x, int64_t n,
@@ -67,26 +67,11 @@ void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, cons
     ap.window = c.window;
     ap.sinks = w.sinks.empty() ? nullptr : w.sinks.data();
     float* o = arena.f32(n * qw);  // every row belongs to one sequence: all written
-    float* qs = arena.f32(n * qw);
-    float* os = arena.f32(n * qw);
-    auto* pos = static_cast<int64_t*>(arena.carve(uint64_t(n) * sizeof(int64_t)));
-    for (const auto& s : seqs) {
-        // rows of one sequence are in general not contiguous in the batch: gather, attend, scatter (in place when
-        // they are a contiguous run, as a single sequence's prefill is)
-        const int64_t m = int64_t(s.rows.size());
-        if (m == 0) continue;
-        const int64_t r0 = s.rows[0];
-        if (s.rows.back() - r0 == m - 1) {
+    // in place, a contiguous run of a sequence's batch rows at a time (as MLA: a row depends on its own query only)
+    for (const auto& s : seqs)
+        for_each_run(s.rows, [&](int64_t r0, int64_t m) {
             ops::attention(ap, q + r0 * qw, m, positions + r0, s.cache->k.view(), s.cache->v.view(), o + r0 * qw, pool);
-            continue;
-        }
-        for (int64_t j = 0; j < m; ++j) {
-            std::copy_n(q + s.rows[size_t(j)] * qw, qw, qs + j * qw);
-            pos[j] = positions[s.rows[size_t(j)]];
-        }
-        ops::attention(ap, qs, m, pos, s.cache->k.view(), s.cache->v.view(), os, pool);
-        for (int64_t j = 0; j < m; ++j) std::copy_n(os + j * qw, qw, o + s.rows[size_t(j)] * qw);
-    }
+        });
     ops::matmul(w.o_proj, o, n, out, pool);
     add_bias(out, n, w.o_bias);
 }

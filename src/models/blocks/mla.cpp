@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/blocks/row_runs.h"
 #include "ops/mla_ops.h"
 #include "ops/ops.h"
 
@@ -13,10 +14,9 @@ uint64_t mla_scratch_bytes(const MlaConfig& c, int64_t n) {
     using A = ScratchArena;
     const int64_t H = c.n_heads, cw = c.cache_width(), r_kv = c.kv_lora_rank, dv = c.v_head_dim;
     const uint64_t qa = c.q_lora_rank > 0 ? A::f32_bytes(n * c.q_lora_rank) : 0;
-    // q, kva, q_cat, lat, o; per sequence the gathered queries, latents and positions; the output gate
-    const uint64_t rest = A::f32_bytes(n * cw) + 2 * A::f32_bytes(n * H * cw) + 2 * A::f32_bytes(n * H * r_kv) +
-                          A::f32_bytes(n * H * dv) + A::bytes(uint64_t(n) * sizeof(int64_t)) +
-                          (c.output_gate ? A::f32_bytes(n * H * dv) : 0);
+    // q, then kva, q_cat, lat, o and the output gate
+    const uint64_t rest = A::f32_bytes(n * cw) + A::f32_bytes(n * H * cw) + A::f32_bytes(n * H * r_kv) +
+                          A::f32_bytes(n * H * dv) + (c.output_gate ? A::f32_bytes(n * H * dv) : 0);
     return A::f32_bytes(n * H * c.qk_head_dim()) + std::max(qa, rest);
 }
 
@@ -75,27 +75,14 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     ap.head_dim_k = cw;
     ap.head_dim_v = r_kv;
     ap.scale = c.softmax_scale;
-    // rows of one sequence are contiguous in neither q nor out in general: gather, attend, scatter (in place when
-    // they are a contiguous run of the batch, as a single sequence's prefill is)
-    float* qs = arena.f32(n * H * cw);
-    float* ls = arena.f32(n * H * r_kv);
-    auto* pos = static_cast<int64_t*>(arena.carve(uint64_t(n) * sizeof(int64_t)));
+    // Each sequence's rows attend to its cache (all of this pass's entries are written above), in place, one
+    // contiguous run of batch rows at a time (a whole prefill chunk is one run): an attention row depends only on its
+    // own query, position and the cache, so no gather is needed.
     for (const auto& s : seqs) {
-        const int64_t m = int64_t(s.rows.size());
-        if (m == 0) continue;
-        const int64_t r0 = s.rows[0];
-        const bool run = s.rows.back() - r0 == m - 1;  // increasing rows: a contiguous run
         const ops::RowView cache = s.cache->data.view();
-        if (run) {
+        for_each_run(s.rows, [&](int64_t r0, int64_t m) {
             ops::attention(ap, q_cat + r0 * H * cw, m, positions + r0, cache, cache, lat + r0 * H * r_kv, pool);
-            continue;
-        }
-        for (int64_t j = 0; j < m; ++j) {
-            std::copy_n(q_cat + s.rows[size_t(j)] * H * cw, H * cw, qs + j * H * cw);
-            pos[j] = positions[s.rows[size_t(j)]];
-        }
-        ops::attention(ap, qs, m, pos, cache, cache, ls, pool);
-        for (int64_t j = 0; j < m; ++j) std::copy_n(ls + j * H * r_kv, H * r_kv, lat + s.rows[size_t(j)] * H * r_kv);
+        });
     }
 
     // o^h = W_UV^h lat^h
