@@ -16,7 +16,7 @@ ResidencyPlan plan_residency_for_rows(uint64_t budget, uint64_t fixed, std::span
         ResidencyPlan p = plan_residency(budget, fixed, layer_bytes, state_bytes + activations, staging, force_first);
         p.activation_bytes = activations;
         return p;
-    } catch (const Error&) {
+    } catch (const Error& e) {
         // Would a smaller pass fit? Then say which: the activations grow with the rows, nothing else does.
         auto fits = [&](int64_t r) {
             try {
@@ -32,9 +32,8 @@ ResidencyPlan plan_residency_for_rows(uint64_t budget, uint64_t fixed, std::span
             const int64_t mid = lo + (hi - lo) / 2;
             (fits(mid) ? lo : hi) = mid;
         }
-        fail("--memory ", format_bytes(budget), " is too small for passes of ", rows, " rows (their activations take ",
-             format_bytes(activations), "): the largest pass that fits is ", lo,
-             " rows (--chunk / --batch-rows), or give more memory");
+        fail(e.what(), "; of that, the activations of a pass of ", rows, " rows take ", format_bytes(activations),
+             ": the largest pass that fits this budget is ", lo, " rows (--chunk / --batch-rows)");
     }
 }
 

@@ -57,7 +57,9 @@ TEST_P(PlanShape, SameAsEngine) {
     PlanMachine mc;
     mc.memory_bytes = uint64_t(1) << 40;
     mc.drives_gbps = {1.0};
-    const Projection big = project(m, mc, PlanSettings{});
+    PlanSettings engine_rows;  // the engine's default pass, as expect_same_plan loads it
+    engine_rows.pass_rows = LoadOptions{}.max_pass_rows;
+    const Projection big = project(m, mc, engine_rows);
     const uint64_t min = big.plan.min_bytes();
     const uint64_t all_slots = uint64_t(m.n_moe_layers * m.n_experts) * m.expert_slot_bytes;
     expect_same_plan(dir, m, min + all_slots / 5);
