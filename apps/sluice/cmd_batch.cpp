@@ -98,6 +98,7 @@ void register_batch(CLI::App& app) {
         TextSide text = load_text_side(a->m.model, "batch");
         if (a->b.model_id.empty()) a->b.model_id = model_id_from_folder(a->m.model);
         LoadOptions lo = a->m.to_options();
+        lo.max_pass_rows = a->batch_rows;  // the engine's max_batch_rows
         lo.prefix_cache_bytes = a->e.prefix_cache_bytes(lo.memory_budget_bytes);
         // recurrent state snapshots within a pass (prefix cache, speculation): reserved in the plan
         if (lo.prefix_cache_bytes > 0 || !a->e.state_dir.empty() || a->e.speculative > 0) lo.snapshot_rows = a->batch_rows;

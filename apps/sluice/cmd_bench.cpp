@@ -104,6 +104,7 @@ void register_bench(CLI::App& app) {
     sub->callback([a] {
         LoadOptions lo = a->m.to_options();
         if (lo.memory_budget_bytes == 0) lo.stream_experts = true;
+        lo.max_pass_rows = std::max<int64_t>(a->chunk, a->m.parallel);  // the largest pass below
         const int64_t per_seq_tokens = a->prompt_tokens + a->tokens + 1;  // each --parallel copy's reservation
         SLUICE_CHECK(a->m.parallel == 1 || a->m.parallel * per_seq_tokens <= lo.max_context_tokens,
                      "bench: --parallel ", a->m.parallel, " copies of ", per_seq_tokens, " tokens need --ctx >= ",

@@ -154,6 +154,7 @@ void register_generate(CLI::App& app) {
         }
         const auto t0 = std::chrono::steady_clock::now();
         LoadOptions load = a->m.to_options();
+        load.max_pass_rows = a->chunk;  // the engine's max_batch_rows (runtime/generate)
         // recurrent state snapshots within a pass (speculation; a session's prefix cache): reserved in the plan
         if (a->speculative > 0 || !a->session.empty()) load.snapshot_rows = std::max(a->chunk, a->speculative + 1);
         const DraftPlan draft_plan = plan_draft(load, a->draft_model, a->draft_memory, a->speculative);

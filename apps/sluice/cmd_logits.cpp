@@ -1,4 +1,5 @@
 // sluice logits -m DIR --ids 5,17,3 -o out.npy : float32 [n_ids, vocab], row i = next-token logits after ids[0..i].
+#include <algorithm>
 #include <memory>
 
 #include "commands.h"
@@ -24,7 +25,9 @@ void register_logits(CLI::App& app) {
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(positive());
     sub->callback([a] {
         const auto ids = parse_ids(a->ids);
-        auto model = load_model(a->m.model, a->m.to_options());
+        LoadOptions lo = a->m.to_options();
+        lo.max_pass_rows = std::clamp<int64_t>(int64_t(ids.size()), 1, a->chunk);  // the arena holds one pass
+        auto model = load_model(a->m.model, lo);
         const auto logits = prompt_logits(*model, ids, a->chunk);
         npy_write_f32(a->out, logits.data(), {int64_t(ids.size()), model->info().vocab_size});
         log_info("wrote ", a->out, ": [", ids.size(), ", ", model->info().vocab_size, "] float32");

@@ -18,7 +18,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, like, memory, drives, device = "cpu", rates, usage_stats, batch_sizes = "1,4,16,64,256";
-    int64_t threads = 0, ctx = 4096, parallel = 1, prefill_chunk = 256;
+    int64_t threads = 0, ctx = 4096, parallel = 1, prefill_chunk = 256, pass_rows = 0;
     bool json = false, overlap = false;
 };
 
@@ -68,6 +68,7 @@ void run_plan(const PlanArgs& a) {
     s.ctx = a.ctx;
     s.parallel = a.parallel;
     s.prefill_chunk = a.prefill_chunk;
+    s.pass_rows = a.pass_rows;
     s.overlap = a.overlap;
     s.batch_sizes.clear();
     for (const std::string& b : split(a.batch_sizes)) {
@@ -119,6 +120,10 @@ void register_plan(CLI::App& app) {
         ->capture_default_str();
     sub->add_option("--prefill-chunk", a->prefill_chunk, "prompt tokens per prefill pass")->check(positive())
         ->capture_default_str();
+    sub->add_option("--pass-rows", a->pass_rows,
+                    "rows of the largest forward pass the engine will run (its --chunk / --batch-rows): their "
+                    "activations are reserved (default: the largest of --prefill-chunk and --batch-sizes)")
+        ->check(CLI::NonNegativeNumber);
     sub->add_option("--batch-sizes", a->batch_sizes, "decode batch sizes to project")->capture_default_str();
     sub->add_flag("--overlap", a->overlap,
                   "time a pass as max(I/O, compute) (full overlap) instead of their sum (what bench measures here)");

@@ -156,6 +156,7 @@ void register_serve(CLI::App& app) {
             std::fprintf(stderr, "sluice: warning: no chat template (%s); /v1/chat/completions will answer 400\n",
                          text.template_error.c_str());
         LoadOptions lo = a->m.to_options();
+        lo.max_pass_rows = a->batch_rows;  // the engine's max_batch_rows
         lo.prefix_cache_bytes = a->e.prefix_cache_bytes(lo.memory_budget_bytes);
         // recurrent state snapshots within a pass (prefix cache, speculation): reserved in the plan
         if (lo.prefix_cache_bytes > 0 || !a->e.state_dir.empty() || a->e.speculative > 0) lo.snapshot_rows = a->batch_rows;

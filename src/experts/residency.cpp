@@ -54,6 +54,7 @@ std::string ResidencyPlan::describe() const {
            << format_bytes(spine_slot_bytes / 2) << "\n";
     os << "  sequence state     " << format_bytes(state_bytes) << "\n";
     if (prefix_cache_bytes > 0) os << "    of which prefix cache " << format_bytes(prefix_cache_bytes) << "\n";
+    if (activation_bytes > 0) os << "    of which activations " << format_bytes(activation_bytes) << "\n";
     os
        << "  read staging       " << format_bytes(staging_bytes) << "\n"
        << "  expert cache       " << format_bytes(expert_cache_bytes) << "\n";

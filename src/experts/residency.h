@@ -17,6 +17,7 @@ struct ResidencyPlan {
     uint64_t spine_bytes = 0;          // resident non-expert weights (fixed part + resident layers)
     uint64_t state_bytes = 0;          // reserve for sequence state (KV / latent caches) and activations
     uint64_t prefix_cache_bytes = 0;   // ... of which the engine's prefix cache (reported on its own line)
+    uint64_t activation_bytes = 0;     // ... of which a forward pass's activations (the model's scratch arena)
     uint64_t staging_bytes = 0;        // read buffers for experts that miss the cache
     uint64_t expert_cache_bytes = 0;   // what is left
     // Spine streaming (all zero when the whole spine is resident).

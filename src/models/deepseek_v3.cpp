@@ -22,6 +22,8 @@
 
 namespace sluice {
 
+uint64_t deepseek_v3_activation_bytes(const DeepseekV3Config& c, int64_t rows, bool look_ahead);
+
 namespace {
 
 struct Layer {
@@ -49,21 +51,38 @@ SwigluWeights bind_swiglu(const Checkpoint& ck, const std::string& prefix, int64
             bind_linear(ck, prefix + "down_proj", hidden, inter)};
 }
 
+MlaConfig mla_config(const DeepseekV3Config& c) {
+    MlaConfig m;
+    m.hidden_size = c.hidden_size;
+    m.n_heads = c.num_attention_heads;
+    m.q_lora_rank = c.q_lora_rank;
+    m.kv_lora_rank = c.kv_lora_rank;
+    m.qk_nope_head_dim = c.qk_nope_head_dim;
+    m.qk_rope_head_dim = c.qk_rope_head_dim;
+    m.v_head_dim = c.v_head_dim;
+    m.softmax_scale = c.softmax_scale();
+    m.rope_interleave = c.rope_interleave;
+    return m;
+}
+
+RouterParams router_params(const DeepseekV3Config& c) {
+    RouterParams r;
+    r.n_experts = c.n_routed_experts;
+    r.top_k = c.num_experts_per_tok;
+    r.n_group = c.n_group;
+    r.topk_group = c.topk_group;
+    r.norm_topk_prob = c.norm_topk_prob;
+    r.routed_scaling_factor = float(c.routed_scaling_factor);
+    return r;
+}
+
 class DeepseekV3Model : public Model {
 public:
     DeepseekV3Model(const std::string& dir, const JsonObject& json, const LoadOptions& opt)
         : ck_(dir), cfg_(DeepseekV3Config::from_json(json)), pool_(opt.n_threads) {
         const auto& c = cfg_;
         const int64_t d = c.hidden_size;
-        mla_.hidden_size = d;
-        mla_.n_heads = c.num_attention_heads;
-        mla_.q_lora_rank = c.q_lora_rank;
-        mla_.kv_lora_rank = c.kv_lora_rank;
-        mla_.qk_nope_head_dim = c.qk_nope_head_dim;
-        mla_.qk_rope_head_dim = c.qk_rope_head_dim;
-        mla_.v_head_dim = c.v_head_dim;
-        mla_.softmax_scale = c.softmax_scale();
-        mla_.rope_interleave = c.rope_interleave;
+        mla_ = mla_config(c);
         rope_ = Rope(c.rope, c.qk_rope_head_dim);
         {
             auto layout = std::make_shared<StateLayout>();
@@ -115,12 +134,7 @@ public:
             }
             layers_.push_back(std::move(L));
         }
-        router_.n_experts = E;
-        router_.top_k = c.num_experts_per_tok;
-        router_.n_group = c.n_group;
-        router_.topk_group = c.topk_group;
-        router_.norm_topk_prob = c.norm_topk_prob;
-        router_.routed_scaling_factor = float(c.routed_scaling_factor);
+        router_ = router_params(c);
         fill_info();
         const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
@@ -129,8 +143,13 @@ public:
             append_matrices(m, L.ffn.mlp.matrices());
             append_matrices(m, L.ffn.shared.matrices());
         }
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state, std::move(spine));
+        // under a budget experts stream, and with them the look-ahead routing that the plan's formula counts
+        const bool look_ahead = opt.memory_budget_bytes > 0 || opt.stream_experts || !opt.streaming.experts_dirs.empty();
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
+                                 [&](int64_t rows) { return deepseek_v3_activation_bytes(cfg_, rows, look_ahead); },
+                                 std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
+        arena_.reserve(activation_bytes(opt.max_pass_rows));
     }
 
     const ModelInfo& info() const override { return info_; }
@@ -145,30 +164,39 @@ public:
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
+        ScratchArena::Scope pass(arena_);
+        float* x = arena_.f32(n * d);
+        float* h = arena_.f32(n * d);
+        float* y = arena_.f32(n * d);
+        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
 
+        std::vector<MlaSeqRows> seq_rows;
+        for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
-            ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
-            std::vector<MlaSeqRows> seq_rows;
-            for (auto& [s, rows] : rows_of)
-                seq_rows.push_back({rows, &seqs[size_t(s)]->latent(il)});
-            mla_forward(mla_, L.attn, rope_, h.data(), n, batch.positions.data(), seq_rows, y.data(), pool_);
-            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+            ops::rms_norm(x, L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h);
+            size_t j = 0;
+            for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->latent(il);
+            mla_forward(mla_, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, pool_, arena_);
+            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
 
-            ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
+            ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
-            sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source,
-                                    h.data(), n, d, y.data(), pool_);
-            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+            sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source, h, n, d,
+                                    y, pool_, arena_);
+            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x.data(), batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, logits);
+        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, arena_, logits);
     }
+
+    uint64_t activation_bytes(int64_t rows) const override {
+        return deepseek_v3_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
+    }
+    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     void fill_info() {
@@ -180,6 +208,7 @@ private:
     Checkpoint ck_;
     DeepseekV3Config cfg_;
     ThreadPool pool_;
+    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     MlaConfig mla_;
     Rope rope_;
     RouterParams router_;
@@ -192,6 +221,27 @@ private:
 };
 
 }  // namespace
+
+// x, h, y for the pass; then the largest of one layer's attention, one layer's FFN and the head.
+uint64_t deepseek_v3_activation_bytes(const DeepseekV3Config& c, int64_t rows, bool look_ahead) {
+    const int64_t n = rows, d = c.hidden_size;
+    const MlaConfig mla = mla_config(c);
+    const RouterParams router = router_params(c);
+    const int64_t shared_inter = c.n_shared_experts > 0 ? c.n_shared_experts * c.moe_intermediate_size : 0;
+    uint64_t peak = head_scratch_bytes(n, d);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        const bool next_moe = l + 1 < c.num_hidden_layers && c.is_moe_layer(l + 1);
+        peak = std::max({peak, mla_scratch_bytes(mla, n),
+                         sigmoid_moe_ffn_scratch_bytes(n, c.is_moe_layer(l), router, d, c.intermediate_size,
+                                                       c.moe_intermediate_size, shared_inter,
+                                                       look_ahead && next_moe ? c.n_routed_experts : 0)});
+    }
+    return 3 * ScratchArena::f32_bytes(n * d) + peak;
+}
+
+uint64_t deepseek_v3_activation_bytes(const JsonObject& cfg, int64_t rows, bool look_ahead) {
+    return deepseek_v3_activation_bytes(DeepseekV3Config::from_json(cfg), rows, look_ahead);
+}
 
 std::unique_ptr<Model> make_deepseek_v3(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt) {
     return std::make_unique<DeepseekV3Model>(dir, cfg, opt);

@@ -9,8 +9,38 @@
 
 namespace sluice {
 
+ResidencyPlan plan_residency_for_rows(uint64_t budget, uint64_t fixed, std::span<const uint64_t> layer_bytes,
+                                      uint64_t state_bytes, const std::function<uint64_t(int64_t)>& activation_bytes,
+                                      int64_t rows, uint64_t staging, int64_t force_first) {
+    const uint64_t activations = activation_bytes(rows);
+    try {
+        ResidencyPlan p = plan_residency(budget, fixed, layer_bytes, state_bytes + activations, staging, force_first);
+        p.activation_bytes = activations;
+        return p;
+    } catch (const Error& e) {
+        // Would a smaller pass fit? Then say which: the activations grow with the rows, nothing else does.
+        auto fits = [&](int64_t r) {
+            try {
+                plan_residency(budget, fixed, layer_bytes, state_bytes + activation_bytes(r), staging, force_first);
+                return true;
+            } catch (const Error&) {
+                return false;
+            }
+        };
+        if (rows <= 1 || !fits(1)) throw;
+        int64_t lo = 1, hi = rows;  // fits(lo), !fits(hi)
+        while (hi - lo > 1) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            (fits(mid) ? lo : hi) = mid;
+        }
+        fail(e.what(), "; of that, the activations of a pass of ", rows, " rows take ", format_bytes(activations),
+             ": the largest pass that fits this budget is ", lo, " rows (--chunk / --batch-rows)");
+    }
+}
+
 ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWeights>> experts, const LoadOptions& opt,
-                          uint64_t spine_bytes, uint64_t state_bytes, SpineLayers spine_layers) {
+                          uint64_t spine_bytes, uint64_t state_bytes,
+                          const std::function<uint64_t(int64_t rows)>& activation_bytes, SpineLayers spine_layers) {
     ExpertSetup s;
     for (const auto& bank : experts)
         if (!bank.empty()) {
@@ -21,18 +51,21 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
     SLUICE_CHECK(!packed || s.expert_bytes > 0, ck.dir(), ": the model has no routed experts to read from --experts-dir");
     StreamingOptions so = opt.streaming;
     if (opt.memory_budget_bytes > 0) {
-        // activations of a prefill chunk and scratch: a fixed reserve on top of the per-sequence state
+        // the scratch arena of the largest pass (its activations) and the cache policy's own bookkeeping on top of
+        // the per-sequence state
         int64_t moe_layers = 0, n_experts = 0;
         for (const auto& bank : experts)
             if (!bank.empty()) ++moe_layers, n_experts = std::max<int64_t>(n_experts, int64_t(bank.size()));
-        const uint64_t state = state_bytes + opt.prefix_cache_bytes + (uint64_t(64) << 20) +
+        const uint64_t activations = activation_bytes(opt.max_pass_rows);
+        const uint64_t state = state_bytes + opt.prefix_cache_bytes + activations +
                                cache_policy_bytes(so.policy, moe_layers, n_experts);
         const uint64_t staging =
             s.expert_bytes ? uint64_t(std::max<int64_t>(1, so.staging_experts)) * (s.expert_bytes + 6 * 8192) : 0;
         auto spine = std::make_unique<SpineStreamer>(ck, std::move(spine_layers));
         const uint64_t fixed = spine_bytes - std::min(spine_bytes, spine->weight_bytes_total());
-        s.plan = plan_residency(opt.memory_budget_bytes, fixed, spine->layer_bytes(), state, staging,
-                                opt.spine_stream_from);
+        s.plan = plan_residency_for_rows(opt.memory_budget_bytes, fixed, spine->layer_bytes(),
+                                         state_bytes + opt.prefix_cache_bytes, activation_bytes, opt.max_pass_rows,
+                                         staging, opt.spine_stream_from);
         s.plan->prefix_cache_bytes = opt.prefix_cache_bytes;
         so.cache_bytes = s.plan->expert_cache_bytes;
         if (s.plan->streams_spine()) {

@@ -4,6 +4,7 @@
 // experts as views, then hand them here.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -42,10 +43,23 @@ inline void append_matrices(std::vector<Weight*>& out, const std::vector<Weight*
 }
 
 // spine_bytes: non-expert weight bytes; state_bytes: the per-sequence state reserved for
-// opt.max_context_tokens (the architecture knows its cache sizes); spine_layers: pointers into the model's own
+// opt.max_context_tokens (the architecture knows its cache sizes); activation_bytes(rows): the scratch arena of a pass
+// of that many rows (Model::activation_bytes), reserved for opt.max_pass_rows beside the state; spine_layers: pointers into the model's own
 // layer structs, which must not move afterwards (they may be rebound into spine slots). Throws Error when the
 // budget is too small.
 ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWeights>> experts, const LoadOptions& opt,
-                          uint64_t spine_bytes, uint64_t state_bytes, SpineLayers spine_layers);
+                          uint64_t spine_bytes, uint64_t state_bytes,
+                          const std::function<uint64_t(int64_t rows)>& activation_bytes, SpineLayers spine_layers);
+
+// plan_residency with the activations of a pass of `rows` rows reserved beside state_bytes (plan.activation_bytes);
+// when they are what makes the budget too small, the error names the largest pass that fits.
+ResidencyPlan plan_residency_for_rows(uint64_t budget, uint64_t spine_fixed_bytes,
+                                      std::span<const uint64_t> layer_bytes, uint64_t state_bytes,
+                                      const std::function<uint64_t(int64_t rows)>& activation_bytes, int64_t rows,
+                                      uint64_t staging_bytes, int64_t force_first_streamed = -1);
+
+// What an architecture without its own activation formula reserves for a pass's activations (and then allocates
+// per pass rather than from an arena sized for them).
+inline constexpr uint64_t kUnplannedActivationBytes = uint64_t(64) << 20;
 
 }  // namespace sluice

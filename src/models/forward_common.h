@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 #include "models/model.h"
 #include "ops/weight.h"
@@ -51,8 +52,10 @@ inline void append_rows(const Batch& batch, std::span<SequenceState* const> seqs
     }
 }
 
-// logits[batch.n_logits(), vocab] = lm_head(rms_norm(x row)) for the rows that want logits; x is [n, d].
+// logits[batch.n_logits(), vocab] = lm_head(rms_norm(x row)) for the rows that want logits; x is [n, d]. The
+// normed rows come from `arena` (carved for all n rows: head_scratch_bytes).
 void head_logits(const float* x, const Batch& batch, int64_t d, const std::vector<float>& norm, float eps,
-                 const Weight& lm_head, ThreadPool& pool, std::vector<float>& logits);
+                 const Weight& lm_head, ThreadPool& pool, ScratchArena& arena, std::vector<float>& logits);
+inline uint64_t head_scratch_bytes(int64_t n, int64_t d) { return ScratchArena::f32_bytes(n * d); }
 
 }  // namespace sluice

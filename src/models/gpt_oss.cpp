@@ -117,11 +117,11 @@ struct Layer {
     Weight gate_up_bias, down_bias;
 };
 
-void add_bias(float* y, const std::vector<float>& b, int64_t n) {
-    const int64_t w = int64_t(b.size());
+void add_bias(float* y, const float* b, int64_t w, int64_t n) {
     for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < w; ++j) y[i * w + j] += b[size_t(j)];
+        for (int64_t j = 0; j < w; ++j) y[i * w + j] += b[j];
 }
+void add_bias(float* y, const std::vector<float>& b, int64_t n) { add_bias(y, b.data(), int64_t(b.size()), n); }
 
 class GptOssModel : public Model {
 public:
@@ -156,8 +156,9 @@ public:
         SpineLayers spine;
         for (Layer& L : layers_) spine.push_back({&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj});
         experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes + resident_bias_bytes, state,
-                                 std::move(spine));
+                                 [&](int64_t rows) { return activation_bytes_of(cfg_, rows); }, std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
+        arena_.reserve(activation_bytes(opt.max_pass_rows));
     }
 
     const ModelInfo& info() const override { return info_; }
@@ -172,23 +173,42 @@ public:
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
+        ScratchArena::Scope pass(arena_);
+        float* x = arena_.f32(n * d);
+        float* h = arena_.f32(n * d);
+        float* y = arena_.f32(n * d);
+        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
         const float eps = float(c.rms_norm_eps);
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
-            ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, eps, h.data());
-            attention(il, L, h.data(), n, batch.positions.data(), rows_of, seqs, y.data());
-            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
-            ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, eps, h.data());
-            moe(il, L, h.data(), n, y.data());
-            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+            ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
+            attention(il, L, h, n, batch.positions.data(), rows_of, seqs, y);
+            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
+            moe(il, L, h, n, y);
+            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x.data(), batch, d, norm_, eps, lm_head_, pool_, logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, pool_, arena_, logits);
+    }
+
+    uint64_t activation_bytes(int64_t rows) const override { return activation_bytes_of(cfg_, rows); }
+    const ScratchArena* scratch_arena() const override { return &arena_; }
+
+    // x, h, y for the pass; then the largest of one layer's attention, its MoE and the head.
+    static uint64_t activation_bytes_of(const GptOssConfig& c, int64_t rows) {
+        using A = ScratchArena;
+        const int64_t n = rows, d = c.hidden_size, qw = c.num_attention_heads * c.head_dim;
+        const int64_t kvw = c.num_key_value_heads * c.head_dim, I = c.intermediate_size;
+        const uint64_t attn = 4 * A::f32_bytes(n * qw) + 2 * A::f32_bytes(n * kvw) + A::bytes(uint64_t(n) * 8);
+        const uint64_t moe = std::max(
+            route_scratch_bytes(n, c.num_local_experts),
+            A::f32_bytes(2 * I) + A::f32_bytes(d) + A::f32_bytes(n * 2 * I) + A::f32_bytes(n * I) +
+                moe_with_scratch_bytes(n, c.num_experts_per_tok, d, 0, 0));
+        return 3 * A::f32_bytes(n * d) + std::max({head_scratch_bytes(n, d), attn, moe});
     }
 
 private:
@@ -241,17 +261,19 @@ private:
                    float* out) {
         const auto& c = cfg_;
         const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, hd = c.head_dim, kvw = kv_width();
-        std::vector<float> q(static_cast<size_t>(n * H * hd)), k(static_cast<size_t>(n * kvw)),
-            v(static_cast<size_t>(n * kvw));
-        ops::matmul(L.q_proj, x, n, q.data(), pool_);
-        ops::matmul(L.k_proj, x, n, k.data(), pool_);
-        ops::matmul(L.v_proj, x, n, v.data(), pool_);
-        add_bias(q.data(), L.q_bias, n);
-        add_bias(k.data(), L.k_bias, n);
-        add_bias(v.data(), L.v_bias, n);
+        ScratchArena::Scope scope(arena_);
+        float* q = arena_.f32(n * H * hd);
+        float* k = arena_.f32(n * kvw);
+        float* v = arena_.f32(n * kvw);
+        ops::matmul(L.q_proj, x, n, q, pool_);
+        ops::matmul(L.k_proj, x, n, k, pool_);
+        ops::matmul(L.v_proj, x, n, v, pool_);
+        add_bias(q, L.q_bias, n);
+        add_bias(k, L.k_bias, n);
+        add_bias(v, L.v_bias, n);
         for (int64_t i = 0; i < n; ++i) {
-            rope_.apply_half(q.data() + i * H * hd, H, hd, positions[i]);
-            rope_.apply_half(k.data() + i * kvw, Hkv, hd, positions[i]);
+            rope_.apply_half(q + i * H * hd, H, hd, positions[i]);
+            rope_.apply_half(k + i * kvw, Hkv, hd, positions[i]);
         }
         AttentionParams ap;
         ap.n_heads = H;
@@ -261,33 +283,34 @@ private:
         ap.scale = float(1.0 / std::sqrt(double(hd)));
         ap.sinks = L.sinks.data();
         ap.window = L.window;
-        std::vector<float> o(static_cast<size_t>(n * H * hd));
+        float* o = arena_.f32(n * H * hd);  // every row belongs to one sequence: all written
+        float* qs = arena_.f32(n * H * hd);
+        float* os = arena_.f32(n * H * hd);
+        auto* pos = static_cast<int64_t*>(arena_.carve(uint64_t(n) * sizeof(int64_t)));
         for (const auto& [s, rows] : rows_of) {
             KvCache& cache = seqs[size_t(s)]->kv(il);
             const int64_t m = int64_t(rows.size());
-            std::vector<float> qs(static_cast<size_t>(m * H * hd)), os(static_cast<size_t>(m * H * hd));
-            std::vector<int64_t> pos(static_cast<size_t>(m));
             for (int64_t j = 0; j < m; ++j) {
                 const int64_t r = rows[size_t(j)], p = positions[r];
-                std::copy_n(k.data() + r * kvw, kvw, cache.k.write_row(p));
-                std::copy_n(v.data() + r * kvw, kvw, cache.v.write_row(p));
-                std::copy_n(q.data() + r * H * hd, H * hd, qs.data() + j * H * hd);
-                pos[size_t(j)] = p;
+                std::copy_n(k + r * kvw, kvw, cache.k.write_row(p));
+                std::copy_n(v + r * kvw, kvw, cache.v.write_row(p));
+                std::copy_n(q + r * H * hd, H * hd, qs + j * H * hd);
+                pos[j] = p;
             }
-            ops::attention(ap, qs.data(), m, pos.data(), cache.k.view(), cache.v.view(), os.data(), pool_);
-            for (int64_t j = 0; j < m; ++j)
-                std::copy_n(os.data() + j * H * hd, H * hd, o.data() + rows[size_t(j)] * H * hd);
+            ops::attention(ap, qs, m, pos, cache.k.view(), cache.v.view(), os, pool_);
+            for (int64_t j = 0; j < m; ++j) std::copy_n(os + j * H * hd, H * hd, o + rows[size_t(j)] * H * hd);
         }
-        ops::matmul(L.o_proj, o.data(), n, out, pool_);
+        ops::matmul(L.o_proj, o, n, out, pool_);
         add_bias(out, L.o_bias, n);
     }
 
     // Router: logits = W x + b; top-k on the logits; weights = softmax over the k selected (ascending expert id).
     Routing route(const Layer& L, const float* x, int64_t n) {
         const int64_t E = cfg_.num_local_experts, K = cfg_.num_experts_per_tok;
-        std::vector<float> logits(static_cast<size_t>(n * E));
-        ops::matmul(L.router, x, n, logits.data(), pool_);
-        add_bias(logits.data(), L.router_bias, n);
+        ScratchArena::Scope scope(arena_);
+        float* logits = arena_.f32(n * E);
+        ops::matmul(L.router, x, n, logits, pool_);
+        add_bias(logits, L.router_bias, n);
         Routing r;
         r.top_k = K;
         r.experts.resize(size_t(n * K));
@@ -296,7 +319,7 @@ private:
         spec.scoring = ops::RouterSpec::Scoring::TopkSoftmax;
         spec.n_experts = E;
         spec.top_k = K;
-        ops::route(spec, logits.data(), nullptr, n, r.experts.data(), r.weights.data(), pool_);
+        ops::route(spec, logits, nullptr, n, r.experts.data(), r.weights.data(), pool_);
         return r;
     }
 
@@ -310,24 +333,26 @@ private:
         act.alpha = c.swiglu_alpha;
         act.limit = c.swiglu_limit;
         const Routing r = route(L, x, n);
-        std::vector<float> gu, hmid, bias_gu(static_cast<size_t>(2 * I)), bias_d(static_cast<size_t>(d));
+        ScratchArena::Scope scope(arena_);
+        float* bias_gu = arena_.f32(2 * I);
+        float* bias_d = arena_.f32(d);
+        float* gu = arena_.f32(n * 2 * I);  // an expert's rows: at most n
+        float* hmid = arena_.f32(n * I);
         auto expert = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
             SLUICE_CHECK(w.gate.rows == 2 * I && w.gate.cols == d && w.down.rows == d && w.down.cols == I, "layer ", il,
                          " expert ", e, ": weight shapes do not match hidden ", d, " / intermediate ", I);
-            gu.resize(size_t(m * 2 * I));
-            hmid.resize(size_t(m * I));
-            ops::matmul(w.gate, xs, m, gu.data(), pool_);
-            ops::dequantize_row(L.gate_up_bias, e, bias_gu.data());
-            ops::dequantize_row(L.down_bias, e, bias_d.data());
+            ops::matmul(w.gate, xs, m, gu, pool_);
+            ops::dequantize_row(L.gate_up_bias, e, bias_gu);
+            ops::dequantize_row(L.down_bias, e, bias_d);
             for (int64_t j = 0; j < m; ++j) {
-                float* g = gu.data() + j * 2 * I;
-                for (int64_t i = 0; i < 2 * I; ++i) g[i] += bias_gu[size_t(i)];
-                ops::glu(act, g, g + 1, 2, I, hmid.data() + j * I);
+                float* g = gu + j * 2 * I;
+                for (int64_t i = 0; i < 2 * I; ++i) g[i] += bias_gu[i];
+                ops::glu(act, g, g + 1, 2, I, hmid + j * I);
             }
-            ops::matmul(w.down, hmid.data(), m, ys, pool_);
-            add_bias(ys, bias_d, m);
+            ops::matmul(w.down, hmid, m, ys, pool_);
+            add_bias(ys, bias_d, d, m);
         };
-        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, pool_);
+        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, pool_, arena_);
     }
 
     void fill_info() {
@@ -350,6 +375,7 @@ private:
     Checkpoint ck_;
     GptOssConfig cfg_;
     ThreadPool pool_;
+    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     Rope rope_;
     Weight embed_, lm_head_;
     std::vector<float> norm_;
@@ -360,6 +386,10 @@ private:
 };
 
 }  // namespace
+
+uint64_t gpt_oss_activation_bytes(const JsonObject& cfg, int64_t rows, bool) {
+    return GptOssModel::activation_bytes_of(GptOssConfig::from_json(cfg), rows);
+}
 
 std::unique_ptr<Model> make_gpt_oss(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt) {
     return std::make_unique<GptOssModel>(dir, cfg, opt);

@@ -110,8 +110,10 @@ public:
             auto& m = spine.emplace_back(L.attn.matrices());
             append_matrices(m, L.mlp.matrices());
         }
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state, std::move(spine));
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
+                                 [&](int64_t rows) { return gqa_moe_activation_bytes(cfg_, rows); }, std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
+        arena_.reserve(activation_bytes(opt.max_pass_rows));
     }
 
     const ModelInfo& info() const override { return info_; }
@@ -127,33 +129,40 @@ public:
         const float eps = float(c.rms_norm_eps);
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), y(static_cast<size_t>(n * d));
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
+        ScratchArena::Scope pass(arena_);
+        float* x = arena_.f32(n * d);
+        float* h = arena_.f32(n * d);
+        float* y = arena_.f32(n * d);
+        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
 
+        std::vector<GqaSeqRows> seq_rows;
+        for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
-            ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, eps, h.data());
-            std::vector<GqaSeqRows> seq_rows;
-            for (auto& [s, rows] : rows_of)
-                seq_rows.push_back({rows, &seqs[size_t(s)]->kv(il)});
-            gqa_forward(c.attn, L.attn, rope_, h.data(), n, batch.positions.data(), seq_rows, y.data(), pool_);
-            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+            ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
+            size_t j = 0;
+            for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->kv(il);
+            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, pool_, arena_);
+            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
 
-            ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, eps, h.data());
+            ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_softmax(router_, L.router, h.data(), n, pool_);
-                moe_forward(il, r, *experts_.source, nullptr, h.data(), n, d, y.data(), pool_);
+                Routing r = route_softmax(router_, L.router, h, n, pool_, arena_);
+                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, pool_, arena_);
             } else {
-                swiglu_forward(L.mlp, h.data(), n, y.data(), pool_);
+                swiglu_forward(L.mlp, h, n, y, pool_, arena_);
             }
-            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x.data(), batch, d, norm_, eps, lm_head_, pool_, logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, pool_, arena_, logits);
     }
+
+    uint64_t activation_bytes(int64_t rows) const override { return gqa_moe_activation_bytes(cfg_, rows); }
+    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     void fill_info() {
@@ -176,6 +185,7 @@ private:
     Checkpoint ck_;
     GqaMoeConfig cfg_;
     ThreadPool pool_;
+    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     Rope rope_;
     RouterParams router_;
     Weight embed_, lm_head_;
@@ -187,6 +197,21 @@ private:
 };
 
 }  // namespace
+
+// x, h, y for the pass; then the largest of one layer's attention, one layer's FFN and the head.
+uint64_t gqa_moe_activation_bytes(const GqaMoeConfig& c, int64_t rows) {
+    const int64_t n = rows, d = c.hidden_size;
+    uint64_t peak = head_scratch_bytes(n, d);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        const uint64_t ffn =
+            c.is_moe[size_t(l)]
+                ? std::max(route_scratch_bytes(n, c.n_experts),
+                           moe_scratch_bytes(n, c.top_k, d, c.moe_intermediate_size, 0, 0))
+                : swiglu_scratch_bytes(n, c.intermediate_size);
+        peak = std::max({peak, gqa_scratch_bytes(c.attn, n), ffn});
+    }
+    return 3 * ScratchArena::f32_bytes(n * d) + peak;
+}
 
 GqaMoeConfig parse_gqa_moe_common(const JsonObject& j, double default_theta) {
     GqaMoeConfig c;

@@ -47,6 +47,9 @@ GqaMoeConfig parse_gqa_moe_common(const JsonObject& j, double default_theta);
 // Checks the filled config (positive sizes, head divisibility, top_k range) naming the file's fields.
 void validate_gqa_moe(const GqaMoeConfig& c, const std::string& what);
 
+// The activation scratch of a pass of `rows` rows (Model::activation_bytes).
+uint64_t gqa_moe_activation_bytes(const GqaMoeConfig& c, int64_t rows);
+
 std::unique_ptr<Model> make_gqa_moe_model(const std::string& dir, const GqaMoeConfig& cfg, const GqaMoeNames& names,
                                           const LoadOptions& opt);
 

@@ -123,6 +123,7 @@ MlaConfig KimiConfig::mla() const {
     m.v_head_dim = v_head_dim;
     m.softmax_scale = float(1.0 / std::sqrt(double(qk_head_dim())));
     m.use_rope = false;
+    m.output_gate = mla_output_gate;
     return m;
 }
 

@@ -58,6 +58,11 @@ KdaWeights bind_kda(const Checkpoint& ck, const std::string& prefix, const KimiC
 MlaWeights bind_mla(const Checkpoint& ck, const std::string& prefix, const KimiConfig& c);
 SwigluWeights bind_swiglu(const Checkpoint& ck, const std::string& prefix, int64_t inter, int64_t hidden);
 
+// The activation scratch of a pass of `rows` rows (Model::activation_bytes; look_ahead: experts stream, so the
+// next layer's router runs while a layer's experts are read).
+uint64_t kimi_linear_activation_bytes(const KimiConfig& c, int64_t rows, bool look_ahead);
+uint64_t kimi_k3_activation_bytes(const KimiConfig& c, int64_t rows, bool look_ahead);
+
 // What a Kimi sequence holds: an MLA latent cache per MLA layer, KDA conv + recurrent state per KDA layer.
 std::shared_ptr<const StateLayout> kimi_state_layout(const KimiConfig& c);
 

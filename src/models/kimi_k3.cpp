@@ -3,6 +3,8 @@
 // hidden state, MXFP4 experts in a latent space, routed_expert_norm, up-projection, fused shared experts).
 // Tensors under language_model.model.* and language_model.lm_head. Layout and math: the project's K3 digest
 // (shared research notes, sections 3-7); reference: tools/reference/make_kimi_k3_fixtures.py.
+#include <algorithm>
+
 #include "core/error.h"
 #include "formats/checkpoint.h"
 #include "models/architectures.h"
@@ -104,8 +106,12 @@ public:
             append_matrices(m, L.shared.matrices());
             append_matrices(m, {&L.latent_down, &L.latent_up});
         }
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state, std::move(spine));
+        const bool look_ahead = opt.memory_budget_bytes > 0 || opt.stream_experts || !opt.streaming.experts_dirs.empty();
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
+                                 [&](int64_t rows) { return kimi_k3_activation_bytes(cfg_, rows, look_ahead); },
+                                 std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
+        arena_.reserve(activation_bytes(opt.max_pass_rows));
     }
 
     const ModelInfo& info() const override { return info_; }
@@ -122,62 +128,78 @@ public:
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         // p: the running sum since the last snapshot; blocks: snapshots of p at layers l % block_size == 0
-        std::vector<float> p(size_t(n * d)), h(size_t(n * d)), y(size_t(n * d)), t(size_t(n * d));
-        std::vector<std::vector<float>> blocks;
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], p.data() + i * d);
+        ScratchArena::Scope pass(arena_);
+        float* p = arena_.f32(n * d);
+        float* h = arena_.f32(n * d);
+        float* y = arena_.f32(n * d);
+        float* t = arena_.f32(n * d);
+        std::vector<const float*> blocks;
+        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], p + i * d);
         const Rope no_rope;
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
             if (blocks.empty())
-                t = p;
+                std::copy_n(p, n * d, t);
             else
-                attn_res(p.data(), blocks, L.attn_res, n, d, eps, t.data());
+                attn_res(p, blocks, L.attn_res, n, d, eps, t);
             const bool snapshot = il % c.attn_res_block_size == 0;
-            if (snapshot) blocks.push_back(p);
-            ops::rms_norm(t.data(), L.input_layernorm.data(), n, d, eps, h.data());
+            if (snapshot) {
+                float* b = arena_.f32(n * d);  // lives for the rest of the pass
+                std::copy_n(p, n * d, b);
+                blocks.push_back(b);
+            }
+            ops::rms_norm(t, L.input_layernorm.data(), n, d, eps, h);
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h.data(), n, batch.positions.data(), sr, y.data(), pool_);
+                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, pool_, arena_);
             } else {
                 std::vector<KdaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h.data(), n, sr, y.data(), pool_, form_);
+                kda_forward(kda_, L.kda, h, n, sr, y, pool_, arena_, form_);
             }
             if (snapshot)
-                p = y;
+                std::copy_n(y, n * d, p);
             else
-                for (int64_t i = 0; i < n * d; ++i) p[size_t(i)] += y[size_t(i)];
-            attn_res(p.data(), blocks, L.mlp_res, n, d, eps, t.data());
-            ops::rms_norm(t.data(), L.post_attention_layernorm.data(), n, d, eps, h.data());
+                for (int64_t i = 0; i < n * d; ++i) p[i] += y[i];
+            attn_res(p, blocks, L.mlp_res, n, d, eps, t);
+            ops::rms_norm(t, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_sigmoid(router_, L.router, L.router_bias, h.data(), n, pool_);
-                std::vector<float> xl(size_t(n * lat)), yl(size_t(n * lat));
+                Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, pool_, arena_);
+                ScratchArena::Scope layer(arena_);
+                float* xl = arena_.f32(n * lat);
+                float* yl = arena_.f32(n * lat);
                 // while the routed experts are read: the next layer's look-ahead (this layer's experts are pinned by
                 // then), the down-projection and the shared experts
-                moe_forward(il, r, *experts_.source, nullptr, xl.data(), n, lat, yl.data(), pool_, nullptr, c.act, [&] {
+                moe_forward(il, r, *experts_.source, nullptr, xl, n, lat, yl, pool_, arena_, nullptr, c.act, [&] {
                     if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
                         const auto& N = layers_[size_t(il + 1)];
-                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h.data(), n, pool_);
+                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, pool_,
+                                         arena_);
                     }
-                    ops::matmul(L.latent_down, h.data(), n, xl.data(), pool_);
-                    swiglu_forward(L.shared, h.data(), n, t.data(), pool_, c.act);
+                    ops::matmul(L.latent_down, h, n, xl, pool_);
+                    swiglu_forward(L.shared, h, n, t, pool_, arena_, c.act);
                 });
-                if (!L.latent_norm.empty()) ops::rms_norm(yl.data(), L.latent_norm.data(), n, lat, eps, yl.data());
-                ops::matmul(L.latent_up, yl.data(), n, y.data(), pool_);
-                for (int64_t i = 0; i < n * d; ++i) y[size_t(i)] += t[size_t(i)];
+                if (!L.latent_norm.empty()) ops::rms_norm(yl, L.latent_norm.data(), n, lat, eps, yl);
+                ops::matmul(L.latent_up, yl, n, y, pool_);
+                for (int64_t i = 0; i < n * d; ++i) y[i] += t[i];
             } else {
-                swiglu_forward(L.mlp, h.data(), n, y.data(), pool_, c.act);
+                swiglu_forward(L.mlp, h, n, y, pool_, arena_, c.act);
             }
-            for (int64_t i = 0; i < n * d; ++i) p[size_t(i)] += y[size_t(i)];
+            for (int64_t i = 0; i < n * d; ++i) p[i] += y[i];
         }
         append_rows(batch, seqs, rows_of);
-        attn_res(p.data(), blocks, out_res_, n, d, eps, t.data());
+        attn_res(p, blocks, out_res_, n, d, eps, t);
 
         experts_.end_layers();
-        head_logits(t.data(), batch, d, norm_, eps, lm_head_, pool_, logits);
+        head_logits(t, batch, d, norm_, eps, lm_head_, pool_, arena_, logits);
     }
+
+    uint64_t activation_bytes(int64_t rows) const override {
+        return kimi_k3_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
+    }
+    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     // text_config carries the model; token ids may sit at the top level only.
@@ -199,6 +221,7 @@ private:
     Checkpoint ck_;
     KimiConfig cfg_;
     ThreadPool pool_;
+    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     KdaForm form_;
     KdaConfig kda_;
     MlaConfig mla_;
@@ -213,6 +236,40 @@ private:
 };
 
 }  // namespace
+
+// p, h, y, t and the block snapshots for the pass; then the largest of one layer's attention, one layer's FFN (the
+// routing; or the latent rows, the experts and, while they are read, the look-ahead or the shared experts) and the
+// head.
+uint64_t kimi_k3_activation_bytes(const KimiConfig& c, int64_t rows, bool look_ahead) {
+    using A = ScratchArena;
+    const int64_t n = rows, d = c.hidden_size, lat = c.routed_expert_hidden_size;
+    const int64_t snapshots = c.attn_res_block_size > 0
+                                  ? (c.num_hidden_layers + c.attn_res_block_size - 1) / c.attn_res_block_size
+                                  : 0;
+    const int64_t shared_inter = c.n_shared_experts * c.moe_intermediate_size;
+    uint64_t peak = head_scratch_bytes(n, d);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        const bool next_moe = l + 1 < c.num_hidden_layers && c.is_moe_layer(l + 1);
+        uint64_t ffn;
+        if (c.is_moe_layer(l)) {
+            const uint64_t reading = std::max(look_ahead && next_moe ? route_scratch_bytes(n, c.n_routed_experts) : 0,
+                                              swiglu_scratch_bytes(n, shared_inter));
+            ffn = std::max(route_scratch_bytes(n, c.n_routed_experts),
+                           2 * A::f32_bytes(n * lat) + moe_scratch_bytes(n, c.num_experts_per_tok, lat,
+                                                                         c.moe_intermediate_size, 0, reading));
+        } else {
+            ffn = swiglu_scratch_bytes(n, c.intermediate_size);
+        }
+        const uint64_t attn = c.is_mla[size_t(l)] ? mla_scratch_bytes(c.mla(), n) : kda_scratch_bytes(c.kda(), n);
+        peak = std::max({peak, attn, ffn});
+    }
+    return (4 + uint64_t(snapshots)) * A::f32_bytes(n * d) + peak;
+}
+
+uint64_t kimi_k3_activation_bytes(const JsonObject& top, int64_t rows, bool look_ahead) {
+    auto text = top.get_object("text_config");
+    return kimi_k3_activation_bytes(KimiConfig::from_json(text ? *text : top), rows, look_ahead);
+}
 
 std::unique_ptr<Model> make_kimi_k3(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt) {
     return std::make_unique<KimiK3Model>(dir, cfg, opt);

@@ -3,6 +3,8 @@
 // from either config form (kimi_layout.h). Weights under the hub names (self_attn.{q,k,v}_conv1d,
 // block_sparse_moe.experts.E.w{1,2,3}), which transformers 5's save_pretrained also writes.
 // Reference: transformers models/kimi_linear/modeling_kimi_linear.py.
+#include <algorithm>
+
 #include "core/error.h"
 #include "formats/checkpoint.h"
 #include "models/architectures.h"
@@ -93,8 +95,12 @@ public:
             append_matrices(m, L.ffn.mlp.matrices());
             append_matrices(m, L.ffn.shared.matrices());
         }
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state, std::move(spine));
+        const bool look_ahead = opt.memory_budget_bytes > 0 || opt.stream_experts || !opt.streaming.experts_dirs.empty();
+        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
+                                 [&](int64_t rows) { return kimi_linear_activation_bytes(cfg_, rows, look_ahead); },
+                                 std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
+        arena_.reserve(activation_bytes(opt.max_pass_rows));
     }
 
     const ModelInfo& info() const override { return info_; }
@@ -109,34 +115,42 @@ public:
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        std::vector<float> x(size_t(n * d)), h(size_t(n * d)), y(size_t(n * d));
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x.data() + i * d);
+        ScratchArena::Scope pass(arena_);
+        float* x = arena_.f32(n * d);
+        float* h = arena_.f32(n * d);
+        float* y = arena_.f32(n * d);
+        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
         const Rope no_rope;
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
-            ops::rms_norm(x.data(), L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
+            ops::rms_norm(x, L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h.data(), n, batch.positions.data(), sr, y.data(), pool_);
+                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, pool_, arena_);
             } else {
                 std::vector<KdaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h.data(), n, sr, y.data(), pool_, form_);
+                kda_forward(kda_, L.kda, h, n, sr, y, pool_, arena_, form_);
             }
-            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
-            ops::rms_norm(x.data(), L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h.data());
+            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
             sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source,
-                                    h.data(), n, d, y.data(), pool_);
-            for (int64_t i = 0; i < n * d; ++i) x[size_t(i)] += y[size_t(i)];
+                                    h, n, d, y, pool_, arena_);
+            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x.data(), batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, logits);
+        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, arena_, logits);
     }
+
+    uint64_t activation_bytes(int64_t rows) const override {
+        return kimi_linear_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
+    }
+    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     void fill_info() {
@@ -148,6 +162,7 @@ private:
     Checkpoint ck_;
     KimiConfig cfg_;
     ThreadPool pool_;
+    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     KdaForm form_;
     KdaConfig kda_;
     MlaConfig mla_;
@@ -161,6 +176,25 @@ private:
 };
 
 }  // namespace
+
+// x, h, y for the pass; then the largest of one layer's attention (MLA or KDA), one layer's FFN and the head.
+uint64_t kimi_linear_activation_bytes(const KimiConfig& c, int64_t rows, bool look_ahead) {
+    const int64_t n = rows, d = c.hidden_size;
+    const int64_t shared_inter = c.n_shared_experts > 0 ? c.n_shared_experts * c.moe_intermediate_size : 0;
+    uint64_t peak = head_scratch_bytes(n, d);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        const bool next_moe = l + 1 < c.num_hidden_layers && c.is_moe_layer(l + 1);
+        peak = std::max({peak, c.is_mla[size_t(l)] ? mla_scratch_bytes(c.mla(), n) : kda_scratch_bytes(c.kda(), n),
+                         sigmoid_moe_ffn_scratch_bytes(n, c.is_moe_layer(l), c.router(), d, c.intermediate_size,
+                                                       c.moe_intermediate_size, shared_inter,
+                                                       look_ahead && next_moe ? c.n_routed_experts : 0)});
+    }
+    return 3 * ScratchArena::f32_bytes(n * d) + peak;
+}
+
+uint64_t kimi_linear_activation_bytes(const JsonObject& cfg, int64_t rows, bool look_ahead) {
+    return kimi_linear_activation_bytes(KimiConfig::from_json(cfg), rows, look_ahead);
+}
 
 std::unique_ptr<Model> make_kimi_linear(const std::string& dir, const JsonObject& cfg, const LoadOptions& opt) {
     return std::make_unique<KimiLinearModel>(dir, cfg, opt);

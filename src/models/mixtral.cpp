@@ -8,7 +8,8 @@
 
 namespace sluice {
 
-std::unique_ptr<Model> make_mixtral(const std::string& dir, const JsonObject& j, const LoadOptions& opt) {
+namespace {
+GqaMoeConfig parse(const JsonObject& j) {
     GqaMoeConfig c = parse_gqa_moe_common(j, 1000000.0);
     c.architecture = "MixtralForCausalLM";
     c.model_type = j.get_string("model_type", "mixtral");
@@ -21,6 +22,16 @@ std::unique_ptr<Model> make_mixtral(const std::string& dir, const JsonObject& j,
     if (j.has("sliding_window")) c.attn.window = j.get_int("sliding_window");
     c.is_moe.assign(size_t(std::max<int64_t>(c.num_hidden_layers, 0)), true);
     validate_gqa_moe(c, j.what());
+    return c;
+}
+}  // namespace
+
+uint64_t mixtral_activation_bytes(const JsonObject& j, int64_t rows, bool) {
+    return gqa_moe_activation_bytes(parse(j), rows);
+}
+
+std::unique_ptr<Model> make_mixtral(const std::string& dir, const JsonObject& j, const LoadOptions& opt) {
+    const GqaMoeConfig c = parse(j);
     GqaMoeNames names{.moe_prefix = "block_sparse_moe.", .expert_gate = "w1", .expert_up = "w3", .expert_down = "w2"};
     return make_gqa_moe_model(dir, c, names, opt);
 }

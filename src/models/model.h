@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/scratch_arena.h"
 #include "experts/residency.h"
 #include "experts/spine_streamer.h"
 #include "experts/streaming_expert_source.h"
@@ -67,6 +68,10 @@ struct LoadOptions {
     // With a memory budget: stream the spine matrices of layers >= this even when they would fit (tests, and
     // measuring spine streaming on a small model); -1: only what the budget requires.
     int64_t spine_stream_from = -1;
+    // Rows of the largest forward pass the caller will run (the engine's max_batch_rows, a prefill chunk): the
+    // model's scratch arena is sized once for it and the memory plan reserves exactly that (Model::activation_bytes).
+    // A larger pass still runs, with what does not fit allocated per pass.
+    int64_t max_pass_rows = 512;
 };
 
 class Model {
@@ -81,6 +86,10 @@ public:
     // the passes they first ran in (whatever their chunking). The engine preempts a request by dropping its state
     // and recomputing it later only then. (False for Kimi's KDA layers in the chunked prefill form.)
     virtual bool recompute_is_exact() const { return true; }
+    // The activation scratch a forward pass of `rows` rows carves from the model's arena (computed from the config;
+    // its high-water mark equals it), and the arena itself. 0 / null for a model without one.
+    virtual uint64_t activation_bytes(int64_t rows) const { return 0; }
+    virtual const ScratchArena* scratch_arena() const { return nullptr; }
     // The streaming expert source when experts are streamed (for statistics), else null.
     virtual const StreamingExpertSource* streaming() const { return nullptr; }
     // The residency plan when a memory budget was given, else null.
@@ -93,5 +102,8 @@ public:
 // Throws Error unless dir is an existing folder ("no such folder", "not a directory"); load_model starts with it.
 void check_model_folder(const std::string& dir);
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options = {});
+// Model::activation_bytes(rows) from a parsed config.json alone (sluice plan); look_ahead: experts stream.
+class JsonObject;
+uint64_t activation_bytes_from_config(const JsonObject& cfg, int64_t rows, bool look_ahead);
 
 }  // namespace sluice

@@ -10,7 +10,8 @@
 
 namespace sluice {
 
-std::unique_ptr<Model> make_qwen3_moe(const std::string& dir, const JsonObject& j, const LoadOptions& opt) {
+namespace {
+GqaMoeConfig parse(const JsonObject& j) {
     GqaMoeConfig c = parse_gqa_moe_common(j, 10000.0);
     const std::string& w = j.what();
     c.architecture = "Qwen3MoeForCausalLM";
@@ -35,6 +36,16 @@ std::unique_ptr<Model> make_qwen3_moe(const std::string& dir, const JsonObject& 
         c.is_moe.push_back(!listed && c.n_experts > 0 && (l + 1) % step == 0);
     }
     validate_gqa_moe(c, w);
+    return c;
+}
+}  // namespace
+
+uint64_t qwen3_moe_activation_bytes(const JsonObject& j, int64_t rows, bool) {
+    return gqa_moe_activation_bytes(parse(j), rows);
+}
+
+std::unique_ptr<Model> make_qwen3_moe(const std::string& dir, const JsonObject& j, const LoadOptions& opt) {
+    const GqaMoeConfig c = parse(j);
     GqaMoeNames names{.moe_prefix = "mlp.", .expert_gate = "gate_proj", .expert_up = "up_proj",
                       .expert_down = "down_proj"};
     return make_gqa_moe_model(dir, c, names, opt);

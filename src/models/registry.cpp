@@ -13,19 +13,21 @@ void check_quantization(const JsonObject& cfg);
 
 namespace {
 using Factory = std::unique_ptr<Model> (*)(const std::string&, const JsonObject&, const LoadOptions&);
+using ActivationFn = uint64_t (*)(const JsonObject&, int64_t rows, bool look_ahead);
 struct Entry {
     std::vector<std::string> architectures;
     std::vector<std::string> model_types;
     Factory make;
+    ActivationFn activation_bytes;
 };
 const std::vector<Entry>& registry() {
     static const std::vector<Entry> entries = {
-        {{"DeepseekV3ForCausalLM"}, {"deepseek_v3", "kimi_k2"}, make_deepseek_v3},
-        {{"KimiLinearForCausalLM"}, {"kimi_linear"}, make_kimi_linear},
-        {{"KimiK3ForConditionalGeneration"}, {"kimi_k3"}, make_kimi_k3},
-        {{"Qwen3MoeForCausalLM"}, {"qwen3_moe"}, make_qwen3_moe},
-        {{"MixtralForCausalLM"}, {"mixtral"}, make_mixtral},
-        {{"GptOssForCausalLM"}, {"gpt_oss"}, make_gpt_oss},
+        {{"DeepseekV3ForCausalLM"}, {"deepseek_v3", "kimi_k2"}, make_deepseek_v3, deepseek_v3_activation_bytes},
+        {{"KimiLinearForCausalLM"}, {"kimi_linear"}, make_kimi_linear, kimi_linear_activation_bytes},
+        {{"KimiK3ForConditionalGeneration"}, {"kimi_k3"}, make_kimi_k3, kimi_k3_activation_bytes},
+        {{"Qwen3MoeForCausalLM"}, {"qwen3_moe"}, make_qwen3_moe, qwen3_moe_activation_bytes},
+        {{"MixtralForCausalLM"}, {"mixtral"}, make_mixtral, mixtral_activation_bytes},
+        {{"GptOssForCausalLM"}, {"gpt_oss"}, make_gpt_oss, gpt_oss_activation_bytes},
     };
     return entries;
 }
@@ -59,13 +61,8 @@ void check_model_folder(const std::string& dir) {
     if (!fs::is_directory(dir, ec)) fail(dir, ": not a directory (expected a Hugging Face model folder)");
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
-    namespace fs = std::filesystem;
-    check_model_folder(dir);
-    const std::string path = (fs::path(dir) / "config.json").string();
-    if (!fs::exists(path)) fail(path, ": not found (a model folder needs config.json)");
-    JsonObject cfg = JsonObject::load_file(path);
-    check_quantization(cfg);
+namespace {
+const Entry& entry_for(const JsonObject& cfg, const std::string& what) {
     std::string arch;
     if (cfg.has("architectures")) {
         auto list = cfg.get_string_list("architectures");
@@ -74,14 +71,29 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
     const std::string model_type = cfg.get_string("model_type", "");
     for (const auto& e : registry())
         for (const auto& a : e.architectures)
-            if (a == arch) return e.make(dir, cfg, options);
+            if (a == arch) return e;
     for (const auto& e : registry())
         for (const auto& t : e.model_types)
-            if (t == model_type) return e.make(dir, cfg, options);
+            if (t == model_type) return e;
     std::string known;
     for (const auto& e : registry())
         for (const auto& a : e.architectures) known += (known.empty() ? "" : ", ") + a;
-    fail(path, ": unknown architecture '", arch, "' (model_type '", model_type, "'); supported: ", known);
+    fail(what, ": unknown architecture '", arch, "' (model_type '", model_type, "'); supported: ", known);
+}
+}  // namespace
+
+uint64_t activation_bytes_from_config(const JsonObject& cfg, int64_t rows, bool look_ahead) {
+    return entry_for(cfg, cfg.what()).activation_bytes(cfg, rows, look_ahead);
+}
+
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {
+    namespace fs = std::filesystem;
+    check_model_folder(dir);
+    const std::string path = (fs::path(dir) / "config.json").string();
+    if (!fs::exists(path)) fail(path, ": not found (a model folder needs config.json)");
+    JsonObject cfg = JsonObject::load_file(path);
+    check_quantization(cfg);
+    return entry_for(cfg, path).make(dir, cfg, options);
 }
 
 }  // namespace sluice

@@ -127,6 +127,9 @@ ModelShape shape_from_tensors(std::vector<ShapeTensor> tensors, const std::strin
     SLUICE_CHECK(m.n_experts > 0 && m.top_k > 0 && m.top_k <= m.n_experts, m.source,
                  "/config.json: a plan needs routed experts (num_experts_per_tok between 1 and the expert count)");
     m.state = state_layout_from_config(config_json, t, m.model_type, m.n_layers);
+    m.activation_bytes = [cfg = JsonObject::parse(config_json, m.source + "/config.json")](int64_t rows) {
+        return activation_bytes_from_config(cfg, rows, true);
+    };
 
     std::set<int64_t> moe_layers;
     std::vector<std::vector<SpineExtent>> layer_ext(size_t(m.n_layers));
@@ -285,10 +288,12 @@ ModelShape shape_from_published(const std::string& like) {
     return m;
 }
 
-PlanInputs plan_inputs(const ModelShape& m, int64_t max_context_tokens, int64_t max_sequences, int64_t staging_experts) {
+PlanInputs plan_inputs(const ModelShape& m, int64_t max_context_tokens, int64_t max_sequences, int64_t staging_experts,
+                       int64_t pass_rows) {
     PlanInputs in;
-    // as models/expert_setup.cpp: per-sequence state, plus a fixed reserve for activations and scratch
-    in.state_bytes = m.state->reserve_bytes(max_context_tokens, max_sequences) + (uint64_t(64) << 20);
+    // as models/expert_setup.cpp: per-sequence state, plus the activations of the largest pass
+    in.activation_bytes = m.activation_bytes(pass_rows);
+    in.state_bytes = m.state->reserve_bytes(max_context_tokens, max_sequences) + in.activation_bytes;
     in.staging_bytes = uint64_t(std::max<int64_t>(1, staging_experts)) * (m.expert_bytes + 6 * 8192);
     return in;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +46,9 @@ struct ModelShape {
     uint64_t head_bytes = 0;
     std::string head_format;
     std::shared_ptr<const StateLayout> state;
+    // The activation scratch of a pass of that many rows with experts streamed (Model::activation_bytes: the same
+    // formula, from config.json).
+    std::function<uint64_t(int64_t rows)> activation_bytes;
 
     uint64_t model_bytes() const { return spine_bytes + routed_expert_bytes_total; }
 };
@@ -60,11 +64,13 @@ std::string published_config_summary(const std::string& like);  // e.g. "93 laye
 ModelShape shape_from_tensors(std::vector<ShapeTensor> tensors, const std::string& config_json, std::string source);
 
 // The engine's inputs of plan_residency for this model (see models/expert_setup.cpp): state reserve for
-// max_context_tokens tokens in max_sequences sequences plus the fixed activation reserve, staging for
-// staging_experts experts.
+// max_context_tokens tokens in max_sequences sequences plus the activations of a pass of pass_rows rows, staging
+// for staging_experts experts.
 struct PlanInputs {
     uint64_t state_bytes = 0, staging_bytes = 0;
+    uint64_t activation_bytes = 0;  // included in state_bytes
 };
-PlanInputs plan_inputs(const ModelShape& m, int64_t max_context_tokens, int64_t max_sequences, int64_t staging_experts);
+PlanInputs plan_inputs(const ModelShape& m, int64_t max_context_tokens, int64_t max_sequences, int64_t staging_experts,
+                       int64_t pass_rows);
 
 }  // namespace sluice

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/direct_reader.h"
+#include "models/expert_setup.h"
 
 namespace sluice {
 
@@ -77,9 +78,13 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
     SLUICE_CHECK(machine.memory_bytes > 0, "--memory: the budget must be > 0");
     SLUICE_CHECK(s.prefill_chunk > 0, "--prefill-chunk must be > 0");
     Projection p;
-    const PlanInputs in = plan_inputs(m, s.ctx, s.parallel, s.staging_experts);
-    p.plan = plan_residency(machine.memory_bytes, m.spine_fixed_bytes, m.layer_read_bytes, in.state_bytes,
-                            in.staging_bytes);
+    int64_t pass_rows = s.pass_rows > 0 ? s.pass_rows : s.prefill_chunk;
+    if (s.pass_rows <= 0)
+        for (int64_t b : s.batch_sizes) pass_rows = std::max(pass_rows, b);
+    const PlanInputs in = plan_inputs(m, s.ctx, s.parallel, s.staging_experts, pass_rows);
+    p.plan = plan_residency_for_rows(machine.memory_bytes, m.spine_fixed_bytes, m.layer_read_bytes,
+                                     in.state_bytes - in.activation_bytes, m.activation_bytes, pass_rows,
+                                     in.staging_bytes);
     const uint64_t n_all = uint64_t(m.n_moe_layers * m.n_experts);
     const uint64_t cache_bytes = std::min(p.plan.expert_cache_bytes, n_all * m.expert_slot_bytes);
     p.cache_slots = m.expert_slot_bytes ? cache_bytes / m.expert_slot_bytes : 0;

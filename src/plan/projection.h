@@ -40,6 +40,9 @@ struct PlanSettings {
     int64_t ctx = 4096, parallel = 1;  // as --ctx, --parallel for the engine (state reserve)
     int64_t staging_experts = 4;       // StreamingOptions::staging_experts
     int64_t prefill_chunk = 256;       // P: rows per prefill pass
+    // rows of the largest pass the engine runs (LoadOptions::max_pass_rows: its activations are reserved); 0: the
+    // largest pass projected here (the prefill chunk or the largest batch)
+    int64_t pass_rows = 0;
     std::vector<int64_t> batch_sizes = {1, 4, 16, 64, 256};
     bool overlap = false;              // true: max(I/O, compute); false: their sum (see the top of this file)
     std::vector<double> usage_share;   // optional: each expert's share of routing (sums to n_moe_layers), any order

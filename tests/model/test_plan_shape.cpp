@@ -32,6 +32,7 @@ void expect_same_plan(const std::string& dir, const ModelShape& m, uint64_t budg
     PlanSettings s;
     s.ctx = lo.max_context_tokens;
     s.parallel = lo.max_sequences;
+    s.pass_rows = lo.max_pass_rows;
     const Projection p = project(m, mc, s);
     EXPECT_EQ(p.plan.spine_bytes, engine->spine_bytes);
     EXPECT_EQ(p.plan.spine_fixed_bytes, engine->spine_fixed_bytes);
@@ -56,7 +57,9 @@ TEST_P(PlanShape, SameAsEngine) {
     PlanMachine mc;
     mc.memory_bytes = uint64_t(1) << 40;
     mc.drives_gbps = {1.0};
-    const Projection big = project(m, mc, PlanSettings{});
+    PlanSettings engine_rows;  // the engine's default pass, as expect_same_plan loads it
+    engine_rows.pass_rows = LoadOptions{}.max_pass_rows;
+    const Projection big = project(m, mc, engine_rows);
     const uint64_t min = big.plan.min_bytes();
     const uint64_t all_slots = uint64_t(m.n_moe_layers * m.n_experts) * m.expert_slot_bytes;
     expect_same_plan(dir, m, min + all_slots / 5);

@@ -165,7 +165,11 @@ TEST(KdaBlock, PiecesEqualWholeAndFormsAgree) {
             KdaSeqRows s;
             for (int64_t r = 0; r < r1 - r0; ++r) s.rows.push_back(r);
             s.state = &st;
-            kda_forward(c, w, x.data() + r0 * hid, r1 - r0, {s}, out.data() + r0 * hid, pool, form);
+            ScratchArena arena;
+            arena.reserve(kda_scratch_bytes(c, r1 - r0));
+            kda_forward(c, w, x.data() + r0 * hid, r1 - r0, {s}, out.data() + r0 * hid, pool, arena, form);
+            EXPECT_EQ(arena.high_water_bytes(), kda_scratch_bytes(c, r1 - r0));
+            EXPECT_EQ(arena.overflow_allocations(), 0u);
             r0 = r1;
         }
         return out;

@@ -5,13 +5,13 @@
 
 namespace sluice {
 
-void attn_res(const float* running, const std::vector<std::vector<float>>& blocks, const AttnResWeights& w, int64_t n,
+void attn_res(const float* running, const std::vector<const float*>& blocks, const AttnResWeights& w, int64_t n,
               int64_t d, float eps, float* out) {
     const size_t J = blocks.size() + 1;
     std::vector<const float*> cand(J);
     std::vector<float> logit(J);
     for (int64_t i = 0; i < n; ++i) {
-        for (size_t j = 0; j < J; ++j) cand[j] = (j + 1 < J ? blocks[j].data() : running) + i * d;
+        for (size_t j = 0; j < J; ++j) cand[j] = (j + 1 < J ? blocks[j] : running) + i * d;
         for (size_t j = 0; j < J; ++j) {
             const float* v = cand[j];
             float ss = 0;

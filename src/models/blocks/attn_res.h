@@ -13,7 +13,7 @@ struct AttnResWeights {
     std::vector<float> proj;  // [d] *_res_proj.weight (one row)
 };
 
-void attn_res(const float* running, const std::vector<std::vector<float>>& blocks, const AttnResWeights& w, int64_t n,
+void attn_res(const float* running, const std::vector<const float*>& blocks, const AttnResWeights& w, int64_t n,
               int64_t d, float eps, float* out);
 
 }  // namespace sluice

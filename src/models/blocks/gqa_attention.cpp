@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/blocks/row_runs.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -16,34 +17,44 @@ void add_bias(float* y, int64_t n, const std::vector<float>& b) {
 }
 }  // namespace
 
+uint64_t gqa_scratch_bytes(const GqaConfig& c, int64_t n) {
+    using A = ScratchArena;
+    // q, k, v, o
+    return 2 * A::f32_bytes(n * c.q_width()) + 2 * A::f32_bytes(n * c.kv_width());
+}
+
 void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, const float* x, int64_t n,
-                 const int64_t* positions, std::span<const GqaSeqRows> seqs, float* out, ThreadPool& pool) {
+                 const int64_t* positions, std::span<const GqaSeqRows> seqs, float* out, ThreadPool& pool,
+                 ScratchArena& arena) {
     const int64_t H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, qw = c.q_width(), kw = c.kv_width();
     SLUICE_ASSERT(H > 0 && G > 0 && H % G == 0 && D > 0, "gqa: bad head configuration");
-    std::vector<float> q(static_cast<size_t>(n * qw)), k(static_cast<size_t>(n * kw)), v(static_cast<size_t>(n * kw));
-    ops::matmul(w.q_proj, x, n, q.data(), pool);
-    ops::matmul(w.k_proj, x, n, k.data(), pool);
-    ops::matmul(w.v_proj, x, n, v.data(), pool);
-    add_bias(q.data(), n, w.q_bias);
-    add_bias(k.data(), n, w.k_bias);
-    add_bias(v.data(), n, w.v_bias);
-    if (!w.q_norm.empty()) ops::rms_norm(q.data(), w.q_norm.data(), n * H, D, c.qk_norm_eps, q.data());
-    if (!w.k_norm.empty()) ops::rms_norm(k.data(), w.k_norm.data(), n * G, D, c.qk_norm_eps, k.data());
+    ScratchArena::Scope scope(arena);
+    float* q = arena.f32(n * qw);
+    float* k = arena.f32(n * kw);
+    float* v = arena.f32(n * kw);
+    ops::matmul(w.q_proj, x, n, q, pool);
+    ops::matmul(w.k_proj, x, n, k, pool);
+    ops::matmul(w.v_proj, x, n, v, pool);
+    add_bias(q, n, w.q_bias);
+    add_bias(k, n, w.k_bias);
+    add_bias(v, n, w.v_bias);
+    if (!w.q_norm.empty()) ops::rms_norm(q, w.q_norm.data(), n * H, D, c.qk_norm_eps, q);
+    if (!w.k_norm.empty()) ops::rms_norm(k, w.k_norm.data(), n * G, D, c.qk_norm_eps, k);
     if (c.use_rope) {
         for (int64_t i = 0; i < n; ++i) {
             if (c.rope_interleave) {
-                rope.apply_interleaved(q.data() + i * qw, H, D, positions[i]);
-                rope.apply_interleaved(k.data() + i * kw, G, D, positions[i]);
+                rope.apply_interleaved(q + i * qw, H, D, positions[i]);
+                rope.apply_interleaved(k + i * kw, G, D, positions[i]);
             } else {
-                rope.apply_half(q.data() + i * qw, H, D, positions[i]);
-                rope.apply_half(k.data() + i * kw, G, D, positions[i]);
+                rope.apply_half(q + i * qw, H, D, positions[i]);
+                rope.apply_half(k + i * kw, G, D, positions[i]);
             }
         }
     }
     for (const auto& s : seqs) {
         for (int64_t r : s.rows) {
-            std::copy_n(k.data() + r * kw, kw, s.cache->k.write_row(positions[r]));
-            std::copy_n(v.data() + r * kw, kw, s.cache->v.write_row(positions[r]));
+            std::copy_n(k + r * kw, kw, s.cache->k.write_row(positions[r]));
+            std::copy_n(v + r * kw, kw, s.cache->v.write_row(positions[r]));
         }
     }
 
@@ -55,23 +66,13 @@ void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, cons
     ap.scale = c.scale;
     ap.window = c.window;
     ap.sinks = w.sinks.empty() ? nullptr : w.sinks.data();
-    std::vector<float> o(static_cast<size_t>(n * qw));
-    std::vector<float> qs, os;
-    std::vector<int64_t> pos;
-    for (const auto& s : seqs) {
-        // rows of one sequence are in general not contiguous in the batch: gather, attend, scatter
-        const int64_t m = int64_t(s.rows.size());
-        qs.resize(size_t(m * qw));
-        os.resize(size_t(m * qw));
-        pos.resize(size_t(m));
-        for (int64_t j = 0; j < m; ++j) {
-            std::copy_n(q.data() + s.rows[size_t(j)] * qw, qw, qs.data() + j * qw);
-            pos[size_t(j)] = positions[s.rows[size_t(j)]];
-        }
-        ops::attention(ap, qs.data(), m, pos.data(), s.cache->k.view(), s.cache->v.view(), os.data(), pool);
-        for (int64_t j = 0; j < m; ++j) std::copy_n(os.data() + j * qw, qw, o.data() + s.rows[size_t(j)] * qw);
-    }
-    ops::matmul(w.o_proj, o.data(), n, out, pool);
+    float* o = arena.f32(n * qw);  // every row belongs to one sequence: all written
+    // in place, a contiguous run of a sequence's batch rows at a time (as MLA: a row depends on its own query only)
+    for (const auto& s : seqs)
+        for_each_run(s.rows, [&](int64_t r0, int64_t m) {
+            ops::attention(ap, q + r0 * qw, m, positions + r0, s.cache->k.view(), s.cache->v.view(), o + r0 * qw, pool);
+        });
+    ops::matmul(w.o_proj, o, n, out, pool);
     add_bias(out, n, w.o_bias);
 }
 

@@ -45,25 +45,40 @@ void l2_normalise(float* x, int64_t D, float scale) {
 
 }  // namespace
 
+uint64_t kda_scratch_bytes(const KdaConfig& c, int64_t n) {
+    using A = ScratchArena;
+    const int64_t H = c.n_heads, D = c.head_dim, P = c.proj_dim();
+    // raw q|k|v, f, g, gate, o and beta; then the low-rank gate input, or one sequence's gathered rows
+    return A::f32_bytes(3 * n * P) + 4 * A::f32_bytes(n * P) + A::f32_bytes(n * H) +
+           std::max(A::f32_bytes(n * D), 4 * A::f32_bytes(n * 3 * P) + A::f32_bytes(n * H));
+}
+
 void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, const std::vector<KdaSeqRows>& seqs,
-                 float* out, ThreadPool& pool, KdaForm form) {
+                 float* out, ThreadPool& pool, ScratchArena& arena, KdaForm form) {
     const int64_t H = c.n_heads, D = c.head_dim, P = c.proj_dim(), K = c.conv_kernel;
-    const size_t nP = size_t(n * P);
-    std::vector<float> raw(3 * nP), qkv(3 * nP), f(nP), g(nP), gate(nP), beta(size_t(n * H)), o(nP);
-    for (int p = 0; p < 3; ++p) ops::matmul(p == 0 ? w.q_proj : p == 1 ? w.k_proj : w.v_proj, x, n, raw.data() + p * nP, pool);
+    const int64_t nP = n * P;
+    ScratchArena::Scope scope(arena);
+    float* raw = arena.f32(3 * nP);
+    float* f = arena.f32(nP);
+    float* g = arena.f32(nP);
+    float* gate = arena.f32(nP);
+    float* o = arena.f32(nP);
+    float* beta = arena.f32(n * H);
+    for (int p = 0; p < 3; ++p) ops::matmul(p == 0 ? w.q_proj : p == 1 ? w.k_proj : w.v_proj, x, n, raw + p * nP, pool);
     {
-        std::vector<float> fa(size_t(n * D));
-        ops::matmul(w.f_a_proj, x, n, fa.data(), pool);
-        ops::matmul(w.f_b_proj, fa.data(), n, f.data(), pool);
+        ScratchArena::Scope fa_scope(arena);
+        float* fa = arena.f32(n * D);
+        ops::matmul(w.f_a_proj, x, n, fa, pool);
+        ops::matmul(w.f_b_proj, fa, n, f, pool);
         if (c.full_rank_gate) {
-            ops::matmul(w.g_proj, x, n, gate.data(), pool);
+            ops::matmul(w.g_proj, x, n, gate, pool);
         } else {
-            ops::matmul(w.g_a_proj, x, n, fa.data(), pool);
-            ops::matmul(w.g_b_proj, fa.data(), n, gate.data(), pool);
+            ops::matmul(w.g_a_proj, x, n, fa, pool);
+            ops::matmul(w.g_b_proj, fa, n, gate, pool);
         }
-        ops::matmul(w.b_proj, x, n, beta.data(), pool);
+        ops::matmul(w.b_proj, x, n, beta, pool);
     }
-    for (auto& b : beta) b = sigmoid(b);
+    for (int64_t i = 0; i < n * H; ++i) beta[i] = sigmoid(beta[i]);
     // the elementwise loops below are split over the pool by rows: each element's arithmetic is unchanged
     pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i)
@@ -83,28 +98,32 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
     });
 
     const float scale = 1.0f / std::sqrt(float(D));
+    // one sequence's rows gathered (for at most n rows): raw q|k|v and their conv [m, 3P]; g and o at the same
+    // stride 3P as q/k/v, so each head's kernel reads and writes them in place; beta [m, H]
+    float* sraw = arena.f32(n * 3 * P);
+    float* sq = arena.f32(n * 3 * P);
+    float* sg = arena.f32(n * 3 * P);
+    float* so = arena.f32(n * 3 * P);
+    float* sb = arena.f32(n * H);
     for (const auto& s : seqs) {
         const int64_t m = int64_t(s.rows.size());
         SLUICE_ASSERT(s.state && !s.state->state.empty(), "KDA state not initialised");
         // gather this sequence's rows: [m, 3P] raw, then conv, normalise
-        std::vector<float> sraw(size_t(m * 3 * P)), sq(size_t(m * 3 * P)), sg(size_t(m * P)), sb(size_t(m * H)),
-            so(size_t(m * P));
         for (int64_t j = 0; j < m; ++j) {
             const int64_t r = s.rows[size_t(j)];
-            for (int p = 0; p < 3; ++p) std::copy_n(raw.data() + p * nP + r * P, P, sraw.data() + j * 3 * P + p * P);
-            std::copy_n(g.data() + r * P, P, sg.data() + j * P);
-            std::copy_n(beta.data() + r * H, H, sb.data() + j * H);
+            for (int p = 0; p < 3; ++p) std::copy_n(raw + p * nP + r * P, P, sraw + j * 3 * P + p * P);
+            std::copy_n(g + r * P, P, sg + j * 3 * P);
+            std::copy_n(beta + r * H, H, sb + j * H);
         }
         for (int p = 0; p < 3; ++p) {
             const auto& cw = p == 0 ? w.q_conv : p == 1 ? w.k_conv : w.v_conv;
-            short_conv(cw, P, K, s.state->conv.data() + p * P * (K - 1), sraw.data() + p * P, m, 3 * P, sq.data() + p * P,
-                       pool);
+            short_conv(cw, P, K, s.state->conv.data() + p * P * (K - 1), sraw + p * P, m, 3 * P, sq + p * P, pool);
         }
         pool.parallel_for(m, [&](int64_t j0, int64_t j1) {
             for (int64_t j = j0; j < j1; ++j)
                 for (int64_t h = 0; h < H; ++h) {
-                    l2_normalise(sq.data() + j * 3 * P + h * D, D, scale);
-                    l2_normalise(sq.data() + j * 3 * P + P + h * D, D, 1.0f);
+                    l2_normalise(sq + j * 3 * P + h * D, D, scale);
+                    l2_normalise(sq + j * 3 * P + P + h * D, D, 1.0f);
                 }
         });
         if (s.state->journaling) {
@@ -115,41 +134,37 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
             st.journal.resize(at + size_t(m * W));
             for (int64_t j = 0; j < m; ++j) {
                 float* row = st.journal.data() + at + size_t(j * W);
-                std::copy_n(sraw.data() + j * 3 * P, 3 * P, row);
-                std::copy_n(sq.data() + j * 3 * P + P, 2 * P, row + 3 * P);
-                std::copy_n(sg.data() + j * P, P, row + 5 * P);
-                std::copy_n(sb.data() + j * H, H, row + 6 * P);
+                std::copy_n(sraw + j * 3 * P, 3 * P, row);
+                std::copy_n(sq + j * 3 * P + P, 2 * P, row + 3 * P);
+                std::copy_n(sg + j * 3 * P, P, row + 5 * P);
+                std::copy_n(sb + j * H, H, row + 6 * P);
             }
         }
         pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
-            // q/k/v interleaved per row ([q|k|v] of width 3P); g and o use stride P: copy g/o into 3P-strided views
-            std::vector<float> gh(size_t(m * 3 * P)), oh(size_t(m * 3 * P));
+            // q/k/v interleaved per row ([q|k|v] of width 3P); g and o in 3P-strided rows too
             for (int64_t h = h0; h < h1; ++h) {
-                for (int64_t j = 0; j < m; ++j) std::copy_n(sg.data() + j * P + h * D, D, gh.data() + j * 3 * P);
-                KdaHeadIo io{sq.data() + h * D, sq.data() + P + h * D, sq.data() + 2 * P + h * D, gh.data(),
-                             sb.data() + h, oh.data(), 3 * P, H};
+                KdaHeadIo io{sq + h * D, sq + P + h * D, sq + 2 * P + h * D, sg + h * D, sb + h, so + h * D, 3 * P, H};
                 float* S = s.state->state.data() + h * D * D;
                 if (form == KdaForm::Chunked && m > 1)
                     kda_chunked(io, m, D, c.chunk_size, S);
                 else
                     kda_recurrent(io, m, D, S);
-                for (int64_t j = 0; j < m; ++j) std::copy_n(oh.data() + j * 3 * P, D, so.data() + j * P + h * D);
             }
         });
-        for (int64_t j = 0; j < m; ++j) std::copy_n(so.data() + j * P, P, o.data() + s.rows[size_t(j)] * P);
+        for (int64_t j = 0; j < m; ++j) std::copy_n(so + j * 3 * P, P, o + s.rows[size_t(j)] * P);
     }
 
     // gated RMSNorm per head, then o_proj
     pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i)
             for (int64_t h = 0; h < H; ++h) {
-                float* oh = o.data() + i * P + h * D;
+                float* oh = o + i * P + h * D;
                 ops::rms_norm(oh, w.o_norm.data(), 1, D, c.norm_eps, oh);
-                const float* gt = gate.data() + i * P + h * D;
+                const float* gt = gate + i * P + h * D;
                 for (int64_t d = 0; d < D; ++d) oh[d] *= sigmoid(gt[d]);
             }
     });
-    ops::matmul(w.o_proj, o.data(), n, out, pool);
+    ops::matmul(w.o_proj, o, n, out, pool);
 }
 
 }  // namespace sluice

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 #include "models/blocks/rope.h"
 #include "ops/weight.h"
@@ -28,6 +29,7 @@ struct MlaConfig {
     float q_a_eps = 1e-6f, kv_a_eps = 1e-6f;
     bool rope_interleave = true;
     bool use_rope = true;     // false: NoPE (Kimi Linear, K3): the "rope" dims are unrotated content dims
+    bool output_gate = false; // K3: o *= sigmoid(g_proj x) (MlaWeights::g_proj bound)
 
     int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
     int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
@@ -52,8 +54,12 @@ struct MlaSeqRows {
     MlaCache* cache = nullptr;
 };
 
-// out[n, hidden] = MLA(x[n, hidden]). positions[n]. Writes each row's cache entry at its position first.
+// out[n, hidden] = MLA(x[n, hidden]). positions[n]. Writes each row's cache entry at its position first. Its
+// activations (queries, latents, absorbed queries, attended latents) come from `arena`.
 void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, const float* x, int64_t n,
-                 const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ThreadPool& pool);
+                 const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ThreadPool& pool,
+                 ScratchArena& arena);
+// What mla_forward carves for n rows.
+uint64_t mla_scratch_bytes(const MlaConfig& c, int64_t n);
 
 }  // namespace sluice

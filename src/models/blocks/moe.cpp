@@ -10,28 +10,53 @@
 
 namespace sluice {
 
-void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool,
-                    const GluActivation& act) {
+namespace {
+// g and u are carved for cap_rows rows (>= n), so an expert's scratch does not depend on how many rows chose it.
+void swiglu_rows(const SwigluWeights& w, const float* x, int64_t n, int64_t cap_rows, float* y, ThreadPool& pool,
+                 ScratchArena& arena, const GluActivation& act) {
     const int64_t inter = w.gate.rows;
-    std::vector<float> g(static_cast<size_t>(n * inter)), u(static_cast<size_t>(n * inter));
-    ops::matmul(w.gate, x, n, g.data(), pool);
-    ops::matmul(w.up, x, n, u.data(), pool);
+    ScratchArena::Scope scope(arena);
+    float* g = arena.f32(cap_rows * inter);
+    float* u = arena.f32(cap_rows * inter);
+    ops::matmul(w.gate, x, n, g, pool);
+    ops::matmul(w.up, x, n, u, pool);
     // elementwise, so the split over threads changes no bit; SiTU's tanh and exp are as costly as a small matmul
-    pool.parallel_for(n * inter, [&](int64_t a, int64_t b) { ops::glu(act, g.data() + a, u.data() + a, 1, b - a, g.data() + a); },
-                      16384);
-    ops::matmul(w.down, g.data(), n, y, pool);
+    pool.parallel_for(n * inter, [&](int64_t a, int64_t b) { ops::glu(act, g + a, u + a, 1, b - a, g + a); }, 16384);
+    ops::matmul(w.down, g, n, y, pool);
+}
+}  // namespace
+
+void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool, ScratchArena& arena,
+                    const GluActivation& act) {
+    swiglu_rows(w, x, n, n, y, pool, arena, act);
+}
+
+uint64_t swiglu_scratch_bytes(int64_t n, int64_t inter) { return 2 * ScratchArena::f32_bytes(n * inter); }
+uint64_t route_scratch_bytes(int64_t n, int64_t n_experts) { return ScratchArena::f32_bytes(n * n_experts); }
+uint64_t moe_with_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, uint64_t expert_call_bytes,
+                                uint64_t while_reading_bytes) {
+    return ScratchArena::f32_bytes(n * top_k * hidden) + 2 * ScratchArena::f32_bytes(n * hidden) +
+           std::max(expert_call_bytes, while_reading_bytes);
+}
+uint64_t moe_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, int64_t inter, int64_t shared_inter,
+                           uint64_t while_reading_bytes) {
+    const uint64_t shared = shared_inter > 0 ? ScratchArena::f32_bytes(n * hidden) : 0;
+    const uint64_t reading =
+        std::max(while_reading_bytes, shared_inter > 0 ? swiglu_scratch_bytes(n, shared_inter) : uint64_t(0));
+    return shared + moe_with_scratch_bytes(n, top_k, hidden, swiglu_scratch_bytes(n, inter), reading);
 }
 
 namespace {
 Routing route_with(const ops::RouterSpec& spec, const Weight& gate, const float* bias, const float* x, int64_t n,
-                   ThreadPool& pool) {
-    std::vector<float> logits(static_cast<size_t>(n * spec.n_experts));
-    ops::matmul(gate, x, n, logits.data(), pool);
+                   ThreadPool& pool, ScratchArena& arena) {
+    ScratchArena::Scope scope(arena);
+    float* logits = arena.f32(n * spec.n_experts);
+    ops::matmul(gate, x, n, logits, pool);
     Routing r;
     r.top_k = spec.top_k;
     r.experts.resize(size_t(n * spec.top_k));
     r.weights.resize(size_t(n * spec.top_k));
-    ops::route(spec, logits.data(), bias, n, r.experts.data(), r.weights.data(), pool);
+    ops::route(spec, logits, bias, n, r.experts.data(), r.weights.data(), pool);
     return r;
 }
 ops::RouterSpec spec_of(const RouterParams& p, ops::RouterSpec::Scoring scoring) {
@@ -40,27 +65,29 @@ ops::RouterSpec spec_of(const RouterParams& p, ops::RouterSpec::Scoring scoring)
 }  // namespace
 
 Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
-                      int64_t n, ThreadPool& pool) {
+                      int64_t n, ThreadPool& pool, ScratchArena& arena) {
     return route_with(spec_of(p, ops::RouterSpec::Scoring::Sigmoid), gate, bias.empty() ? nullptr : bias.data(), x, n,
-                      pool);
+                      pool, arena);
 }
 
 void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
-                      const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool) {
-    const Routing guess = route_sigmoid(p, gate, bias, x, n, pool);
+                      const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool,
+                      ScratchArena& arena) {
+    const Routing guess = route_sigmoid(p, gate, bias, x, n, pool, arena);
     std::vector<int32_t> experts(guess.experts);
     std::sort(experts.begin(), experts.end());
     experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
     source.prefetch(layer, experts);
 }
 
-Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool) {
-    return route_with(spec_of(p, ops::RouterSpec::Scoring::Softmax), gate, nullptr, x, n, pool);
+Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool,
+                      ScratchArena& arena) {
+    return route_with(spec_of(p, ops::RouterSpec::Scoring::Softmax), gate, nullptr, x, n, pool, arena);
 }
 
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
-                      const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
-                      const std::function<void()>& while_reading) {
+                      const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
+                      MoeStats* stats, const std::function<void()>& while_reading) {
     const int64_t K = routing.top_k;
     // union of experts -> the (row, slot) pairs that use each
     std::map<int32_t, std::vector<int64_t>> users;  // expert -> slots (row * K + k)
@@ -75,21 +102,20 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
     }
     source.note_use(layer, experts, rows, routing.experts, K);
 
-    std::vector<float> y_slots(static_cast<size_t>(n * K * hidden));
-    std::vector<float> xs, ys;
+    ScratchArena::Scope scope(arena);
+    // every slot is written by the expert its row chose (each row's top_k experts are distinct) before the combine
+    float* y_slots = arena.f32(n * K * hidden);
+    float* xs = arena.f32(n * hidden);  // one expert's rows: at most n (a row picks an expert once)
+    float* ys = arena.f32(n * hidden);
     source.fetch(layer, experts, [&](size_t i, const ExpertWeights& w) {
         const auto& slots = users[experts[i]];
         const int64_t m = int64_t(slots.size());
-        xs.resize(size_t(m * hidden));
-        ys.resize(size_t(m * hidden));
-        for (int64_t j = 0; j < m; ++j)
-            std::copy_n(x + (slots[size_t(j)] / K) * hidden, hidden, xs.data() + j * hidden);
-        expert_fn(experts[i], w, xs.data(), m, ys.data());
-        for (int64_t j = 0; j < m; ++j)
-            std::copy_n(ys.data() + j * hidden, hidden, y_slots.data() + slots[size_t(j)] * hidden);
+        for (int64_t j = 0; j < m; ++j) std::copy_n(x + (slots[size_t(j)] / K) * hidden, hidden, xs + j * hidden);
+        expert_fn(experts[i], w, xs, m, ys);
+        for (int64_t j = 0; j < m; ++j) std::copy_n(ys + j * hidden, hidden, y_slots + slots[size_t(j)] * hidden);
     }, while_reading);
 
-    ops::moe_combine(y_slots.data(), routing.weights.data(), n, K, hidden, out, pool);
+    ops::moe_combine(y_slots, routing.weights.data(), n, K, hidden, out, pool);
     if (stats) {
         stats->rows += uint64_t(n);
         stats->expert_rows += uint64_t(n * K);
@@ -98,17 +124,18 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
 }
 
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
-                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats,
-                 const GluActivation& act, const std::function<void()>& while_reading) {
+                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
+                 MoeStats* stats, const GluActivation& act, const std::function<void()>& while_reading) {
     auto swiglu = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
         SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", e,
                      ": weight shapes do not match hidden size ", hidden);
-        swiglu_forward({w.gate, w.up, w.down}, xs, m, ys, pool, act);
+        swiglu_rows({w.gate, w.up, w.down}, xs, m, n, ys, pool, arena, act);
     };
-    std::vector<float> s(shared ? static_cast<size_t>(n * hidden) : 0);
-    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, pool, stats, [&] {
+    ScratchArena::Scope scope(arena);
+    float* s = shared ? arena.f32(n * hidden) : nullptr;
+    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, pool, arena, stats, [&] {
         if (while_reading) while_reading();
-        if (shared) swiglu_forward(*shared, x, n, s.data(), pool, act);
+        if (shared) swiglu_forward(*shared, x, n, s, pool, arena, act);
     });
     if (shared)
         for (int64_t i = 0; i < n * hidden; ++i) out[i] += s[size_t(i)];
@@ -116,15 +143,23 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
 
 void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,
                              const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
-                             float* y, ThreadPool& pool) {
-    if (!ffn.moe) return swiglu_forward(ffn.mlp, x, n, y, pool);
-    const Routing r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, pool);
+                             float* y, ThreadPool& pool, ScratchArena& arena) {
+    if (!ffn.moe) return swiglu_forward(ffn.mlp, x, n, y, pool, arena);
+    const Routing r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, pool, arena);
     auto hint_next = [&] {
         if (look_ahead && next && next->moe)
-            prefetch_experts(source, layer + 1, p, next->router, next->router_bias, x, n, pool);
+            prefetch_experts(source, layer + 1, p, next->router, next->router_bias, x, n, pool, arena);
     };
-    moe_forward(layer, r, source, ffn.has_shared ? &ffn.shared : nullptr, x, n, hidden, y, pool, nullptr, {},
+    moe_forward(layer, r, source, ffn.has_shared ? &ffn.shared : nullptr, x, n, hidden, y, pool, arena, nullptr, {},
                 hint_next);
+}
+
+uint64_t sigmoid_moe_ffn_scratch_bytes(int64_t n, bool moe, const RouterParams& p, int64_t hidden, int64_t dense_inter,
+                                       int64_t moe_inter, int64_t shared_inter, int64_t look_ahead_experts) {
+    if (!moe) return swiglu_scratch_bytes(n, dense_inter);
+    const uint64_t hint = look_ahead_experts > 0 ? route_scratch_bytes(n, look_ahead_experts) : 0;
+    return std::max(route_scratch_bytes(n, p.n_experts),
+                    moe_scratch_bytes(n, p.top_k, hidden, moe_inter, shared_inter, hint));
 }
 
 }  // namespace sluice

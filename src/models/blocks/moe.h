@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/scratch_arena.h"
 #include "core/thread_pool.h"
 #include "experts/expert_source.h"
 #include "ops/moe_ops.h"
@@ -25,9 +26,21 @@ struct SwigluWeights {
 // (ops::glu).
 using GluActivation = ops::GluSpec;
 
-// y[n, H] = down(act(gate x) * up x)
-void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool,
+// y[n, H] = down(act(gate x) * up x). Its gate and up activations [n, I] come from `arena`.
+void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool, ScratchArena& arena,
                     const GluActivation& act = {});
+
+// The scratch each block carves from the arena for n rows (ScratchArena's rounding); each architecture's
+// activation_bytes adds these up, and the tests check the sum against the arena's high-water mark.
+uint64_t swiglu_scratch_bytes(int64_t n, int64_t inter);
+uint64_t route_scratch_bytes(int64_t n, int64_t n_experts);
+// moe_forward_with: the [n, top_k, hidden] slots and one expert's gathered rows, plus the larger of what
+// while_reading and one expert call carve.
+uint64_t moe_with_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, uint64_t expert_call_bytes,
+                                uint64_t while_reading_bytes);
+// moe_forward: SwiGLU experts of intermediate size `inter`, a shared expert of `shared_inter` (0: none).
+uint64_t moe_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, int64_t inter, int64_t shared_inter,
+                           uint64_t while_reading_bytes);
 
 struct RouterParams {
     int64_t n_experts = 0;
@@ -46,17 +59,18 @@ struct Routing {
 
 // Sigmoid router with correction bias used for selection only (noaux_tc): logits = gate x in f32.
 Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
-                      int64_t n, ThreadPool& pool);
+                      int64_t n, ThreadPool& pool, ScratchArena& arena);
 
 // Look-ahead: applies the next MoE layer's router to this layer's input rows and hints the union of the experts it
 // picks to the source, so their reads overlap the current layer's compute. Never changes results.
 void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
-                      const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool);
+                      const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool, ScratchArena& arena);
 
 // Softmax router (Qwen3-MoE, Mixtral): probabilities = softmax(gate x) over all experts in f32; the top_k largest;
 // divided by their sum when norm_topk_prob (no epsilon), else the raw probabilities; times routed_scaling_factor.
 // n_group / topk_group are not used.
-Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool);
+Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool,
+                      ScratchArena& arena);
 
 struct MoeStats {
     uint64_t rows = 0;
@@ -70,15 +84,17 @@ using ExpertFn = std::function<void(int32_t expert, const ExpertWeights& w, cons
 // out[n, H] = sum_k w_k * expert_k(x), each expert computed by `expert_fn` (architectures whose experts are not a
 // plain gated MLP, e.g. gpt-oss's fused clamped SwiGLU with biases). while_reading runs once after the misses are
 // issued and before any expert is computed, so it may still fill x: work that needs no routed expert overlaps
-// the reads without changing any result.
+// the reads without changing any result. expert_fn may carve from `arena`, for all n rows whatever m is (so the
+// high-water mark does not depend on the routing).
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
-                      const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool,
+                      const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
                       MoeStats* stats = nullptr, const std::function<void()>& while_reading = {});
 
 // out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given, computed while the experts are read and added last).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
-                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, MoeStats* stats = nullptr,
-                 const GluActivation& act = {}, const std::function<void()>& while_reading = {});
+                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
+                 MoeStats* stats = nullptr, const GluActivation& act = {},
+                 const std::function<void()>& while_reading = {});
 
 // The FFN of a DeepSeek-V3-style layer (DeepSeek-V3 / Kimi-K2, Kimi Linear): a sigmoid-routed MoE with correction
 // bias and optional shared experts, or a dense SwiGLU MLP.
@@ -96,6 +112,10 @@ struct SigmoidMoeFfn {
 // are pinned by then); never changes results.
 void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,
                              const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
-                             float* y, ThreadPool& pool);
+                             float* y, ThreadPool& pool, ScratchArena& arena);
+// Its scratch for n rows of a layer whose FFN is `moe` or dense (`dense_inter`), with the next layer's router
+// applied for look-ahead (look_ahead_experts > 0: its expert count).
+uint64_t sigmoid_moe_ffn_scratch_bytes(int64_t n, bool moe, const RouterParams& p, int64_t hidden, int64_t dense_inter,
+                                       int64_t moe_inter, int64_t shared_inter, int64_t look_ahead_experts);
 
 }  // namespace sluice

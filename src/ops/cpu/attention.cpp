@@ -51,7 +51,8 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
     const auto dots = wide ? cpu::avx512::attention_dots : portable_dots;
     const auto axpys = wide ? cpu::avx512::attention_axpys : portable_axpys;
     pool.parallel_for(n_rows * p.n_heads, [&](int64_t b, int64_t e) {
-        std::vector<float> s, acc;
+        // per thread, kept between calls: they grow with the context, then stop allocating
+        thread_local std::vector<float> s, acc;
         std::array<Pair, kTile> tile;
         std::array<const float*, kBlock> kp, vp;  // the block's key and value rows
         for (int64_t t0 = b; t0 < e;) {

@@ -21,7 +21,9 @@ void mla_absorb(const MlaHeads& m, const Weight& kv_b, const float* q, int64_t n
     check_shapes(m, kv_b);
     const int64_t H = m.heads, dqk = m.nope + m.rope, cw = m.rank + m.rope, r_kv = m.rank, nope = m.nope;
     pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
-        std::vector<float> wk(static_cast<size_t>(nope * r_kv));
+        // one head's dequantised W_UK per thread, kept between calls (no allocation once it has its size)
+        thread_local std::vector<float> wk;
+        if (wk.size() < size_t(nope * r_kv)) wk.resize(size_t(nope * r_kv));
         for (int64_t h = h0; h < h1; ++h) {
             for (int64_t i = 0; i < nope; ++i) dequantize_row(kv_b, h * (nope + m.v) + i, wk.data() + i * r_kv);
             for (int64_t r = 0; r < n; ++r) {
@@ -43,7 +45,8 @@ void mla_unabsorb(const MlaHeads& m, const Weight& kv_b, const float* lat, int64
     check_shapes(m, kv_b);
     const int64_t H = m.heads, r_kv = m.rank, dv = m.v;
     pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
-        std::vector<float> wv(static_cast<size_t>(dv * r_kv));
+        thread_local std::vector<float> wv;  // as wk above
+        if (wv.size() < size_t(dv * r_kv)) wv.resize(size_t(dv * r_kv));
         for (int64_t h = h0; h < h1; ++h) {
             for (int64_t i = 0; i < dv; ++i) dequantize_row(kv_b, h * (m.nope + dv) + m.nope + i, wv.data() + i * r_kv);
             for (int64_t r = 0; r < n; ++r) {
