@@ -51,21 +51,18 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
     SLUICE_CHECK(!packed || s.expert_bytes > 0, ck.dir(), ": the model has no routed experts to read from --experts-dir");
     StreamingOptions so = opt.streaming;
     if (opt.memory_budget_bytes > 0) {
-        // the scratch arena of the largest pass (its activations) and the cache policy's own bookkeeping on top of
-        // the per-sequence state
+        // beside the per-sequence state: the cache policy's own bookkeeping; the scratch arena of the largest pass
+        // (its activations) is reserved by plan_residency_for_rows
         int64_t moe_layers = 0, n_experts = 0;
         for (const auto& bank : experts)
             if (!bank.empty()) ++moe_layers, n_experts = std::max<int64_t>(n_experts, int64_t(bank.size()));
-        const uint64_t activations = activation_bytes(opt.max_pass_rows);
-        const uint64_t state = state_bytes + opt.prefix_cache_bytes + activations +
-                               cache_policy_bytes(so.policy, moe_layers, n_experts);
+        const uint64_t state = state_bytes + opt.prefix_cache_bytes + cache_policy_bytes(so.policy, moe_layers, n_experts);
         const uint64_t staging =
             s.expert_bytes ? uint64_t(std::max<int64_t>(1, so.staging_experts)) * (s.expert_bytes + 6 * 8192) : 0;
         auto spine = std::make_unique<SpineStreamer>(ck, std::move(spine_layers));
         const uint64_t fixed = spine_bytes - std::min(spine_bytes, spine->weight_bytes_total());
-        s.plan = plan_residency_for_rows(opt.memory_budget_bytes, fixed, spine->layer_bytes(),
-                                         state_bytes + opt.prefix_cache_bytes, activation_bytes, opt.max_pass_rows,
-                                         staging, opt.spine_stream_from);
+        s.plan = plan_residency_for_rows(opt.memory_budget_bytes, fixed, spine->layer_bytes(), state, activation_bytes,
+                                         opt.max_pass_rows, staging, opt.spine_stream_from);
         s.plan->prefix_cache_bytes = opt.prefix_cache_bytes;
         so.cache_bytes = s.plan->expert_cache_bytes;
         if (s.plan->streams_spine()) {

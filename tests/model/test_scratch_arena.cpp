@@ -30,6 +30,10 @@ void note(std::size_t n) {
 }
 }  // namespace
 
+// (GCC cannot see that these replacements pair malloc with free themselves)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void* operator new(std::size_t n) {
     note(n);
     if (void* p = std::malloc(n ? n : 1)) return p;
