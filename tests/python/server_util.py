@@ -9,11 +9,11 @@ import threading
 import time
 
 
-def start_server(sluice, model, extra_args, log_path):
+def start_server(sluice, model, extra_args, log_path, env=None):
     """Starts `sluice serve --port 0 ...`; returns (process, port) once it prints "listening on"."""
     log = open(log_path, "w+")
     proc = subprocess.Popen([sluice, "serve", "-m", model, "--port", "0", "--threads", "2"] + list(extra_args),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     port = None
     lines = []
     timer = threading.Timer(120, proc.kill)
