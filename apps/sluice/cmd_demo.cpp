@@ -105,7 +105,7 @@ void register_demo(CLI::App& app) {
     sub->add_option("-p,--prompt", a->prompt, "prompt text")->capture_default_str();
     sub->add_option("-n,--n-predict", a->n, "tokens to generate")->check(non_negative())->capture_default_str();
     sub->add_option("--memory", a->memory,
-                    "memory budget (default 80M for the trained model, 160M for --random: too small for all the "
+                    "memory budget (default 22M for the trained model, 160M for --random: too small for all the "
                     "experts, so they stream)");
     sub->add_option("-m,--model", a->model, "another model folder instead of the shipped trained one");
     sub->add_flag("--random", a->random,
@@ -125,7 +125,7 @@ void register_demo(CLI::App& app) {
             dir = *found;
         }
         const bool random = a->random && a->model.empty();
-        if (a->memory.empty()) a->memory = random ? "160M" : "80M";
+        if (a->memory.empty()) a->memory = random ? "160M" : "22M";
         auto tok = tok::load_tokenizer(dir);
         LoadOptions lo;
         lo.n_threads = a->threads;

@@ -5,7 +5,7 @@ policy and cache size, and compares hit or miss expert by expert with what the e
 
     check_replay.py TRACE [TRACE ...]      exit status 1 if any expert differs
 
-    SLUICE_TRACE_ARGS=--no-prefetch ANALYZE=0 tools/routing/make_traces.sh BUILD/bin/sluice OUT 78M markov
+    SLUICE_TRACE_ARGS=--no-prefetch ANALYZE=0 tools/routing/make_traces.sh BUILD/bin/sluice OUT 19.4M markov
     tools/routing/check_replay.py OUT/trained/*.trace OUT/synth/*.trace
 Standard library only.
 """

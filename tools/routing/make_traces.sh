@@ -2,8 +2,9 @@
 # Records the routing traces docs/routing.md analyses and runs the analysis:
 #   tools/routing/make_traces.sh SLUICE_BINARY OUT_DIR [MEMORY] [POLICY] [PROMPTS]
 # Six English prompts, 64 sampled tokens each (temperature 0.8, a seed per prompt, past end-of-text tokens), on the
-# trained model models/sluice-k2-tiny with its experts streamed under MEMORY (default 78M with --ctx 512: 32-33 cache
-# slots of the 120 routed experts), one trace per prompt; then the same
+# trained model models/sluice-k2-tiny with its experts streamed under MEMORY (default 19.4M with --ctx 512: 32 cache
+# slots of the 120 routed experts; the traces in docs/ were recorded under 78M before the plan sized activations
+# exactly, which gave the same 32), one trace per prompt; then the same
 # prompts' token ids on a random synth model of the same shape (6 layers, 24 experts, top-4, kimi-k2 layout), which
 # has its own byte-level tokenizer, so the prompts are its bytes. Writes OUT_DIR/{trained,synth}/*.trace and the
 # plots and tables into docs/routing/ (named trained*, synth*; with a POLICY other than lru, trained-POLICY*, ...) (needs .venv with numpy and matplotlib: pip install numpy matplotlib xxhash).
@@ -14,7 +15,7 @@ set -euo pipefail
 usage="usage: make_traces.sh SLUICE_BINARY OUT_DIR [MEMORY] [POLICY] [tuning|held-out]"
 sluice=${1:?$usage}
 out=${2:?$usage}
-memory=${3:-78M}
+memory=${3:-19.4M}
 policy=${4:-lru}
 set_name=${5:-tuning}
 read -r -a extra <<< "${SLUICE_TRACE_ARGS:-}"
