@@ -9,6 +9,17 @@ import threading
 import time
 
 
+def require(module, hint="bash scripts/python-env.sh"):
+    """Imports `module`, or says the test is skipped and exits 77 (CTest's skip code) when it is not installed."""
+    import importlib
+    import sys
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        print(f"skipped: the {module} package is not installed ({hint})")
+        sys.exit(77)
+
+
 def start_server(sluice, model, extra_args, log_path, env=None):
     """Starts `sluice serve --port 0 ...`; returns (process, port) once it prints "listening on"."""
     log = open(log_path, "w+")

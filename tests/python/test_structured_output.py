@@ -23,11 +23,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_util as su  # noqa: E402
 
-try:
-    import openai
-except ImportError:
-    print("skipped: the openai package is not installed (bash scripts/python-env.sh)")
-    sys.exit(77)
+openai = su.require("openai")
 
 SLUICE = MODEL = BASE_URL = TMP = None
 KEY = "sk-structured"
