@@ -265,14 +265,18 @@ void register_bench(CLI::App& app) {
         if (on_cuda)  // where the time went: weight matmuls and attention on the GPU (copies and kernels), the rest
             std::fprintf(stderr,
                          "  device  cuda (%s): weight matmuls %.1f and attention %.1f of the prefill's %.1f ms (%s up, "
-                         "weights %s, keys and values %s); %.1f and %.1f of %.1f ms per decoded token (%s up)\n",
+                         "weights %s, keys and values %s); %.1f and %.1f of %.1f ms per decoded token (%s up; %.1f%% of its "
+                         "weight uses from copies kept on the card, %s kept)\n",
                          cuda::device_info().name.c_str(), g1.busy_ms - g0.busy_ms, g1.attention_ms - g0.attention_ms,
                          prefill_ms, format_bytes(g1.h2d_bytes - g0.h2d_bytes).c_str(),
                          format_bytes(g1.weight_upload_bytes - g0.weight_upload_bytes).c_str(),
                          format_bytes(g1.attention_kv_bytes - g0.attention_kv_bytes).c_str(),
                          (g2.busy_ms - g1.busy_ms) / double(a->tokens),
                          (g2.attention_ms - g1.attention_ms) / double(a->tokens), decode_ms / double(a->tokens),
-                         format_bytes((g2.h2d_bytes - g1.h2d_bytes) / uint64_t(a->tokens)).c_str());
+                         format_bytes((g2.h2d_bytes - g1.h2d_bytes) / uint64_t(a->tokens)).c_str(),
+                         100.0 * double(g2.weight_hits - g1.weight_hits) /
+                             double(std::max<uint64_t>(1, g2.calls - g1.calls)),
+                         format_bytes(g2.resident_weight_bytes).c_str());
         const UsagePinStats pins = s->pin_stats();
         const int64_t B = a->m.parallel;
         double par_tok_per_s = 0, par_bytes_per_token = 0;

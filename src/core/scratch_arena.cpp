@@ -6,6 +6,7 @@
 #include <new>
 
 #include "core/error.h"
+#include "core/host_pinning.h"
 
 namespace sluice {
 
@@ -21,6 +22,10 @@ std::byte* align_up(std::byte* p) {
 }
 }  // namespace
 
+ScratchArena::~ScratchArena() {
+    if (pinned_) host_pinning::unpin(align_up(base_.get()));
+}
+
 ScratchArena::ScratchArena() {
     const char* p = std::getenv("SLUICE_SCRATCH_POISON");
     poison_ = p && std::strcmp(p, "1") == 0;
@@ -28,8 +33,13 @@ ScratchArena::ScratchArena() {
 
 void ScratchArena::reserve(uint64_t bytes) {
     SLUICE_ASSERT(used_ == 0 && overflow_.empty(), "ScratchArena::reserve during a pass");
+    if (pinned_) host_pinning::unpin(align_up(base_.get()));
+    pinned_ = false;
     capacity_ = aligned(bytes);
     base_ = capacity_ ? allocate(capacity_) : nullptr;
+    // Activations cross to the GPU at every matmul under --device cuda: page-locked, they go straight from here
+    // instead of through a staging copy.
+    if (capacity_) pinned_ = host_pinning::pin(align_up(base_.get()), capacity_);
     if (poison_ && capacity_) std::memset(align_up(base_.get()), 0xFF, capacity_);
     high_water_ = 0;
     overflow_allocations_ = 0;

@@ -28,6 +28,7 @@ public:
     static constexpr uint64_t bytes(uint64_t n) { return aligned(n > 0 ? n : 1); }  // what carve(n) takes
 
     ScratchArena();
+    ~ScratchArena();
     ScratchArena(const ScratchArena&) = delete;
     ScratchArena& operator=(const ScratchArena&) = delete;
 
@@ -72,6 +73,7 @@ private:
     uint64_t high_water_ = 0;
     uint64_t overflow_allocations_ = 0;
     bool poison_ = false;
+    bool pinned_ = false;  // the reservation is page-locked (core/host_pinning.h)
     std::vector<std::unique_ptr<std::byte[]>> overflow_;
 };
 

@@ -1,6 +1,8 @@
 #include "core/stable_memory.h"
 
 #include <map>
+
+#include "core/error.h"
 #include <mutex>
 
 namespace sluice::stable_memory {
@@ -12,6 +14,8 @@ struct Range {
 std::mutex g_mutex;
 std::map<uintptr_t, Range> g_ranges;  // start address -> range
 uint64_t g_next_id = 1;
+uint64_t g_next_space = 1;
+constexpr uint64_t kContentBit = uint64_t(1) << 63;
 }  // namespace
 
 uint64_t add(const void* p, uint64_t bytes) {
@@ -28,6 +32,29 @@ void remove(uint64_t id) {
             g_ranges.erase(it);
             return;
         }
+}
+
+uint64_t new_space() {
+    std::lock_guard lock(g_mutex);
+    SLUICE_ASSERT(g_next_space < (uint64_t(1) << 20), "stable_memory: content spaces exhausted");
+    return g_next_space++;
+}
+
+uint64_t content_id(uint64_t space, uint64_t a, uint64_t b) {
+    SLUICE_ASSERT(space > 0 && space < (uint64_t(1) << 20) && a < (uint64_t(1) << 21) && b < (uint64_t(1) << 22),
+                  "stable_memory: content id out of range (space ", space, ", ", a, ", ", b, ")");
+    return kContentBit | space << 43 | a << 22 | b;
+}
+
+void set_at(const void* p, uint64_t bytes, uint64_t id) {
+    if (!p || !bytes) return;
+    std::lock_guard lock(g_mutex);
+    g_ranges[reinterpret_cast<uintptr_t>(p)] = {id, bytes};
+}
+
+void remove_at(const void* p) {
+    std::lock_guard lock(g_mutex);
+    g_ranges.erase(reinterpret_cast<uintptr_t>(p));
 }
 
 Place find(const void* p, uint64_t bytes) {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/huge_pages.h"
+#include "core/stable_memory.h"
 
 namespace sluice {
 
@@ -278,6 +279,7 @@ ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_l
         memory_ = alloc_huge_advised(bytes);
         SLUICE_CHECK(memory_, "expert cache: cannot allocate ", bytes, " bytes");
         pinned_ = ops::PinnedRegion(memory_, bytes);
+        content_space_ = stable_memory::new_space();
     }
     key_of_.resize(n_slots_);
     used_.assign(n_slots_, 0);
@@ -286,6 +288,8 @@ ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_l
 }
 
 ExpertCache::~ExpertCache() {
+    for (size_t s = 0; s < n_slots_; ++s)
+        if (used_[s]) stable_memory::remove_at(memory_ + s * slot_bytes_);
     pinned_.reset();
     std::free(memory_);
 }
@@ -331,6 +335,10 @@ uint8_t* ExpertCache::insert(ExpertKey key) {
     key_of_[slot] = key;
     where_[key.packed()] = slot;
     policy_->on_insert(slot, key);
+    // The slot is about to hold key's bytes (no op reads it before they have landed): a device copy of any of its
+    // matrices is key's and stays valid wherever key is read to later (core/stable_memory.h).
+    stable_memory::set_at(memory_ + slot * slot_bytes_, slot_bytes_,
+                          stable_memory::content_id(content_space_, uint32_t(key.layer), uint32_t(key.expert)));
     return memory_ + slot * slot_bytes_;
 }
 
@@ -345,6 +353,7 @@ void ExpertCache::drop(ExpertKey key) {
     if (it == where_.end()) return;
     const size_t slot = it->second;
     where_.erase(it);
+    stable_memory::remove_at(memory_ + slot * slot_bytes_);
     used_[slot] = 0;
     pins_[slot] = 0;
     if (held_[slot]) --n_held_;

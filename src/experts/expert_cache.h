@@ -109,6 +109,7 @@ private:
     size_t n_slots_;
     uint8_t* memory_ = nullptr;
     ops::PinnedRegion pinned_;  // page-locked while the CUDA backend copies experts from the slots
+    uint64_t content_space_ = 0;  // slots are registered by content (core/stable_memory.h): device copies outlive them
     std::unique_ptr<CachePolicy> policy_;
     std::vector<ExpertKey> key_of_;       // [n_slots]
     std::vector<uint8_t> used_;           // [n_slots]

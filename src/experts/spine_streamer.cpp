@@ -64,6 +64,7 @@ SpineStreamer::SpineStreamer(const Checkpoint& ck, std::vector<std::vector<Weigh
 
 SpineStreamer::~SpineStreamer() {
     if (reader_) reader_->drain();  // the slots must outlive every read into them
+    for (auto& s : slots_) stable_memory::remove_at(s.buffer.data());
 }
 
 void SpineStreamer::start(int64_t first, const io::ReaderOptions& options) {
@@ -130,6 +131,10 @@ void SpineStreamer::issue(int64_t l) {
         bytes += padded;
     }
     s.layer = l;
+    // The slot now holds layer l's matrices, always at the same offsets: device copies keyed by that content stay
+    // valid while other layers pass through the slot (core/stable_memory.h), so on the GPU a streamed spine is
+    // copied up once while the card has room. Registered before the read lands; no op reads it before begin_layer.
+    stable_memory::set_at(s.buffer.data(), s.buffer.size_bytes(), stable_memory::content_id(content_space_, uint64_t(l), 0));
     if (extents.empty()) return;
     s.batch = reader_->submit(extents);
     s.pending = true;

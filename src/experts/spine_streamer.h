@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/stable_memory.h"
 #include "formats/checkpoint.h"
 #include "io/aligned_buffer.h"
 #include "io/direct_reader.h"
@@ -86,6 +87,7 @@ private:
     int64_t first_ = -1;
     std::unique_ptr<io::DirectReader> reader_;
     Slot slots_[2];
+    uint64_t content_space_ = stable_memory::new_space();  // slots are registered by the layer they hold
     SpineStreamStats stats_;
 };
 

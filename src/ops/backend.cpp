@@ -2,6 +2,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/host_pinning.h"
 #include "ops/cuda/backend.h"
 #include "ops/ops.h"
 
@@ -10,6 +11,13 @@ namespace sluice::ops {
 namespace {
 Backend g_backend = Backend::Cpu;
 bool g_read_env = false;
+
+// Buffers that ask core/host_pinning to page-lock them get it when the CUDA backend is selected.
+[[maybe_unused]] const bool g_pinning_installed = (host_pinning::install({[](void* p, uint64_t bytes) {
+                                                             return backend() == Backend::Cuda && cuda::pin_host(p, bytes);
+                                                         },
+                                                         [](void* p) { cuda::unpin_host(p); }}),
+                                  true);
 
 Backend resolve(std::string_view name, const char* what) {
     if (name == "cpu") return Backend::Cpu;

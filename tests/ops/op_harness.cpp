@@ -145,6 +145,46 @@ void check_cuda_stable_copy(std::mt19937& rng) {
     }
 }
 
+// On CUDA: a slot rewritten in place and registered by content (the expert cache, the spine streamer) keeps a device
+// copy per content: B written over A gets B's product (never A's kept copy), and A written back is a hit, not a copy.
+void check_cuda_content_keyed_slot(std::mt19937& rng) {
+    for (auto f : {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::FP8_E4M3_B128}) {
+        const int64_t rows = 160, cols = 1024, n = 3;
+        const auto fa = random_vec(rows * cols, rng, 0.05f), fb = random_vec(rows * cols, rng, 0.05f);
+        QuantizedWeight qa = quantize(fa.data(), rows, cols, f), qb = quantize(fb.data(), rows, cols, f);
+        const uint64_t scale_at = (qa.data.size() + 255) / 256 * 256;
+        std::vector<uint8_t> slot(scale_at + qa.scales.size());
+        auto fill = [&](const QuantizedWeight& q) {
+            std::memcpy(slot.data(), q.data.data(), q.data.size());
+            if (!q.scales.empty()) std::memcpy(slot.data() + scale_at, q.scales.data(), q.scales.size());
+        };
+        Weight w = qa.view();
+        w.data = slot.data();
+        w.scales = qa.scales.empty() ? nullptr : slot.data() + scale_at;
+        const auto x = random_vec(n * cols, rng);
+        const size_t ny = size_t(n * rows);
+        std::vector<float> ya(ny), yb(ny), yb_ref(ny), ya2(ny);
+        const uint64_t space = stable_memory::new_space();
+        cuda::matmul(qb.view(), x.data(), n, yb_ref.data());  // per-call copy of B's own bytes
+        fill(qa);
+        stable_memory::set_at(slot.data(), slot.size(), stable_memory::content_id(space, 3, 7));
+        cuda::matmul(w, x.data(), n, ya.data());
+        fill(qb);
+        stable_memory::set_at(slot.data(), slot.size(), stable_memory::content_id(space, 3, 8));
+        cuda::matmul(w, x.data(), n, yb.data());
+        fill(qa);
+        stable_memory::set_at(slot.data(), slot.size(), stable_memory::content_id(space, 3, 7));
+        const auto before = cuda::stats();
+        cuda::matmul(w, x.data(), n, ya2.data());
+        const auto after = cuda::stats();
+        stable_memory::remove_at(slot.data());
+        report(same_bits(yb.data(), yb_ref.data(), n * rows) && same_bits(ya.data(), ya2.data(), n * rows) &&
+                   !same_bits(ya.data(), yb.data(), n * rows) && after.weight_hits == before.weight_hits + 1 &&
+                   after.weight_upload_bytes == before.weight_upload_bytes,
+               cat("cuda ", weight_format_name(f), ": a content-keyed slot must keep one device copy per content"));
+    }
+}
+
 // A NaN scale (E8M0 0xFF, a NaN bf16) makes its whole block NaN, zero codes included, and only its row's outputs.
 void check_nan_scales(const char* name, const MatmulFn& mm, std::mt19937& rng) {
     for (auto f : {WeightFormat::MXFP4, WeightFormat::INT4_G32}) {
@@ -735,6 +775,7 @@ int main(int argc, char** argv) {
                     cuda::matmul(w, x, n, y);
                 }, rng);
                 check_cuda_stable_copy(rng);
+                check_cuda_content_keyed_slot(rng);
                 check_attention("cuda", [](const AttentionParams& p, const float* q, int64_t n, const int64_t* pos,
                                            ops::RowView k, ops::RowView v, float* out) {
                     const cuda::AttentionShape s{p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.scale, p.sinks,

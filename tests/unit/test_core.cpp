@@ -71,6 +71,33 @@ TEST(StableMemory, FindsWhollyContainedRangesWithFreshIds) {
     stable_memory::remove(idb);
 }
 
+// A slot registered by content: the id names the content, whatever slot holds it, and is replaced when the slot is
+// given other content; content ids never collide with add()'s or across spaces.
+TEST(StableMemory, ContentKeyedSlots) {
+    std::vector<uint8_t> slot1(8192), slot2(8192);
+    const uint64_t s1 = stable_memory::new_space(), s2 = stable_memory::new_space();
+    EXPECT_NE(s1, s2);
+    const uint64_t a = stable_memory::content_id(s1, 4, 9), b = stable_memory::content_id(s1, 4, 10);
+    EXPECT_NE(a, b);
+    EXPECT_NE(a, stable_memory::content_id(s2, 4, 9));
+    EXPECT_NE(a, stable_memory::content_id(s1, 5, 9));
+    const uint64_t plain = stable_memory::add(nullptr, 0);
+    EXPECT_NE(plain, a);
+    stable_memory::set_at(slot1.data(), slot1.size(), a);
+    EXPECT_EQ(stable_memory::find(slot1.data() + 4096, 100).id, a);
+    EXPECT_EQ(stable_memory::find(slot1.data() + 4096, 100).offset_bytes, 4096u);
+    stable_memory::set_at(slot1.data(), slot1.size(), b);  // the slot now holds other content
+    EXPECT_EQ(stable_memory::find(slot1.data(), 1).id, b);
+    stable_memory::set_at(slot2.data(), slot2.size(), a);  // the first content, read into another slot
+    EXPECT_EQ(stable_memory::find(slot2.data() + 10, 10).id, a);
+    stable_memory::remove_at(slot1.data());
+    EXPECT_EQ(stable_memory::find(slot1.data(), 1).id, 0u);
+    EXPECT_EQ(stable_memory::find(slot2.data(), 1).id, a);
+    stable_memory::remove_at(slot2.data());
+    EXPECT_EQ(stable_memory::find(slot2.data(), 1).id, 0u);
+    EXPECT_DEATH(stable_memory::content_id(s1, uint64_t(1) << 21, 0), "out of range");
+}
+
 TEST(ThreadPool, CoversRangeOnce) {
     ThreadPool pool(3);
     for (int64_t n : {1, 2, 7, 100, 1001}) {

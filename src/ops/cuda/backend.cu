@@ -164,13 +164,15 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y) {
         if (splits > 1) b.grow(b.part_, uint64_t(splits) * y_bytes, "partial sums");
     }
     const kernels::WDesc d = b.place(w);
-    auto* h = static_cast<uint8_t*>(b.pinned(std::max(x_bytes, y_bytes)));
-    std::memcpy(h, x, x_bytes);
-    CK(cudaMemcpyAsync(xd, h, x_bytes, cudaMemcpyHostToDevice, b.stream()));
+    // Page-locked activations (the scratch arena under --device cuda) go straight across; others through staging.
+    const bool x_direct = b.is_pinned(x, x_bytes), y_direct = b.is_pinned(y, y_bytes);
+    auto* h = x_direct && y_direct ? nullptr : static_cast<uint8_t*>(b.pinned(std::max(x_bytes, y_bytes)));
+    if (!x_direct) std::memcpy(h, x, x_bytes);
+    CK(cudaMemcpyAsync(xd, x_direct ? static_cast<const void*>(x) : h, x_bytes, cudaMemcpyHostToDevice, b.stream()));
     run_matmul(b, d, xd, n, yd);
-    CK(cudaMemcpyAsync(h, yd, y_bytes, cudaMemcpyDeviceToHost, b.stream()));
+    CK(cudaMemcpyAsync(y_direct ? static_cast<void*>(y) : h, yd, y_bytes, cudaMemcpyDeviceToHost, b.stream()));
     CK(cudaStreamSynchronize(b.stream()));
-    std::memcpy(y, h, y_bytes);
+    if (!y_direct) std::memcpy(y, h, y_bytes);
     b.stats.calls++;
     b.stats.h2d_bytes += x_bytes;
     b.stats.d2h_bytes += y_bytes;
@@ -178,17 +180,25 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y) {
 }
 
 bool pin_host(void* p, uint64_t bytes) {
-    backend();
+    auto& b = backend();
     if (!p || bytes == 0) return false;
     if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
+    std::lock_guard lock(b.mu);
+    b.pinned_ranges[reinterpret_cast<uintptr_t>(p)] = bytes;
     return true;
 }
 
 void unpin_host(void* p) {
-    if (p && cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+    if (!p) return;
+    auto& b = backend();
+    {
+        std::lock_guard lock(b.mu);
+        b.pinned_ranges.erase(reinterpret_cast<uintptr_t>(p));
+    }
+    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 Stats stats() {

@@ -39,8 +39,10 @@ uint64_t memory_budget();
 bool supports(WeightFormat f);  // F32, F16, BF16, FP8_E4M3_B128, MXFP4, INT4_G32
 
 // y[n, w.rows] = x[n, w.cols] . W^T; w's bytes, x and y in host memory. Bytes inside a stable range
-// (core/stable_memory.h: the memory-mapped checkpoint) keep a device copy, least recently used evicted first within
-// the budget; other bytes (streamed experts) are copied for the call.
+// (core/stable_memory.h: the memory-mapped checkpoint; expert cache slots and spine-streaming slots, registered by
+// the content they hold) keep a device copy, least recently used evicted first within the budget: the card is the
+// tier above the host's expert cache, and a copy outlives the host slot it was made from. Other bytes (read staging
+// when the host cache has no room) are copied for the call.
 void matmul(const Weight& w, const float* x, int64_t n, float* y);
 
 // Causal attention (ops::attention's contract, ops/ops.h) with q, pos, the key/value rows and out in host memory.

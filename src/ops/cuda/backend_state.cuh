@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -136,6 +137,16 @@ public:
 
     DeviceBuffer x_, xs_, y_, part_, transient_;
     DeviceBuffer attn_kv_, attn_io_;  // attention (attention.cu): the keys and values; queries, positions, outputs
+
+    // Host ranges page-locked by pin_host (start -> bytes); the caller holds mu.
+    std::map<uintptr_t, uint64_t> pinned_ranges;
+    bool is_pinned(const void* p, uint64_t bytes) const {
+        const auto a = reinterpret_cast<uintptr_t>(p);
+        auto it = pinned_ranges.upper_bound(a);
+        if (it == pinned_ranges.begin()) return false;
+        --it;
+        return a + bytes <= it->first + it->second;
+    }
 
     void* hx_ = nullptr;  // pinned staging for activations in and results out
     uint64_t hx_bytes_ = 0;
