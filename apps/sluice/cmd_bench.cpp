@@ -277,6 +277,15 @@ void register_bench(CLI::App& app) {
                          100.0 * double(g2.weight_hits - g1.weight_hits) /
                              double(std::max<uint64_t>(1, g2.calls - g1.calls)),
                          format_bytes(g2.resident_weight_bytes).c_str());
+        if (on_cuda)
+            std::fprintf(stderr,
+                         "  device  prefill matmul calls on the card's timeline: placing weights %.1f ms (kept copies' "
+                         "allocation and first upload, per-call copies), activations across %.1f, kernels %.1f; "
+                         "decode per token: %.1f, %.1f, %.1f\n",
+                         g1.place_ms - g0.place_ms, g1.activation_copy_ms - g0.activation_copy_ms,
+                         g1.kernel_ms - g0.kernel_ms, (g2.place_ms - g1.place_ms) / double(a->tokens),
+                         (g2.activation_copy_ms - g1.activation_copy_ms) / double(a->tokens),
+                         (g2.kernel_ms - g1.kernel_ms) / double(a->tokens));
         const UsagePinStats pins = s->pin_stats();
         const int64_t B = a->m.parallel;
         double par_tok_per_s = 0, par_bytes_per_token = 0;

@@ -163,15 +163,26 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y) {
         const int splits = k_splits(w.rows, w.cols);
         if (splits > 1) b.grow(b.part_, uint64_t(splits) * y_bytes, "partial sums");
     }
+    cudaEvent_t* ev = b.call_events();  // where the call's device time goes (Stats: place, copies, kernels)
+    CK(cudaEventRecord(ev[0], b.stream()));
     const kernels::WDesc d = b.place(w);
+    CK(cudaEventRecord(ev[1], b.stream()));
     // Page-locked activations (the scratch arena under --device cuda) go straight across; others through staging.
     const bool x_direct = b.is_pinned(x, x_bytes), y_direct = b.is_pinned(y, y_bytes);
     auto* h = x_direct && y_direct ? nullptr : static_cast<uint8_t*>(b.pinned(std::max(x_bytes, y_bytes)));
     if (!x_direct) std::memcpy(h, x, x_bytes);
     CK(cudaMemcpyAsync(xd, x_direct ? static_cast<const void*>(x) : h, x_bytes, cudaMemcpyHostToDevice, b.stream()));
+    CK(cudaEventRecord(ev[2], b.stream()));
     run_matmul(b, d, xd, n, yd);
+    CK(cudaEventRecord(ev[3], b.stream()));
     CK(cudaMemcpyAsync(y_direct ? static_cast<void*>(y) : h, yd, y_bytes, cudaMemcpyDeviceToHost, b.stream()));
+    CK(cudaEventRecord(ev[4], b.stream()));
     CK(cudaStreamSynchronize(b.stream()));
+    float ms[4] = {};
+    for (int i = 0; i < 4; ++i) CK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
+    b.stats.place_ms += ms[0];
+    b.stats.activation_copy_ms += ms[1] + ms[3];
+    b.stats.kernel_ms += ms[2];
     if (!y_direct) std::memcpy(y, h, y_bytes);
     b.stats.calls++;
     b.stats.h2d_bytes += x_bytes;

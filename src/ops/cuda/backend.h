@@ -86,6 +86,9 @@ struct Stats {
     uint64_t weight_hits = 0, weight_misses = 0;  // device copies reused / made
     uint64_t resident_weight_bytes = 0;         // device copies held now
     double busy_ms = 0;                         // host time inside matmul calls (copies, kernels, waits)
+    // The device's timeline of matmul calls (events around each step): placing the weight (a kept copy's allocation
+    // and first upload, or the per-call copy), the activations' copies up and the results' down, the kernels.
+    double place_ms = 0, activation_copy_ms = 0, kernel_ms = 0;
     uint64_t attention_calls = 0;
     uint64_t attention_kv_bytes = 0;            // keys and values copied up (part of h2d_bytes)
     double attention_ms = 0;                    // host time inside attention calls

@@ -73,6 +73,12 @@ public:
         SLUICE_CHECK(usable(&why), "CUDA backend: ", why);
         CK(cudaSetDevice(0));
         CK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        // Kept weight copies come from the device's stream-ordered pool, which keeps freed memory for the next copy
+        // (an eviction is followed by an allocation of about the same size): no cudaMalloc, and no device-wide
+        // synchronisation of cudaFree, per expert.
+        CK(cudaDeviceGetDefaultMemPool(&pool_, 0));
+        uint64_t keep = UINT64_MAX;
+        CK(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &keep));
     }
 
     std::mutex mu;
@@ -100,7 +106,12 @@ public:
         SLUICE_CHECK(after <= cap, "CUDA: ", what, " needs ", need, " bytes of device memory; with the other work "
                      "buffers that is ", after, " bytes, over the --gpu-memory budget of ", cap,
                      " bytes: give at least ", after, " (plus room for kept weights), or use a smaller batch");
+        const uint64_t kept = resident_bytes_;
         evict_until(cap - after);
+        if (resident_bytes_ < kept) {  // the work buffers use cudaMalloc: give the evicted copies' memory back
+            CK(cudaStreamSynchronize(stream_));
+            CK(cudaMemPoolTrimTo(pool_, 0));
+        }
         return buf.reserve(need);
     }
 
@@ -120,7 +131,7 @@ public:
             }
             if (make_room(total)) {
                 void* dev = nullptr;
-                CK(cudaMalloc(&dev, total));
+                CK(cudaMallocAsync(&dev, total, stream_));
                 upload(dev, w, scale_at);
                 lru_.push_front(k);
                 copies_[k] = {dev, total, lru_.begin()};
@@ -147,6 +158,14 @@ public:
         --it;
         return a + bytes <= it->first + it->second;
     }
+
+    // Five events a matmul call records around its steps (made at first use, reused by every call under mu).
+    cudaEvent_t* call_events() {
+        if (!call_events_[0])
+            for (auto& e : call_events_) CK(cudaEventCreate(&e));
+        return call_events_;
+    }
+    cudaEvent_t call_events_[5] = {};
 
     void* hx_ = nullptr;  // pinned staging for activations in and results out
     uint64_t hx_bytes_ = 0;
@@ -188,8 +207,7 @@ private:
     void evict_until(uint64_t limit) {
         while (resident_bytes_ > limit && !lru_.empty()) {
             auto it = copies_.find(lru_.back());
-            CK(cudaStreamSynchronize(stream_));  // a kernel may still read it
-            CK(cudaFree(it->second.dev));
+            CK(cudaFreeAsync(it->second.dev, stream_));  // after the work already queued that reads it
             resident_bytes_ -= it->second.bytes;
             copies_.erase(it);
             lru_.pop_back();
@@ -198,6 +216,7 @@ private:
     }
 
     cudaStream_t stream_ = nullptr;
+    cudaMemPool_t pool_ = nullptr;  // the device's default pool: kept weight copies
     uint64_t budget_bytes_ = 0;
     std::unordered_map<Key, Copy, KeyHash> copies_;
     std::list<Key> lru_;
