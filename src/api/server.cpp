@@ -235,6 +235,11 @@ struct Server::Impl {
                double(st.recomputed_tokens));
         metric("sluice_draft_tokens_total", "counter", "Speculative draft tokens verified.", double(st.drafted));
         metric("sluice_draft_tokens_accepted_total", "counter", "Speculative draft tokens kept.", double(st.accepted));
+        metric("sluice_draft_verify_steps_total", "counter", "Requests' decode steps that verified drafts.",
+               double(st.verify_steps));
+        metric("sluice_draft_gate_off_steps_total", "counter",
+               "Requests' decode steps that drafted nothing because drafting did not pay (the gate).",
+               double(st.gate_off_steps));
         metric("sluice_decode_passes_total", "counter", "Forward passes with at least one decode row.",
                double(st.decode_steps));
         metric("sluice_generation_tokens_total", "counter", "Tokens generated.", double(st.generated_tokens));

@@ -117,6 +117,14 @@ std::unique_ptr<Engine::Request> Engine::make_request(RequestParams params, Toke
     if (r->p.constraint) r->constraint = r->p.constraint();
     r->need_tokens = r->n_prompt + r->p.max_new_tokens;
     if (r->p.draft_tokens > 0) r->context = r->p.prompt;
+    if (r->p.draft_tokens > 0 && r->p.draft_gate) {
+        SLUICE_CHECK(std::isfinite(r->p.draft_bytes_per_token) && r->p.draft_bytes_per_token >= 0,
+                     "request: draft_bytes_per_token must be a finite number >= 0");
+        DraftCost cost{double(info.spine_bytes), double(info.expert_bytes), info.n_moe_layers, info.n_routed_experts,
+                       info.num_experts_per_tok, r->p.draft_bytes_per_token};
+        if (cost.pass_bytes(1) <= 0) cost.spine_bytes = 1;  // a model that reports no bytes: drafts cost nothing
+        r->gate.emplace(cost, r->p.draft_tokens);
+    }
     return r;
 }
 
@@ -364,8 +372,16 @@ void Engine::schedule(Pass& p) {
         Request& r = *p.in_batch[si];
         if (r.p.draft_tokens == 0) continue;
         // drafts beyond what may still be generated after the verified rows' own prediction are wasted
-        const int64_t max_draft = std::min(r.p.draft_tokens, r.p.max_new_tokens - r.n_generated - 1);
+        int64_t max_draft = std::min(r.p.draft_tokens, r.p.max_new_tokens - r.n_generated - 1);
         if (max_draft <= 0) continue;
+        if (r.gate) {  // the request's own history decides, never the batch (the rows stay reserved either way)
+            max_draft = std::min(max_draft, r.gate->next());
+            if (max_draft == 0) {
+                std::lock_guard lock(mu_);
+                ++stats_.gate_off_steps;
+                continue;
+            }
+        }
         std::vector<int32_t> d;
         try {
             d = r.p.drafter ? r.p.drafter(r.context, max_draft)
@@ -539,7 +555,9 @@ void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_row
         std::lock_guard lock(mu_);
         stats_.drafted += int64_t(draft.size());
         stats_.accepted += int64_t(kept);
+        ++stats_.verify_steps;
     }
+    if (!draft.empty() && r.gate) r.gate->record(int64_t(draft.size()), int64_t(kept));
     // the state keeps the rows of the tokens it was fed and the drafts that were kept (before it may be cached)
     if (kept < draft.size()) r.seq->truncate(pos0 + 1 + int64_t(kept));
     if (!draft.empty()) r.seq->drop_snapshot();  // the next draft takes a new one

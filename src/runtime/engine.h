@@ -66,6 +66,12 @@ struct RequestParams {
     int64_t draft_tokens = 0;
     int64_t ngram_min = 1, ngram_max = 4;
     Drafter drafter;
+    // The pays-off gate (runtime/draft_gate.h): each decode step verifies the number of drafts, up to draft_tokens,
+    // that its own acceptance so far and the model's bytes per pass say gains most, and none while no length pays
+    // (probing again later). A function of the request's own history, so its tokens stay independent of the batch.
+    // Off: always draft_tokens.
+    bool draft_gate = false;
+    double draft_bytes_per_token = 0;  // the drafter's own bytes per drafted token (a draft model's; 0: lookup)
     // Structured output: a constraint made for this request masks every generated position (after penalties and
     // bias, before temperature and truncation); the request ends with finish "stop" once the output is complete,
     // and with finish "unsatisfiable" when no token may come next. Drafts are verified against the masked
@@ -120,6 +126,8 @@ struct EngineStats {
     int64_t steps = 0, rows = 0, prompt_tokens = 0, generated_tokens = 0;
     int64_t decode_steps = 0;          // steps that ran at least one decode row
     int64_t drafted = 0, accepted = 0; // draft tokens verified, and kept
+    int64_t verify_steps = 0;          // a request's decode steps that verified at least one draft
+    int64_t gate_off_steps = 0;        // a request's decode steps that drafted nothing because its gate said so
     int64_t cached_prompt_tokens = 0;  // prompt tokens taken from the prefix cache instead of computed
     int64_t preemptions = 0;           // running requests put back in the queue to make room (see Memory)
     int64_t recomputed_tokens = 0;     // rows run again for preempted requests (not in prompt_tokens)

@@ -3,9 +3,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/draft_gate.h"
 #include "runtime/engine.h"
 
 namespace sluice {
@@ -26,6 +28,7 @@ struct Engine::Request {
     bool was_preempted = false;
     int32_t pending = -1;                         // the last sampled id, to be fed back as the next decode row
     std::vector<int32_t> context;                 // prompt + generated (only when drafting)
+    std::optional<DraftGate> gate;                // RequestParams::draft_gate
     std::unordered_map<int32_t, int64_t> counts;  // generated id -> count (only with penalties)
     bool adjusts = false;                         // any penalty or bias: sample from an adjusted copy
     std::unique_ptr<TokenConstraint> constraint;  // structured output (RequestParams::constraint)

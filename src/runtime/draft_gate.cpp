@@ -1,0 +1,78 @@
+#include "runtime/draft_gate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace sluice {
+
+namespace {
+constexpr double kForget = 0.95;  // each verify's weight relative to the next one's
+}
+
+double DraftCost::pass_bytes(int64_t rows) const {
+    double experts = 0;
+    if (n_experts > 0 && top_k > 0) {
+        const double miss = 1.0 - double(top_k) / double(n_experts);
+        experts = double(n_moe_layers) * expert_bytes * double(n_experts) * (1.0 - std::pow(miss, double(rows)));
+    }
+    return spine_bytes + experts + draft_bytes_per_token * double(rows - 1);
+}
+
+DraftGate::DraftGate(DraftCost cost, int64_t max_drafts, double min_gain, int64_t probe_after)
+    : cost_(cost), max_drafts_(max_drafts), min_gain_(min_gain), probe_after_(probe_after),
+      next_probe_after_(probe_after) {
+    SLUICE_CHECK(max_drafts >= 0 && min_gain > 0 && probe_after > 0, "draft gate: bad parameters");
+    SLUICE_CHECK(cost.pass_bytes(1) > 0, "draft gate: a pass must read something");
+}
+
+double DraftGate::acceptance() const { return successes_ / (successes_ + failures_); }
+
+double DraftGate::gain_at(int64_t k, double a) const {
+    const double tokens = a >= 1.0 ? double(k + 1) : (1.0 - std::pow(a, double(k + 1))) / (1.0 - a);
+    return tokens / (cost_.pass_bytes(k + 1) / cost_.pass_bytes(1));
+}
+
+double DraftGate::gain(int64_t k) const { return gain_at(k, acceptance()); }
+
+int64_t DraftGate::best_at(double a) const {
+    int64_t best = 0;
+    double best_gain = 1.0;
+    for (int64_t k = 1; k <= max_drafts_; ++k) {
+        const double g = gain_at(k, a);
+        if (g > best_gain) best = k, best_gain = g;
+    }
+    return best_gain >= min_gain_ ? best : 0;
+}
+
+int64_t DraftGate::best_length() const { return best_at(acceptance()); }
+
+int64_t DraftGate::next() {
+    if (!off_) {
+        const int64_t k = best_length();
+        if (k > 0) return k;
+        off_ = true;
+        wait_ = next_probe_after_;
+    }
+    if (--wait_ > 0) {
+        ++steps_off_;
+        return 0;
+    }
+    // A probe: the length the prior's optimism (a = 1/2) would choose, at least one draft.
+    next_probe_after_ = std::min<int64_t>(next_probe_after_ * 2, 1024);
+    wait_ = next_probe_after_;
+    return std::max<int64_t>(1, std::min(max_drafts_, best_at(0.5)));
+}
+
+void DraftGate::record(int64_t drafted, int64_t accepted) {
+    SLUICE_ASSERT(drafted > 0 && accepted >= 0 && accepted <= drafted, "draft gate: ", accepted, " of ", drafted);
+    successes_ = successes_ * kForget + double(accepted);
+    failures_ = failures_ * kForget + (accepted < drafted ? 1.0 : 0.0);
+    if (off_ && best_length() > 0) {  // a probe that paid: back on, and the next fall starts the waits afresh
+        off_ = false;
+        next_probe_after_ = probe_after_;
+    }
+}
+
+}  // namespace sluice

@@ -1,0 +1,61 @@
+// The pays-off gate of speculative decoding: how many drafts a request verifies next step (0: draft nothing).
+//
+// Verifying k drafts runs k + 1 rows instead of one. For a model streamed from SSD (or read from RAM: decode is
+// bandwidth-bound either way) a pass costs the bytes it reads: the spine once, plus, per MoE layer, the union of the
+// experts its rows route to — E (1 - (1 - K/E)^rows) experts for independent routing (real routing overlaps more,
+// so this errs towards drafting less). A draft model adds its own bytes per drafted token. What k drafts buy is the
+// expected tokens per verify, (1 - a^(k+1)) / (1 - a), with a the chance that a draft is accepted, estimated from
+// this request's own verifies (a geometric fit: every accepted draft a success, every verify that ended in a
+// rejection one failure), with a prior of one success and one failure, and older verifies weighing less.
+//
+// The gate picks the k in [0, max_drafts] with the most tokens per byte; 0 when no length gains at least
+// `min_gain` over plain decoding. While off it probes again (one verify at the best length it would choose with the
+// prior's optimism), first after `probe_after` steps, doubling after every probe that fails to turn it back on.
+//
+// Everything the gate sees is the request's own history and the model's configuration — never timings or what else
+// is in the batch — so a seeded sampled request draws the same tokens however it is batched (its random draws
+// depend on how many drafts were verified).
+#pragma once
+
+#include <cstdint>
+
+namespace sluice {
+
+struct DraftCost {
+    double spine_bytes = 0;          // read once per pass
+    double expert_bytes = 0;         // one routed expert
+    int64_t n_moe_layers = 0, n_experts = 0, top_k = 0;
+    double draft_bytes_per_token = 0;  // a draft model's bytes per drafted token (0: prompt lookup)
+    // Bytes a pass of `rows` rows reads under independent routing, drafting included for rows - 1 drafts.
+    double pass_bytes(int64_t rows) const;
+};
+
+class DraftGate {
+public:
+    DraftGate(DraftCost cost, int64_t max_drafts, double min_gain = 1.03, int64_t probe_after = 16);
+
+    // Drafts to verify at this decode step (may be 0). Call once per decode step.
+    int64_t next();
+    // The outcome of a step that verified `drafted` drafts (> 0), keeping `accepted` of them.
+    void record(int64_t drafted, int64_t accepted);
+
+    double acceptance() const;          // the current estimate of a
+    double gain(int64_t k) const;       // tokens per byte at k drafts over plain decoding's, at the current estimate
+    int64_t best_length() const;        // the k gain() is largest at (0 when none reaches min_gain)
+    bool off() const { return off_; }
+    int64_t steps_off() const { return steps_off_; }  // decode steps that drafted nothing because of the gate
+
+private:
+    double gain_at(int64_t k, double a) const;
+    int64_t best_at(double a) const;
+
+    DraftCost cost_;
+    int64_t max_drafts_;
+    double min_gain_;
+    double successes_ = 1, failures_ = 1;  // the prior
+    bool off_ = false;
+    int64_t wait_ = 0, probe_after_, next_probe_after_;
+    int64_t steps_off_ = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,105 @@
+// The speculative pays-off gate (runtime/draft_gate.h): its cost model, the lengths it picks from acceptance, turning
+// itself off and probing back, and determinism (its choices are a function of what it was told, nothing else).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "runtime/draft_gate.h"
+
+using namespace sluice;
+
+namespace {
+
+// Kimi K3's shape: a 113.5 GB spine, 92 MoE layers of 896 experts of 17.5 MB, top 16.
+DraftCost k3() { return {113.5e9, 17.5e6, 92, 896, 16, 0}; }
+// Only a spine (a dense model, or everything shared): extra rows read nothing more.
+DraftCost dense() { return {1e9, 0, 0, 0, 0, 0}; }
+
+// next() and record() driven by a fixed acceptance pattern; returns the lengths chosen.
+std::vector<int64_t> drive(DraftGate& g, int steps, int64_t accept_upto) {
+    std::vector<int64_t> lengths;
+    for (int i = 0; i < steps; ++i) {
+        const int64_t k = g.next();
+        lengths.push_back(k);
+        if (k > 0) g.record(k, std::min(k, accept_upto));
+    }
+    return lengths;
+}
+
+}  // namespace
+
+TEST(DraftGate, PassBytesFollowTheUnionOfExperts) {
+    const DraftCost c = k3();
+    EXPECT_DOUBLE_EQ(c.pass_bytes(1), 113.5e9 + 92 * 17.5e6 * 896 * (16.0 / 896));
+    double prev = c.pass_bytes(1);
+    for (int64_t rows = 2; rows <= 64; ++rows) {
+        const double b = c.pass_bytes(rows);
+        EXPECT_GT(b, prev);
+        EXPECT_LT(b - prev, 92 * 17.5e6 * 16 + 1);  // a row adds at most its own experts
+        prev = b;
+    }
+    DraftCost with_model = c;
+    with_model.draft_bytes_per_token = 1e9;
+    EXPECT_DOUBLE_EQ(with_model.pass_bytes(3) - c.pass_bytes(3), 2e9);
+}
+
+TEST(DraftGate, AlwaysAcceptedDraftsGrowToTheMaximum) {
+    DraftGate g(dense(), 6);
+    const auto lengths = drive(g, 40, 1000);
+    EXPECT_EQ(lengths.back(), 6);
+    EXPECT_FALSE(g.off());
+    EXPECT_GT(g.acceptance(), 0.9);
+}
+
+TEST(DraftGate, RejectedDraftsTurnItOffThenItProbesLessAndLessOften) {
+    DraftGate g(k3(), 7);
+    const auto lengths = drive(g, 400, 0);
+    EXPECT_TRUE(g.off());
+    // a few verifies before it stops, then probes after 16, 32, 64, 128 steps (waits double after each failed probe)
+    std::vector<int64_t> drafting;
+    for (size_t i = 0; i < lengths.size(); ++i)
+        if (lengths[i] > 0) drafting.push_back(int64_t(i));
+    ASSERT_GE(drafting.size(), 3u);
+    EXPECT_LE(drafting.size(), 12u) << "it kept drafting against every rejection";
+    const size_t last_run = drafting.size() - 1;
+    EXPECT_GT(drafting[last_run] - drafting[last_run - 1], drafting[last_run - 1] - drafting[last_run - 2]);
+    EXPECT_EQ(g.steps_off(), int64_t(lengths.size() - drafting.size()));
+    EXPECT_EQ(g.best_length(), 0);
+}
+
+TEST(DraftGate, ComesBackOnWhenAProbePays) {
+    DraftGate g(k3(), 7);
+    drive(g, 60, 0);
+    ASSERT_TRUE(g.off());
+    const auto lengths = drive(g, 200, 1000);  // the drafts start being right
+    EXPECT_FALSE(g.off());
+    EXPECT_GT(lengths.back(), 1);
+}
+
+TEST(DraftGate, ExpensiveRowsNeedMoreAcceptance) {
+    // With K3's experts a verify row costs ~1/8 of a pass more; with a spine alone it costs nothing: at the same
+    // acceptance the dense model drafts at least as far, and a draft model's own cost shortens drafts further.
+    DraftGate cheap(dense(), 7), costly(k3(), 7);
+    DraftCost with_model = k3();
+    with_model.draft_bytes_per_token = 20e9;
+    DraftGate costlier(with_model, 7);
+    for (DraftGate* g : {&cheap, &costly, &costlier})
+        for (int i = 0; i < 30; ++i) g->record(4, i % 3 == 0 ? 1 : 3);  // ~70% of drafts kept
+    EXPECT_GE(cheap.best_length(), costly.best_length());
+    EXPECT_GE(costly.best_length(), costlier.best_length());
+    EXPECT_GT(costly.best_length(), 0);
+    EXPECT_GT(cheap.gain(cheap.best_length()), costly.gain(costly.best_length()));
+}
+
+TEST(DraftGate, SameHistorySameChoices) {
+    DraftGate a(k3(), 5), b(k3(), 5);
+    std::vector<int64_t> la, lb;
+    for (int i = 0; i < 300; ++i) {
+        const int64_t ka = a.next(), kb = b.next();
+        la.push_back(ka), lb.push_back(kb);
+        const int64_t acc = (i * 7919) % 5;  // any pattern, the same for both
+        if (ka > 0) a.record(ka, std::min(ka, acc));
+        if (kb > 0) b.record(kb, std::min(kb, acc));
+    }
+    EXPECT_EQ(la, lb);
+}
