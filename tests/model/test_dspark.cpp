@@ -19,6 +19,7 @@
 #include "models/model.h"
 #include "models/synth.h"
 #include "models/synth_roster.h"
+#include "models/weights.h"
 #include "runtime/dspark_drafter.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
@@ -229,6 +230,61 @@ TEST(DSpark, DeterministicAndSensitiveToMaskAndTaps) {
     const auto off = run(wrong, false);
     EXPECT_GT(max_diff(a, off), 1e-3);
     EXPECT_NE(a.drafts, off.drafts);
+}
+
+// What is tapped: the raw running sum after the layer. On this target (5 layers, AttnRes blocks of 12) the only
+// block snapshot is the embedding, so the logits are lm_head(norm(AttnRes([embedding, p_last]))) with p_last the
+// last layer's tap: recomputing them here from the tap checks that it is the sum after the layer's FFN, unblended.
+TEST(DSpark, LastLayerTapReproducesTheLogits) {
+    auto model = load_model(dirs().target.string());
+    const int64_t n_layers = model->info().num_hidden_layers, d = model->info().hidden_size;
+    const int64_t V = model->info().vocab_size;
+    model->set_hidden_taps({n_layers - 1});
+    const auto ids = prompt();
+    auto seq = model->new_sequence();
+    SequenceState* seqs[] = {seq.get()};
+    Batch b;
+    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, true);
+    std::vector<float> logits;
+    model->forward(b, seqs, logits);
+    Checkpoint ck(dirs().target.string());
+    const std::string g = "language_model.model.";
+    const auto embed = load_f32(ck, g + "embed_tokens.weight", {V, d});
+    const auto head = load_f32(ck, "language_model.lm_head.weight", {V, d});
+    const auto norm = load_f32(ck, g + "norm.weight", {d});
+    const auto res_norm = load_f32(ck, g + "output_attn_res_norm.weight", {d});
+    const auto res_proj = load_f32(ck, g + "output_attn_res_proj.weight", {1, d});
+    double worst = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const float* v[2] = {embed.data() + size_t(ids[i]) * size_t(d), seq->taps().row(int64_t(i))};
+        double score[2];
+        for (int j = 0; j < 2; ++j) {
+            double dot = 0, ss = 0;
+            for (int64_t k = 0; k < d; ++k) {
+                dot += double(v[j][k]) * res_norm[size_t(k)] * res_proj[size_t(k)];
+                ss += double(v[j][k]) * v[j][k];
+            }
+            score[j] = dot / std::sqrt(ss / double(d) + 1e-5);
+        }
+        const double m = std::max(score[0], score[1]);
+        const double p0 = std::exp(score[0] - m) / (std::exp(score[0] - m) + std::exp(score[1] - m));
+        std::vector<double> out(static_cast<size_t>(d));
+        double ss = 0;
+        for (int64_t k = 0; k < d; ++k) {
+            out[size_t(k)] = p0 * v[0][k] + (1 - p0) * v[1][k];
+            ss += out[size_t(k)] * out[size_t(k)];
+        }
+        const double r = 1.0 / std::sqrt(ss / double(d) + 1e-5);
+        double big = 0, diff = 0;
+        for (int64_t t = 0; t < V; ++t) {
+            double z = 0;
+            for (int64_t k = 0; k < d; ++k) z += head[size_t(t * d + k)] * out[size_t(k)] * r * norm[size_t(k)];
+            big = std::max(big, std::fabs(z));
+            diff = std::max(diff, std::fabs(z - logits[i * size_t(V) + size_t(t)]));
+        }
+        worst = std::max(worst, diff / big);
+    }
+    EXPECT_LT(worst, 1e-4);
 }
 
 TEST(DSpark, LoadErrorsNameTheField) {
