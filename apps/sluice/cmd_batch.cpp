@@ -135,7 +135,8 @@ void register_batch(CLI::App& app) {
             const EngineStats es = engine.stats();
             if (a->e.speculative > 0)
                 std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted, %lld decode passes, %lld "
-                             "draft-model passes\n", draft ? "draft_model" : dspark ? "dspark" : "prompt_lookup", (long long)es.drafted,
+                             "draft-model passes\n",
+                             draft ? "draft_model" : dspark ? "dspark" : "prompt_lookup", (long long)es.drafted,
                              (long long)es.accepted, (long long)es.decode_steps,
                              (long long)(draft ? draft->stats().forward_passes : 0));
         }

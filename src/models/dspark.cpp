@@ -173,7 +173,8 @@ DSparkModel::DSparkModel(const std::string& dir, DSparkConfig cfg, const Model& 
     // the scratch of the larger of a block pass and an ingest pass, carved once
     using A = ScratchArena;
     const int64_t B = c.block_size;
-    const uint64_t block = 3 * A::f32_bytes(B * d) + std::max(mla_scratch_bytes(m, B), swiglu_scratch_bytes(B, c.intermediate_size));
+    const uint64_t block =
+        3 * A::f32_bytes(B * d) + std::max(mla_scratch_bytes(m, B), swiglu_scratch_bytes(B, c.intermediate_size));
     const uint64_t ingest = A::f32_bytes(kIngestRows * d) + A::f32_bytes(kIngestRows * m.cache_width());
     arena_.reserve(std::max(block, ingest));
 }

@@ -197,7 +197,8 @@ TEST(DSpark, DeterministicAndSensitiveToMaskAndTaps) {
         dm->ingest(seq, rows.data(), s->taps().rows());
         auto b = dm->propose(seq, ids.back(), B, causal);
         EXPECT_EQ(seq.rows(), s->taps().rows());  // the block's rows are gone again
-        if (const char* dump = std::getenv("SLUICE_DSPARK_DUMP"); dump && !causal && taps == dm->config().target_layer_ids) {
+        const char* dump = std::getenv("SLUICE_DSPARK_DUMP");
+        if (dump && !causal && taps == dm->config().target_layer_ids) {
             fs::create_directories(dump);
             npy_write_f32((fs::path(dump) / "taps.npy").string(), rows.data(), {s->taps().rows(), W});
             npy_write_f32((fs::path(dump) / "logits.npy").string(), b.logits.data(), {B, dm->config().vocab_size});
