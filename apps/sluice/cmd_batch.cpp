@@ -105,6 +105,7 @@ void register_batch(CLI::App& app) {
         const DraftPlan draft_plan = plan_draft(lo, a->e.draft_model, a->e.draft_memory, a->e.speculative);
         auto model = load_model(a->m.model, lo);
         const std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->batch_rows);
+        const std::unique_ptr<DSparkDrafter> dspark = load_dspark(draft_plan, *model);
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;
         eo.max_sequences = a->m.parallel;
@@ -112,6 +113,7 @@ void register_batch(CLI::App& app) {
         a->e.apply(eo, lo.prefix_cache_bytes);
         a->b.speculative_tokens = a->e.speculative;
         if (draft) a->b.make_drafter = [d = draft.get()] { return d->drafter(); };
+        if (dspark) a->b.make_drafter = [d = dspark.get()] { return d->drafter(); };
         Engine engine(*model, eo);
         a->b.resume = !a->restart;
         a->b.cancel = &g_cancel;
@@ -133,7 +135,8 @@ void register_batch(CLI::App& app) {
             const EngineStats es = engine.stats();
             if (a->e.speculative > 0)
                 std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted, %lld decode passes, %lld "
-                             "draft-model passes\n", draft ? "draft_model" : "prompt_lookup", (long long)es.drafted,
+                             "draft-model passes\n",
+                             draft ? "draft_model" : dspark ? "dspark" : "prompt_lookup", (long long)es.drafted,
                              (long long)es.accepted, (long long)es.decode_steps,
                              (long long)(draft ? draft->stats().forward_passes : 0));
         }

@@ -108,7 +108,8 @@ void register_generate(CLI::App& app) {
         ->check(non_negative());
     sub->add_option("--draft-model", a->draft_model,
                     "draft with this model (same tokenizer as -m, checked at load) instead of prompt lookup; needs "
-                    "--speculative N");
+                    "--speculative N. A Kimi K3 DSpark drafter folder (model_type k3_dspark) is detected: it drafts "
+                    "blocks of up to 7 from the target's hidden states");
     sub->add_option("--draft-memory", a->draft_memory,
                     "the draft model's share of --memory (default: a quarter); the target gets the rest");
     sub->add_option("--session", a->session,
@@ -160,6 +161,8 @@ void register_generate(CLI::App& app) {
         const DraftPlan draft_plan = plan_draft(load, a->draft_model, a->draft_memory, a->speculative);
         auto model = load_model(a->m.model, load);
         std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->chunk);
+        std::unique_ptr<DSparkDrafter> dspark = load_dspark(draft_plan, *model);
+        const char* drafter_name = draft ? "draft_model" : dspark ? "dspark" : "prompt_lookup";
         GenerateOptions opt;
         opt.max_new_tokens = a->n;
         opt.prefill_chunk = a->chunk;
@@ -191,6 +194,7 @@ void register_generate(CLI::App& app) {
             SpeculativeOptions so;
             so.draft_tokens = a->speculative;
             if (draft) so.drafter = draft->drafter();
+            if (dspark) so.drafter = dspark->drafter();
             r = generate_speculative(*model, prompt_ids, opt, so, &spec_stats, on_token);
         } else {
             r = generate(*model, prompt_ids, opt, on_token);
@@ -217,7 +221,7 @@ void register_generate(CLI::App& app) {
         const double per_pass = spec_stats.forward_passes > 0 ? double(steps) / double(spec_stats.forward_passes) : 0;
         if (a->m.stats && a->speculative > 0)
             std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted (%.1f%%), %.2f tokens per verify pass\n",
-                         draft ? "draft model" : "prompt lookup", (long long)spec_stats.drafted,
+                         drafter_name, (long long)spec_stats.drafted,
                          (long long)spec_stats.accepted,
                          spec_stats.drafted > 0 ? 100.0 * double(spec_stats.accepted) / double(spec_stats.drafted) : 0.0,
                          per_pass);
@@ -227,6 +231,12 @@ void register_generate(CLI::App& app) {
                          "%.1f ms\n", (long long)ds.calls, (long long)ds.forward_passes, (long long)ds.fed_tokens,
                          (long long)ds.resets, ds.ms);
             print_stats(draft->model(), ds.ms, ds.fed_tokens + ds.drafted, stderr);
+        }
+        if (a->m.stats && dspark) {
+            const DSparkStats& ds = dspark->stats();
+            std::fprintf(stderr, "dspark: %lld calls, %lld block passes, %lld context rows ingested, %lld drafted, "
+                         "%lld without target taps, %.1f ms\n", (long long)ds.calls, (long long)ds.blocks,
+                         (long long)ds.ingested, (long long)ds.drafted, (long long)ds.no_taps, ds.ms);
         }
         if (a->json) {
             nlohmann::json j;
@@ -246,13 +256,17 @@ void register_generate(CLI::App& app) {
                                     {"drafted", spec_stats.drafted},
                                     {"accepted", spec_stats.accepted},
                                     {"tokens_per_verify_pass", per_pass},
-                                    {"drafter", draft ? "draft_model" : "prompt_lookup"}};
+                                    {"drafter", drafter_name}};
             // flat keys: clients find the object as the last '{' of stdout when not speculating
             if (draft) {
                 j["draft_forward_passes"] = draft->stats().forward_passes;
                 j["draft_ms"] = draft->stats().ms;
                 if (const StreamingExpertSource* ds = draft->model().streaming())
                     j["draft_expert_bytes_read"] = ds->stats().bytes_read;
+            }
+            if (dspark) {
+                j["draft_block_passes"] = dspark->stats().blocks;
+                j["draft_ms"] = dspark->stats().ms;
             }
             if (streaming) {
                 j["expert_bytes_read"] = streaming->stats().bytes_read;

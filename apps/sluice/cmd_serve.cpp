@@ -163,6 +163,7 @@ void register_serve(CLI::App& app) {
         const DraftPlan draft_plan = plan_draft(lo, a->e.draft_model, a->e.draft_memory, a->e.speculative);
         auto model = load_model(a->m.model, lo);
         const std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->batch_rows);
+        const std::unique_ptr<DSparkDrafter> dspark = load_dspark(draft_plan, *model);
         EngineOptions eo;
         eo.max_batch_rows = a->batch_rows;
         eo.max_sequences = a->m.parallel;
@@ -178,6 +179,7 @@ void register_serve(CLI::App& app) {
         so.default_max_tokens = a->max_tokens;
         so.speculative_tokens = a->e.speculative;
         if (draft) so.make_drafter = [d = draft.get()] { return d->drafter(); };
+        if (dspark) so.make_drafter = [d = dspark.get()] { return d->drafter(); };
         so.request_timeout_s = a->timeout_s;
         so.ping_interval_s = a->ping_s;
         so.max_waiting = a->max_waiting;

@@ -72,11 +72,17 @@ void register_synth(CLI::App& app) {
         "--scale-down K divides widths, heads and LoRA ranks by K (kept valid). A small byte-level tokenizer\n"
         "(512 ids) is written too, and the vocabulary is its size unless --vocab-size asks for more rows (the\n"
         "real model's, e.g. 163840 for Kimi K2, to get its embedding and head bytes).\n"
+        "kimi-k3-dspark writes K3's DSpark drafter (Inferact/Kimi-K3-DSpark layout: config.json and the 68\n"
+        "tensors for --layers 5) sized for --target K3_DIR; its own widths follow --scale-down.\n"
         "Example: sluice synth --like kimi-k2 --layers 2 --experts 8 --scale-down 16 -o m");
     sub->add_option("--like", args->opts.like, "Model layout to copy: " + synth_model_names())->required();
     sub->add_option("--layers", args->opts.layers, "Number of layers (num_hidden_layers)")->required();
-    sub->add_option("--experts", args->opts.experts, "Routed experts per MoE layer (top-k is clamped to it)")
-        ->required();
+    sub->add_option("--experts", args->opts.experts,
+                    "Routed experts per MoE layer (top-k is clamped to it; not used by kimi-k3-dspark)")
+        ->capture_default_str();
+    sub->add_option("--target", args->opts.target_dir,
+                    "kimi-k3-dspark: the Kimi K3 checkpoint the drafter is sized for (hidden size, vocabulary, "
+                    "tapped layers; its embedding is copied)");
     sub->add_option("--top-k", args->opts.top_k,
                     "Experts per token (kimi-k2, deepseek-v3 layouts; default: the layout's, clamped to --experts)");
     sub->add_option("--expert-dtype", args->opts.expert_dtype,

@@ -141,6 +141,12 @@ DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const st
     DraftPlan plan{draft_dir, target};
     if (draft_dir.empty()) return plan;
     check_model_folder(draft_dir);
+    if (is_dspark_checkpoint(draft_dir)) {
+        SLUICE_CHECK(draft_memory.empty(), "--draft-memory: ", draft_dir,
+                     " is a DSpark drafter, which shares the target's memory map and takes no share of the budget");
+        plan.dspark = true;
+        return plan;
+    }
     const MemorySplit split =
         split_memory_budget(target.memory_budget_bytes, draft_memory.empty() ? 0 : parse_size(draft_memory));
     target.memory_budget_bytes = split.target_bytes;
@@ -157,9 +163,14 @@ DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const st
     return plan;
 }
 
+std::unique_ptr<DSparkDrafter> load_dspark(const DraftPlan& plan, Model& target) {
+    if (plan.dir.empty() || !plan.dspark) return nullptr;
+    return std::make_unique<DSparkDrafter>(plan.dir, target, plan.load.n_threads);
+}
+
 std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& target, const std::string& target_dir,
                                        int64_t prefill_chunk) {
-    if (plan.dir.empty()) return nullptr;
+    if (plan.dir.empty() || plan.dspark) return nullptr;
     std::unique_ptr<Model> dm;
     try {
         dm = load_model(plan.dir, plan.load);

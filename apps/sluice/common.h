@@ -11,6 +11,7 @@
 
 #include "models/model.h"
 #include "runtime/draft_model.h"
+#include "runtime/dspark_drafter.h"
 #include "runtime/engine.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -58,14 +59,19 @@ struct EngineArgs {
 void add_engine_args(CLI::App* sub, EngineArgs& a);
 // --draft-model DIR [--draft-memory SIZE] (generate, serve, batch): plan_draft takes the draft's share out of the
 // target's budget before the target loads; load_draft then loads it and checks that it shares the target's tokenizer.
+// A DSpark drafter folder (config.json model_type k3_dspark) is detected: it reads the target's hidden states and
+// shares its embedding and head, so it takes no share of the budget; load_dspark loads it (load_draft gives null).
 struct DraftPlan {
     std::string dir;    // empty: no draft model
     LoadOptions load;   // the draft's options (its budget share; the target's reader, policy and sequences)
+    bool dspark = false;
 };
 DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const std::string& draft_memory,
                      int64_t speculative);
 std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& target, const std::string& target_dir,
                                        int64_t prefill_chunk);
+// The DSpark drafter when plan.dspark (turns on the target's hidden-state taps), else null.
+std::unique_ptr<DSparkDrafter> load_dspark(const DraftPlan& plan, Model& target);
 
 // --trace-experts FILE (generate, bench): record every MoE layer's routing, cache hits and read-aheads.
 void add_trace_arg(CLI::App* sub, ModelArgs& a);

@@ -188,6 +188,7 @@ public:
                 swiglu_forward(L.mlp, h, n, y, pool_, arena_, c.act);
             }
             for (int64_t i = 0; i < n * d; ++i) p[i] += y[i];
+            write_taps(il, p, batch, seqs, rows_of);
         }
         append_rows(batch, seqs, rows_of);
         attn_res(p, blocks, out_res_, n, d, eps, t);
@@ -199,6 +200,17 @@ public:
     uint64_t activation_bytes(int64_t rows) const override {
         return kimi_k3_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
     }
+
+    // The tap is p after the layer's FFN: the raw running sum since the last block snapshot (the AttnRes stream's
+    // prefix sum, not an AttnRes blend), as deltafin's DSpark capture takes it (K3 digest 9.3 step 1).
+    void set_hidden_taps(std::vector<int64_t> layer_ids) override {
+        for (int64_t id : layer_ids)
+            SLUICE_CHECK(id >= 0 && id < cfg_.num_hidden_layers, "hidden-state tap: layer ", id,
+                         " is outside the target's layers [0, ", cfg_.num_hidden_layers, ")");
+        taps_ = std::move(layer_ids);
+    }
+    const Weight* token_embedding() const override { return &embed_; }
+    const Weight* output_head() const override { return &lm_head_; }
     const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
@@ -210,6 +222,25 @@ private:
         if (c.eos_token_ids.empty() && top.has("eos_token_id"))
             for (auto id : top.get_int_list("eos_token_id")) c.eos_token_ids.push_back(int32_t(id));
         return c;
+    }
+
+    // Copies layer il's output rows into each sequence's tap rows (every tap that names il). A sequence whose tap
+    // rows do not reach its first row's position (a state restored from a file) gets none this pass.
+    void write_taps(int64_t il, const float* p, const Batch& batch, std::span<SequenceState* const> seqs,
+                    const std::map<int32_t, std::vector<int64_t>>& rows_of) const {
+        const int64_t d = cfg_.hidden_size, width = int64_t(taps_.size()) * d;
+        for (size_t k = 0; k < taps_.size(); ++k) {
+            if (taps_[k] != il) continue;
+            for (const auto& [s, rows] : rows_of) {
+                PagedRows& t = seqs[size_t(s)]->taps();
+                if (t.width() != width) {
+                    t.truncate(0);
+                    t.init(width);
+                }
+                if (t.rows() < batch.positions[size_t(rows.front())]) continue;
+                for (int64_t r : rows) std::copy_n(p + r * d, d, t.write_row(batch.positions[size_t(r)]) + k * d);
+            }
+        }
     }
 
     void fill_info() {
@@ -231,6 +262,7 @@ private:
     AttnResWeights out_res_;
     std::vector<Layer> layers_;
     std::shared_ptr<const StateLayout> layout_;
+    std::vector<int64_t> taps_;  // layers whose output rows go to SequenceState::taps() (set_hidden_taps)
     ExpertSetup experts_;
     ModelInfo info_;
 };

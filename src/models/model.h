@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/scratch_arena.h"
 #include "experts/residency.h"
 #include "experts/spine_streamer.h"
 #include "experts/streaming_expert_source.h"
+#include "ops/weight.h"
 #include "runtime/batch.h"
 #include "state/sequence_state.h"
 #include "state/state_file.h"
@@ -96,6 +98,17 @@ public:
     virtual const ResidencyPlan* residency() const { return nullptr; }
     // The spine streamer when the budget streams some layers' matrices, else null.
     virtual SpineStreamer* spine_streamer() const { return nullptr; }
+
+    // For drafters that read the target (runtime/dspark_drafter.h). set_hidden_taps(ids): from now on every forward
+    // pass writes, for each row, the raw residual stream after each listed layer (0-based, in the order given) into
+    // its sequence's SequenceState::taps() row at the row's position (taps().width() = ids.size() * hidden_size).
+    // Empty ids: no taps. Throws Error naming the architecture when it has no taps or an id is out of range.
+    virtual void set_hidden_taps(std::vector<int64_t> layer_ids) {
+        SLUICE_CHECK(layer_ids.empty(), info().architecture, " does not expose hidden states to a drafter");
+    }
+    // The token embedding and the LM head a drafter may share (null: not offered).
+    virtual const Weight* token_embedding() const { return nullptr; }
+    virtual const Weight* output_head() const { return nullptr; }
 };
 
 // Reads DIR/config.json, picks the architecture, binds the weights. Throws Error naming the file and field.

@@ -53,6 +53,8 @@ const std::vector<ModelInfo>& models() {
         {SynthModel::Mixtral, "mixtral", "mixtral", {}, 1.0, 1e6, nullptr, 32768, 0, "4.36.0"},
         // gpt-oss-20b's dimensions live in synth_gpt_oss.cpp.
         {SynthModel::GptOss, "gpt-oss", "gpt_oss", {}, 1.0, 0.0, nullptr, 131072, 0, "4.55.0.dev0"},
+        // Kimi K3's DSpark drafter (synth_dspark.cpp), sized from --target.
+        {SynthModel::KimiK3DSpark, "kimi-k3-dspark", "k3_dspark", {}, 1.0, 50000.0, nullptr, 1048576, 0, ""},
     };
     return m;
 }
@@ -288,6 +290,19 @@ SynthPlan plan_synth(const SynthOptions& o) {
     SLUICE_CHECK(o.scale_down >= 1 && o.scale_down <= 4096, "synth: --scale-down must be in [1, 4096], got ",
                  o.scale_down);
     const ModelInfo& info = info_of(*model);
+    if (*model == SynthModel::KimiK3DSpark) {
+        SLUICE_CHECK(*dtype == SynthDType::Bf16, "synth: kimi-k3-dspark is bf16 (its release format), not ", dtype_name);
+        SLUICE_CHECK(o.layers <= 64, "synth: kimi-k3-dspark --layers must be in [1, 64] (published: 5), got ", o.layers);
+        synth::DSparkSynth d = synth::dspark_plan(o);
+        SynthPlan p{*model, *dtype, {}, std::move(d.config_json), std::move(d.tensors), 0};
+        p.dims.hidden_size = d.hidden_size;
+        p.dims.vocab_size = d.vocab_size;
+        p.dims.num_hidden_layers = d.layers;
+        p.dims.num_attention_heads = d.heads;
+        for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
+        return p;
+    }
+    SLUICE_CHECK(o.target_dir.empty(), "synth: --target is only for --like kimi-k3-dspark");
     if (*model == SynthModel::KimiK3) {
         SLUICE_CHECK(*dtype != SynthDType::Fp8 && *dtype != SynthDType::Int4, "synth: kimi-k3 experts are bf16, f32 or ",
                      "mxfp4 (its release format), not ", dtype_name);
@@ -355,6 +370,8 @@ SynthResult synth_checkpoint(const SynthOptions& o) {
         {"config.json", plan.config_json},  // last: its presence marks a complete checkpoint
     };
     for (const auto& [name, text] : texts) {
+        // a DSpark drafter folder holds its config and weights only: it uses the target's tokenizer
+        if (plan.model == SynthModel::KimiK3DSpark && name != "config.json") continue;
         write_text_file_atomic((fs::path(o.out_dir) / name).string(), text);
         r.files.push_back(name);
         r.bytes_written += text.size();

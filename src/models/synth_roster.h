@@ -71,6 +71,19 @@ private:
     SynthDType dtype_;
 };
 
+// Kimi K3's DSpark drafter (models/synth_dspark.cpp): config and tensors sized from the target's config.json.
+struct DSparkSynth {
+    int64_t hidden_size = 0, vocab_size = 0, target_layers = 0, layers = 0, heads = 0, q_lora_rank = 0,
+            kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0, intermediate_size = 0,
+            markov_rank = 0, mask_token_id = 0;
+    double rms_norm_eps = 1e-5;
+    std::vector<int64_t> target_layer_ids;
+    std::string config_json;
+    std::vector<TensorToWrite> tensors;
+};
+DSparkSynth dspark_plan(const SynthOptions& o);
+std::vector<int64_t> dspark_target_layer_ids(int64_t n_target_layers);
+
 // Kimi K3 (models/synth_k3.cpp).
 SynthDims k3_dims(const SynthOptions& o);
 std::string k3_config_json(const SynthDims& d, SynthDType t);

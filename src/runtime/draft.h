@@ -10,8 +10,13 @@
 
 namespace sluice {
 
-// Proposes up to max_tokens tokens to follow `context` (prompt + generated so far).
-using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> context, int64_t max_tokens)>;
+class SequenceState;
+
+// Proposes up to max_tokens tokens to follow `context` (prompt + generated so far). `target` is the target's state
+// for this request when the engine calls it (it holds every context token but the last; a drafter that reads the
+// target's hidden states, runtime/dspark_drafter.h, takes them from its taps()), else null.
+using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> context, int64_t max_tokens,
+                                                   const SequenceState* target)>;
 
 // Up to max_tokens tokens that followed the most recent earlier occurrence of the longest suffix of `context`
 // (between ngram_min and ngram_max tokens long); empty when none occurred.

@@ -92,7 +92,9 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string& draft_dir, const
 Drafter DraftModel::drafter() {
     auto s = std::make_shared<Seq>();
     s->state = model_->new_sequence();
-    return [this, s](std::span<const int32_t> context, int64_t max_tokens) { return draft(*s, context, max_tokens); };
+    return [this, s](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*) {
+        return draft(*s, context, max_tokens);
+    };
 }
 
 void DraftModel::feed(Seq& s, std::span<const int32_t> tokens) {

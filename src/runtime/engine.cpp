@@ -384,7 +384,7 @@ void Engine::schedule(Pass& p) {
         }
         std::vector<int32_t> d;
         try {
-            d = r.p.drafter ? r.p.drafter(r.context, max_draft)
+            d = r.p.drafter ? r.p.drafter(r.context, max_draft, r.seq.get())
                             : lookup_draft(r.context, max_draft, r.p.ngram_min, r.p.ngram_max);
             if (int64_t(d.size()) > max_draft) d.resize(size_t(max_draft));
             for (int32_t t : d)

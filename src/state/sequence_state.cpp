@@ -133,6 +133,7 @@ void SequenceState::truncate(int64_t n) {
                 break;
         }
     }
+    taps_.truncate(n);
     tokens_.resize(size_t(n));
     if (n == 0 || n < snap_pos_) snap_pos_ = -1;
 }
@@ -145,7 +146,7 @@ uint64_t SequenceState::size_bytes() const {
     uint64_t b = unpaged_bytes();
     for (const auto& c : latent_) b += c.data.size_bytes();
     for (const auto& c : kv_) b += c.k.size_bytes() + c.v.size_bytes();
-    return b;
+    return b + taps_.size_bytes();
 }
 
 uint64_t SequenceState::unpaged_bytes() const {
@@ -156,6 +157,7 @@ uint64_t SequenceState::unpaged_bytes() const {
 
 void SequenceState::each_page(const std::function<void(const void*, uint64_t)>& f) const {
     for (const auto& c : latent_) c.data.each_page(f);
+    taps_.each_page(f);
     for (const auto& c : kv_) {
         c.k.each_page(f);
         c.v.each_page(f);

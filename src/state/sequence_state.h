@@ -68,6 +68,12 @@ public:
     const MlaCache& latent(int64_t layer) const { return const_cast<SequenceState*>(this)->latent(layer); }
     const KvCache& kv(int64_t layer) const { return const_cast<SequenceState*>(this)->kv(layer); }
     const KdaState& kda(int64_t layer) const { return const_cast<SequenceState*>(this)->kda(layer); }
+    // Hidden-state taps (Model::set_hidden_taps): row t holds the residual stream after each tapped layer at
+    // position t, side by side. Empty (width 0) unless the model taps; truncate() and fork() keep it in step with the
+    // caches. Not part of the layout: state files and the memory plan do not carry it, so a restored state has
+    // fewer tap rows than positions (a drafter that needs them drafts nothing until they are there again).
+    PagedRows& taps() { return taps_; }
+    const PagedRows& taps() const { return taps_; }
     // The model has written these rows (positions n_past.. in order) into every layer.
     void append(std::span<const int32_t> tokens) { tokens_.insert(tokens_.end(), tokens.begin(), tokens.end()); }
 
@@ -99,6 +105,7 @@ private:
     std::vector<MlaCache> latent_;  // [layers]: used by latent layers
     std::vector<KvCache> kv_;       // [layers]: used by kv layers
     std::vector<KdaState> kda_;     // [layers]: used by kda layers
+    PagedRows taps_;                // hidden-state taps, [positions, n_taps * hidden] (empty unless the model taps)
     int64_t snap_pos_ = -1;
 };
 

@@ -188,11 +188,11 @@ TEST(DraftModel, StatefulDrafterMatchesFresh) {
         contexts.push_back(other);
         contexts.push_back(contexts[2]);
         for (const auto& c : contexts) {
-            const auto want = dm.drafter()(c, 4);
+            const auto want = dm.drafter()(c, 4, nullptr);
             EXPECT_EQ(want.size(), 4u);
-            EXPECT_EQ(kept(c, 4), want) << "context of " << c.size();
+            EXPECT_EQ(kept(c, 4, nullptr), want) << "context of " << c.size();
         }
-        EXPECT_TRUE(kept(contexts[0], 0).empty());
+        EXPECT_TRUE(kept(contexts[0], 0, nullptr).empty());
     }
 }
 

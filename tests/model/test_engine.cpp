@@ -122,7 +122,7 @@ TEST_P(EngineMix, EveryRequestMatchesGenerateAlone) {
         if (specs[i].drafts < 0) continue;
         truth[i] = alone(*model, params[i]).ids;
         const size_t n_prompt = params[i].prompt.size();
-        params[i].drafter = [&truth, i, n_prompt, V](std::span<const int32_t> context, int64_t max_tokens) {
+        params[i].drafter = [&truth, i, n_prompt, V](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*) {
             std::vector<int32_t> d;
             for (size_t j = context.size() - n_prompt; j < truth[i].size() && int64_t(d.size()) < max_tokens; ++j)
                 d.push_back(j % 3 == 2 ? int32_t((truth[i][j] + 1) % V) : truth[i][j]);
@@ -249,7 +249,7 @@ TEST_F(EngineTest, AFailingDrafterEndsOnlyItsRequest) {
     auto bad = greedy(cut(ids, 0, 6), 8);
     bad.draft_tokens = 3;
     int calls = 0;
-    bad.drafter = [&calls](std::span<const int32_t>, int64_t) -> std::vector<int32_t> {
+    bad.drafter = [&calls](std::span<const int32_t>, int64_t, const SequenceState*) -> std::vector<int32_t> {
         if (++calls == 2) throw Error("the draft model is gone");
         return {1, 2};
     };

@@ -132,7 +132,7 @@ RequestParams sampled(uint64_t seed) {
     p.sampling.seed = seed;
     p.draft_tokens = 2;
     // always proposes the chain's most likely continuation twice (right sometimes, wrong often)
-    p.drafter = [](std::span<const int32_t> ctx, int64_t max_tokens) {
+    p.drafter = [](std::span<const int32_t> ctx, int64_t max_tokens, const SequenceState*) {
         std::vector<int32_t> d;
         int32_t t = ctx.back();
         for (int64_t j = 0; j < max_tokens; ++j) {

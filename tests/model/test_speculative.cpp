@@ -77,7 +77,7 @@ TEST_P(SpeculativeTest, SameIdsAsGenerate) {
     for (int64_t k : {2, 5}) {
         SpeculativeOptions so;
         so.draft_tokens = k;
-        so.drafter = [&](std::span<const int32_t> context, int64_t max_tokens) {
+        so.drafter = [&](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*) {
             std::vector<int32_t> d;
             const size_t g = context.size() - prompt.size();  // tokens generated so far
             for (size_t j = g; j < ref.ids.size() && int64_t(d.size()) < max_tokens; ++j)

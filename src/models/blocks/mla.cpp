@@ -22,7 +22,7 @@ uint64_t mla_scratch_bytes(const MlaConfig& c, int64_t n) {
 
 void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, const float* x, int64_t n,
                  const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ThreadPool& pool,
-                 ScratchArena& arena) {
+                 ScratchArena& arena, const int64_t* attend_to) {
     const int64_t H = c.n_heads, dqk = c.qk_head_dim(), nope = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
     const int64_t r_kv = c.kv_lora_rank, cw = c.cache_width(), dv = c.v_head_dim;
     SLUICE_ASSERT(c.output_gate == (w.g_proj.rows > 0), "MLA: output gate configured ", c.output_gate,
@@ -78,10 +78,11 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     // Each sequence's rows attend to its cache (all of this pass's entries are written above), in place, one
     // contiguous run of batch rows at a time (a whole prefill chunk is one run): an attention row depends only on its
     // own query, position and the cache, so no gather is needed.
+    const int64_t* last_key = attend_to ? attend_to : positions;
     for (const auto& s : seqs) {
         const ops::RowView cache = s.cache->data.view();
         for_each_run(s.rows, [&](int64_t r0, int64_t m) {
-            ops::attention(ap, q_cat + r0 * H * cw, m, positions + r0, cache, cache, lat + r0 * H * r_kv, pool);
+            ops::attention(ap, q_cat + r0 * H * cw, m, last_key + r0, cache, cache, lat + r0 * H * r_kv, pool);
         });
     }
 

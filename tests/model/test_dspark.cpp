@@ -1,0 +1,314 @@
+// Kimi K3's DSpark drafter (models/dspark.h, runtime/dspark_drafter.h) on a synthesized K3 target and a DSpark
+// checkpoint synthesized for it (synth --like kimi-k3-dspark --target): the published layout; greedy output with
+// DSpark drafts equal to plain greedy (the target verifies); the tap rows the engine leaves (drafts, rollbacks,
+// KDA replay) equal a clean prefill's; the drafter's pass is deterministic, and a causal mask or wrong taps change
+// it; load errors name the field or tensor. SLUICE_DSPARK_DUMP=DIR (with SLUICE_KEEP_TEST_DIRS=1, so the checkpoints
+// stay) also writes what tools/reference/dspark_reference.py needs to recompute the draft logits independently.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/npy.h"
+#include "formats/checkpoint.h"
+#include "models/dspark.h"
+#include "models/model.h"
+#include "models/synth.h"
+#include "models/synth_roster.h"
+#include "models/weights.h"
+#include "runtime/dspark_drafter.h"
+#include "runtime/generate.h"
+#include "runtime/speculative.h"
+#include "../support/reference_decode.h"
+#include "../support/scratch_dir.h"
+
+using namespace sluice;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// One K3 target (5 layers: KDA and MLA, two AttnRes blocks) and its DSpark drafter, made once per process.
+struct Dirs {
+    fs::path root, target, dspark;
+};
+const Dirs& dirs() {
+    static const Dirs d = [] {
+        Dirs x;
+        x.root = test::scratch_dir("dspark");
+        x.target = x.root / "k3";
+        x.dspark = x.root / "dspark";
+        SynthOptions o;
+        o.like = "kimi-k3";
+        o.layers = 5;
+        o.experts = 4;
+        o.scale_down = 32;
+        o.seed = 7;
+        o.out_dir = x.target.string();
+        o.sync = false;
+        synth_checkpoint(o);
+        SynthOptions s;
+        s.like = "kimi-k3-dspark";
+        s.target_dir = x.target.string();
+        s.layers = 5;
+        s.scale_down = 32;
+        s.seed = 11;
+        s.out_dir = x.dspark.string();
+        s.sync = false;
+        synth_checkpoint(s);
+        return x;
+    }();
+    return d;
+}
+
+std::vector<int32_t> prompt() { return {5, 17, 3, 99, 42, 7, 11, 150, 31, 64, 2, 8, 200, 13, 77, 5, 17, 3}; }
+
+// The target's state after a plain prefill of ids, with taps on.
+std::unique_ptr<SequenceState> prefill(Model& m, std::span<const int32_t> ids) {
+    auto seq = m.new_sequence();
+    SequenceState* seqs[] = {seq.get()};
+    Batch b;
+    std::vector<float> logits;
+    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, i + 1 == ids.size());
+    m.forward(b, seqs, logits);
+    return seq;
+}
+
+// A copy of the DSpark folder with config.json edited by f (weights linked).
+fs::path edited(const std::string& name, const std::function<void(json&)>& f) {
+    const fs::path dir = dirs().root / name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::create_symlink(fs::absolute(dirs().dspark / "model.safetensors"), dir / "model.safetensors");
+    json c = json::parse(std::ifstream(dirs().dspark / "config.json"));
+    f(c);
+    std::ofstream(dir / "config.json") << c.dump(2);
+    return dir;
+}
+
+std::string load_error(const fs::path& dir) {
+    auto target = load_model(dirs().target.string());
+    try {
+        DSparkModel::load(dir.string(), *target);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST(DSpark, SynthWritesThePublishedLayout) {
+    const json c = json::parse(std::ifstream(dirs().dspark / "config.json"));
+    EXPECT_EQ(c["architectures"], json::array({"K3DSparkModel"}));
+    EXPECT_EQ(c["model_type"], "k3_dspark");
+    EXPECT_EQ(c["target_layer_ids"], json::array({0, 1, 2, 3, 4}));  // [2,23,47,71,89] of 93 mapped onto 5
+    EXPECT_EQ(c["mask_token_id"], int64_t(c["vocab_size"]) - 3);
+    EXPECT_EQ(c["rope_scaling"]["type"], "yarn");
+    EXPECT_TRUE(c["enable_confidence_head"].get<bool>() && c["confidence_head_with_markov"].get<bool>());
+    Checkpoint ck(dirs().dspark.string());
+    EXPECT_EQ(ck.names().size(), 68u);  // as the release, for 5 layers
+    const int64_t h = c["hidden_size"], V = c["vocab_size"], r = c["markov_rank"];
+    EXPECT_EQ(ck.get("context_proj.weight").shape(), (std::vector<int64_t>{h, 5 * h}));
+    EXPECT_EQ(ck.get("confidence_head.proj.weight").shape(), (std::vector<int64_t>{1, h + r}));
+    EXPECT_EQ(ck.get("markov_head.markov_w2.weight").shape(), (std::vector<int64_t>{V, r}));
+    for (const char* n : {"layers.4.self_attn.kv_a_proj_with_mqa.weight", "layers.4.mlp.down_proj.weight",
+                          "final_norm.weight", "context_norm.weight", "confidence_head.proj.bias"})
+        EXPECT_TRUE(ck.has(n)) << n;
+    // embed_tokens is the target's, byte for byte
+    Checkpoint t(dirs().target.string());
+    const TensorView a = ck.get("embed_tokens.weight"), b = t.get("language_model.model.embed_tokens.weight");
+    ASSERT_EQ(a.nbytes(), b.nbytes());
+    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0);
+    // the tap mapping keeps the release's ids on a 93-layer target
+    EXPECT_EQ(synth::dspark_target_layer_ids(93), (std::vector<int64_t>{2, 23, 47, 71, 89}));
+}
+
+// The target verifies every draft: greedy output with DSpark drafts is the plain greedy output, token for token.
+TEST(DSpark, GreedySameAsPlain) {
+    auto model = load_model(dirs().target.string());
+    const auto p = prompt();
+    const auto ref = test::reference_generate(*model, p, 40, false);
+    DSparkDrafter ds(dirs().dspark.string(), *model);
+    for (int64_t k : {1, 3, 7}) {
+        SCOPED_TRACE(k);
+        GenerateOptions g;
+        g.max_new_tokens = 40;
+        g.stop_at_eos = false;
+        SpeculativeOptions so;
+        so.draft_tokens = k;
+        so.drafter = ds.drafter();
+        SpeculativeStats st;
+        const GenerateResult r = generate_speculative(*model, p, g, so, &st);
+        EXPECT_EQ(r.ids, ref.ids);
+        EXPECT_GT(st.drafted, 0);  // it drafted: the taps were there
+        EXPECT_EQ(st.forward_passes + st.accepted, int64_t(r.ids.size()) - 1);
+    }
+    EXPECT_EQ(ds.stats().no_taps, 0);
+}
+
+// The drafter sees, at every call, the tap rows a clean prefill of the same tokens gives (the engine's drafts,
+// rollbacks and KDA replays leave exactly the kept rows), and its incremental context (what was accepted extends
+// it) drafts what a fresh drafter given the whole context drafts.
+TEST(DSpark, EngineTapsAndIncrementalContextMatchAFreshPrefill) {
+    auto model = load_model(dirs().target.string());
+    auto clean = load_model(dirs().target.string());
+    DSparkDrafter ds(dirs().dspark.string(), *model);
+    DSparkDrafter fresh(dirs().dspark.string(), *clean);
+    Drafter kept = ds.drafter();
+    int64_t calls = 0;
+    SpeculativeOptions so;
+    so.draft_tokens = 5;
+    so.drafter = [&](std::span<const int32_t> ctx, int64_t max, const SequenceState* target) {
+        const auto d = kept(ctx, max, target);
+        const auto s = prefill(*clean, ctx.first(ctx.size() - 1));
+        EXPECT_EQ(target->taps().rows(), int64_t(ctx.size()) - 1);
+        for (int64_t t = 0; t < s->taps().rows(); ++t)
+            EXPECT_EQ(std::memcmp(s->taps().row(t), target->taps().row(t), size_t(s->taps().width()) * 4), 0)
+                << "tap row " << t;
+        EXPECT_EQ(fresh.drafter()(ctx, max, s.get()), d) << "context of " << ctx.size();
+        ++calls;
+        return d;
+    };
+    GenerateOptions g;
+    g.max_new_tokens = 24;
+    g.stop_at_eos = false;
+    generate_speculative(*model, prompt(), g, so);
+    EXPECT_GT(calls, 3);
+}
+
+// The block pass is deterministic; a causal mask inside the block or the wrong tapped layers change it.
+TEST(DSpark, DeterministicAndSensitiveToMaskAndTaps) {
+    auto model = load_model(dirs().target.string());
+    auto dm = DSparkModel::load(dirs().dspark.string(), *model);
+    const auto ids = prompt();
+    const int64_t W = dm->config().context_width(), B = dm->config().block_size;
+    const auto run = [&](const std::vector<int64_t>& taps, bool causal) {
+        model->set_hidden_taps(taps);
+        const auto s = prefill(*model, std::span<const int32_t>(ids).first(ids.size() - 1));
+        EXPECT_EQ(s->taps().width(), W);
+        std::vector<float> rows(size_t(s->taps().rows() * W));
+        for (int64_t t = 0; t < s->taps().rows(); ++t) std::copy_n(s->taps().row(t), W, rows.data() + t * W);
+        auto seq = dm->new_seq();
+        dm->ingest(seq, rows.data(), s->taps().rows());
+        auto b = dm->propose(seq, ids.back(), B, causal);
+        EXPECT_EQ(seq.rows(), s->taps().rows());  // the block's rows are gone again
+        const char* dump = std::getenv("SLUICE_DSPARK_DUMP");
+        if (dump && !causal && taps == dm->config().target_layer_ids) {
+            fs::create_directories(dump);
+            npy_write_f32((fs::path(dump) / "taps.npy").string(), rows.data(), {s->taps().rows(), W});
+            npy_write_f32((fs::path(dump) / "logits.npy").string(), b.logits.data(), {B, dm->config().vocab_size});
+            npy_write_f32((fs::path(dump) / "confidence.npy").string(), b.confidence.data(), {B});
+            std::ofstream(fs::path(dump) / "meta.json")
+                << json{{"anchor", ids.back()}, {"drafts", b.drafts}, {"dspark", fs::absolute(dirs().dspark)},
+                        {"target", fs::absolute(dirs().target)}}.dump(2);
+        }
+        return b;
+    };
+    const auto& good = dm->config().target_layer_ids;
+    const auto a = run(good, false), b = run(good, false);
+    ASSERT_EQ(a.drafts.size(), size_t(B));
+    EXPECT_EQ(a.drafts, b.drafts);
+    EXPECT_EQ(std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4), 0);
+    EXPECT_EQ(a.confidence, b.confidence);
+    for (float c : a.confidence) EXPECT_TRUE(c > 0 && c < 1);
+    const auto max_diff = [](const DSparkModel::Block& x, const DSparkModel::Block& y) {
+        double m = 0;
+        for (size_t i = 0; i < x.logits.size(); ++i) m = std::max(m, double(std::fabs(x.logits[i] - y.logits[i])));
+        return m;
+    };
+    // a causal mask: row 0 sees no mask rows, so row 0 could only agree if the block's other rows did not matter
+    const auto causal = run(good, true);
+    EXPECT_GT(max_diff(a, causal), 1e-3);
+    EXPECT_NE(a.drafts, causal.drafts);
+    // the wrong taps: each layer's tap moved one layer on (the last one back)
+    std::vector<int64_t> wrong = good;
+    for (auto& t : wrong) t = t + 1 < model->info().num_hidden_layers ? t + 1 : t - 1;
+    const auto off = run(wrong, false);
+    EXPECT_GT(max_diff(a, off), 1e-3);
+    EXPECT_NE(a.drafts, off.drafts);
+}
+
+// What is tapped: the raw running sum after the layer. On this target (5 layers, AttnRes blocks of 12) the only
+// block snapshot is the embedding, so the logits are lm_head(norm(AttnRes([embedding, p_last]))) with p_last the
+// last layer's tap: recomputing them here from the tap checks that it is the sum after the layer's FFN, unblended.
+TEST(DSpark, LastLayerTapReproducesTheLogits) {
+    auto model = load_model(dirs().target.string());
+    const int64_t n_layers = model->info().num_hidden_layers, d = model->info().hidden_size;
+    const int64_t V = model->info().vocab_size;
+    model->set_hidden_taps({n_layers - 1});
+    const auto ids = prompt();
+    auto seq = model->new_sequence();
+    SequenceState* seqs[] = {seq.get()};
+    Batch b;
+    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, true);
+    std::vector<float> logits;
+    model->forward(b, seqs, logits);
+    Checkpoint ck(dirs().target.string());
+    const std::string g = "language_model.model.";
+    const auto embed = load_f32(ck, g + "embed_tokens.weight", {V, d});
+    const auto head = load_f32(ck, "language_model.lm_head.weight", {V, d});
+    const auto norm = load_f32(ck, g + "norm.weight", {d});
+    const auto res_norm = load_f32(ck, g + "output_attn_res_norm.weight", {d});
+    const auto res_proj = load_f32(ck, g + "output_attn_res_proj.weight", {1, d});
+    double worst = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const float* v[2] = {embed.data() + size_t(ids[i]) * size_t(d), seq->taps().row(int64_t(i))};
+        double score[2];
+        for (int j = 0; j < 2; ++j) {
+            double dot = 0, ss = 0;
+            for (int64_t k = 0; k < d; ++k) {
+                dot += double(v[j][k]) * res_norm[size_t(k)] * res_proj[size_t(k)];
+                ss += double(v[j][k]) * v[j][k];
+            }
+            score[j] = dot / std::sqrt(ss / double(d) + 1e-5);
+        }
+        const double m = std::max(score[0], score[1]);
+        const double p0 = std::exp(score[0] - m) / (std::exp(score[0] - m) + std::exp(score[1] - m));
+        std::vector<double> out(static_cast<size_t>(d));
+        double ss = 0;
+        for (int64_t k = 0; k < d; ++k) {
+            out[size_t(k)] = p0 * v[0][k] + (1 - p0) * v[1][k];
+            ss += out[size_t(k)] * out[size_t(k)];
+        }
+        const double r = 1.0 / std::sqrt(ss / double(d) + 1e-5);
+        double big = 0, diff = 0;
+        for (int64_t t = 0; t < V; ++t) {
+            double z = 0;
+            for (int64_t k = 0; k < d; ++k) z += head[size_t(t * d + k)] * out[size_t(k)] * r * norm[size_t(k)];
+            big = std::max(big, std::fabs(z));
+            diff = std::max(diff, std::fabs(z - logits[i * size_t(V) + size_t(t)]));
+        }
+        worst = std::max(worst, diff / big);
+    }
+    EXPECT_LT(worst, 1e-4);
+}
+
+TEST(DSpark, LoadErrorsNameTheField) {
+    EXPECT_EQ(load_error(dirs().dspark), "");
+    EXPECT_NE(load_error(edited("ids", [](json& c) { c["target_layer_ids"] = {0, 1, 5}; }))
+                  .find("field 'target_layer_ids' entry 5 is outside the target's layers [0, 5)"),
+              std::string::npos);
+    EXPECT_NE(load_error(edited("hidden", [](json& c) { c["hidden_size"] = int64_t(c["hidden_size"]) + 32; }))
+                  .find("field 'hidden_size'"),
+              std::string::npos);
+    EXPECT_NE(load_error(edited("target_hidden", [](json& c) { c["target_hidden_size"] = 7168; }))
+                  .find("field 'target_hidden_size' 7168"),
+              std::string::npos);
+    EXPECT_NE(load_error(edited("vocab", [](json& c) { c["vocab_size"] = 163840; })).find("field 'vocab_size' 163840"),
+              std::string::npos);
+    EXPECT_NE(load_error(edited("mask", [](json& c) { c["mask_token_id"] = 163837; })).find("field 'mask_token_id'"),
+              std::string::npos);
+    // one layer more than the file holds: the first missing tensor is named
+    EXPECT_NE(load_error(edited("layers", [](json& c) { c["num_hidden_layers"] = 6; }))
+                  .find("tensor 'layers.5.input_layernorm.weight' not found"),
+              std::string::npos);
+    EXPECT_TRUE(is_dspark_checkpoint(dirs().dspark.string()));
+    EXPECT_FALSE(is_dspark_checkpoint(dirs().target.string()));
+    auto target = load_model(dirs().target.string());
+    EXPECT_THROW(target->set_hidden_taps({0, 5}), Error);
+}
