@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Speculative vs plain decoding in one run: `sluice generate --json` on the same target under the same memory budget
-for the target (experts streamed from disk), plain, with prompt-lookup drafts and with a draft model, on a repetitive
-prompt and on ordinary text. Prints tokens per verify pass, expert bytes the target read per decoded token, decode
+for the target (experts streamed from disk), plain, with prompt-lookup drafts and with a draft model (each with the
+pays-off gate off and on: --draft-gate), on a repetitive prompt, on ordinary text and on random words. Prints tokens per verify pass, expert bytes the target read per decoded token, decode
 tok/s (median of --repeat runs; each run is a fresh process, so the expert cache starts cold), and checks that every
 speculative run printed exactly the plain run's ids.
 
-    python3 bench/speculative.py --sluice build/release/apps/sluice/sluice \
+    python3 bench/speculative.py --sluice build/release/bin/sluice \
         --target models/sluice-k2-tiny --draft models/sluice-k2-tiny-draft
 
 The draft model's share (--draft-memory) is added on top of the target's --memory, so the target's budget, and with
@@ -14,6 +14,7 @@ is all it read in the run, prefill included). KB/token counts the target's exper
 (prefill excluded) per token after the first; prefetched experts count when read, used or not."""
 import argparse
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -24,6 +25,10 @@ PROMPTS = {
                    + "The ark was three hundred"),
     # ordinary text the model has not seen verbatim
     "ordinary": "A programmer who reads the manual before asking a question is",
+    # random words (a fixed draw): nothing to look up, little for a draft model to predict; the gate must keep the
+    # loss small here
+    "random": " ".join(random.Random(7).choice(["cubit", "lantern", "seven", "quietly", "harbour", "of", "vex",
+                                                 "marble", "tomorrow", "jargon", "fig", "north"]) for _ in range(24)),
 }
 
 
@@ -57,12 +62,14 @@ def main():
     total = parse_size(args.memory) + parse_size(args.draft_memory)
     configs = [("plain", [])]
     for k in args.draft_tokens.split(","):
-        configs.append((f"lookup k={k}", ["--speculative", k]))
-        configs.append((f"draft k={k}", ["--speculative", k, "--draft-model", args.draft, "--memory", str(total),
-                                          "--draft-memory", args.draft_memory]))
+        for gate in ("off", "on"):
+            g = ["--draft-gate", gate]
+            configs.append((f"lookup k={k} {gate}", ["--speculative", k] + g))
+            configs.append((f"draft k={k} {gate}", ["--speculative", k, "--draft-model", args.draft, "--memory",
+                                                    str(total), "--draft-memory", args.draft_memory] + g))
     print(f"target {args.target}, draft {args.draft}; target budget {args.memory}, draft {args.draft_memory}; "
           f"{args.tokens} tokens, median of {args.repeat} runs, {args.threads} thread(s) {args.extra}")
-    print(f"{'prompt':<11} {'drafter':<13} {'tok/verify':>10} {'accepted':>9} {'KB/token':>9} {'tok/s':>8} "
+    print(f"{'prompt':<11} {'drafter':<17} {'tok/verify':>10} {'accepted':>9} {'KB/token':>9} {'tok/s':>8} "
           f"{'vs plain':>8} {'draft ms':>8} {'draft KB':>8}  same ids")
     failed = False
     for pname, text in PROMPTS.items():
@@ -84,7 +91,7 @@ def main():
             kb = statistics.median(r.get("decode_expert_bytes_per_token", 0) for r in runs) / 1024
             dms = statistics.median(r["draft_ms"] for r in runs) if "draft_ms" in j else 0
             dkb = j.get("draft_expert_bytes_read", 0) / 1024
-            print(f"{pname:<11} {name:<13} {per_pass:>10.2f} {acc:>9} {kb:>9.1f} {tps:>8.1f} {tps / plain_tps:>7.2f}x "
+            print(f"{pname:<11} {name:<17} {per_pass:>10.2f} {acc:>9} {kb:>9.1f} {tps:>8.1f} {tps / plain_tps:>7.2f}x "
                   f"{dms:>8.1f} {dkb:>8.0f}  {'yes' if same else 'NO'}")
     if failed:
         print("error: a speculative run's ids differ from plain greedy", file=sys.stderr)

@@ -113,6 +113,8 @@ void register_batch(CLI::App& app) {
         a->e.apply(eo, lo.prefix_cache_bytes);
         a->b.speculative_tokens = a->e.speculative;
         if (draft) a->b.make_drafter = [d = draft.get()] { return d->drafter(); };
+        a->b.draft_gate = a->e.draft_gate == "on";
+        if (draft) a->b.draft_bytes_per_token = pass_bytes_per_token(draft->model().info());
         if (dspark) a->b.make_drafter = [d = dspark.get()] { return d->drafter(); };
         Engine engine(*model, eo);
         a->b.resume = !a->restart;
@@ -135,10 +137,10 @@ void register_batch(CLI::App& app) {
             const EngineStats es = engine.stats();
             if (a->e.speculative > 0)
                 std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted, %lld decode passes, %lld "
-                             "draft-model passes\n",
+                             "draft-model passes, %lld request steps gated off\n",
                              draft ? "draft_model" : dspark ? "dspark" : "prompt_lookup", (long long)es.drafted,
                              (long long)es.accepted, (long long)es.decode_steps,
-                             (long long)(draft ? draft->stats().forward_passes : 0));
+                             (long long)(draft ? draft->stats().forward_passes : 0), (long long)es.gate_off_steps);
         }
         if (s.status == "cancelled") {
             std::fprintf(stderr, "batch: interrupted; run the same command again to resume\n");

@@ -78,7 +78,7 @@ void write_session(const std::string& path, const Session& s) {
 void register_generate(CLI::App& app) {
     struct Args {
         ModelArgs m;
-        std::string ids, prompt, draft_model, draft_memory, session;
+        std::string ids, prompt, draft_model, draft_memory, session, draft_gate = "on";
         int64_t n = 16, chunk = 512;
         float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
         int64_t top_k = 0, speculative = 0;
@@ -106,6 +106,11 @@ void register_generate(CLI::App& app) {
                     "verify up to N draft tokens per forward pass, from prompt lookup or --draft-model (greedy "
                     "only; same output, fewer passes when drafts are right; 0 = off)")
         ->check(non_negative());
+    sub->add_option("--draft-gate", a->draft_gate,
+                    "on: verify only as many drafts (up to --speculative) as the acceptance so far and the bytes a "
+                    "pass reads say pay, none while none do (probing again later); off: always N")
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
     sub->add_option("--draft-model", a->draft_model,
                     "draft with this model (same tokenizer as -m, checked at load) instead of prompt lookup; needs "
                     "--speculative N. A Kimi K3 DSpark drafter folder (model_type k3_dspark) is detected: it drafts "
@@ -193,6 +198,8 @@ void register_generate(CLI::App& app) {
         if (a->speculative > 0) {
             SpeculativeOptions so;
             so.draft_tokens = a->speculative;
+            so.gate = a->draft_gate == "on";
+            if (draft) so.draft_bytes_per_token = pass_bytes_per_token(draft->model().info());
             if (draft) so.drafter = draft->drafter();
             if (dspark) so.drafter = dspark->drafter();
             r = generate_speculative(*model, prompt_ids, opt, so, &spec_stats, on_token);
@@ -220,11 +227,12 @@ void register_generate(CLI::App& app) {
         // tokens per verify pass: the decode passes' tokens (kept drafts + one each); the first came from the prefill
         const double per_pass = spec_stats.forward_passes > 0 ? double(steps) / double(spec_stats.forward_passes) : 0;
         if (a->m.stats && a->speculative > 0)
-            std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted (%.1f%%), %.2f tokens per verify pass\n",
+            std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted (%.1f%%), %.2f tokens per verify pass; "
+                         "%lld passes drafted nothing (the gate)\n",
                          drafter_name, (long long)spec_stats.drafted,
                          (long long)spec_stats.accepted,
                          spec_stats.drafted > 0 ? 100.0 * double(spec_stats.accepted) / double(spec_stats.drafted) : 0.0,
-                         per_pass);
+                         per_pass, (long long)spec_stats.gate_off_steps);
         if (a->m.stats && draft) {
             const DraftModelStats& ds = draft->stats();
             std::fprintf(stderr, "draft model: %lld calls, %lld forward passes (%lld context tokens fed, %lld resets), "
@@ -256,6 +264,8 @@ void register_generate(CLI::App& app) {
                                     {"drafted", spec_stats.drafted},
                                     {"accepted", spec_stats.accepted},
                                     {"tokens_per_verify_pass", per_pass},
+                                    {"gate_off_steps", spec_stats.gate_off_steps},
+                                    {"gate", a->draft_gate},
                                     {"drafter", drafter_name}};
             // flat keys: clients find the object as the last '{' of stdout when not speculating
             if (draft) {

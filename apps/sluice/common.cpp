@@ -132,6 +132,16 @@ void add_engine_args(CLI::App* sub, EngineArgs& a) {
                     "gets its own draft state; needs --speculative N");
     sub->add_option("--draft-memory", a.draft_memory,
                     "the draft model's share of --memory (default: a quarter); the target gets the rest");
+    sub->add_option("--draft-gate", a.draft_gate,
+                    "on: each request verifies only as many drafts (up to --speculative) as its own acceptance and "
+                    "the bytes a pass reads say pay, none while none do (probing again later); off: always N")
+        ->check(CLI::IsMember({"on", "off"}))
+        ->capture_default_str();
+}
+
+double pass_bytes_per_token(const ModelInfo& info) {
+    return double(info.spine_bytes) +
+           double(info.n_moe_layers) * double(info.num_experts_per_tok) * double(info.expert_bytes);
 }
 
 DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const std::string& draft_memory,

@@ -51,6 +51,7 @@ struct EngineArgs {
     std::string state_dir_size = "10G";
     std::string draft_model;            // drafts from this model instead of prompt lookup (with --speculative)
     std::string draft_memory;           // its share of --memory; empty: a quarter
+    std::string draft_gate = "on";      // on: each request drafts only as far as it pays (runtime/draft_gate.h)
     // Sets EngineOptions' prefix cache and state directory fields from these arguments.
     void apply(EngineOptions& eo, uint64_t prefix_cache_bytes) const;
     // auto: an eighth of the memory budget, at most 512 MiB (512 MiB without a budget)
@@ -66,6 +67,10 @@ struct DraftPlan {
     LoadOptions load;   // the draft's options (its budget share; the target's reader, policy and sequences)
     bool dspark = false;
 };
+// Bytes one decode pass of `info`'s model reads (the spine, and top-k experts per MoE layer): a draft model's cost
+// per drafted token, for the speculative gate.
+double pass_bytes_per_token(const ModelInfo& info);
+
 DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const std::string& draft_memory,
                      int64_t speculative);
 std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& target, const std::string& target_dir,

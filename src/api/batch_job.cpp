@@ -184,6 +184,8 @@ BatchSummary run_batch(Engine& engine, const tok::Tokenizer& tok, const ChatTemp
     ModelContext ctx = make_model_context(engine, tok, chat_template, o.model_id, o.default_max_tokens);
     ctx.speculative_tokens = o.speculative_tokens;
     ctx.make_drafter = o.make_drafter;
+    ctx.draft_gate = o.draft_gate;
+    ctx.draft_bytes_per_token = o.draft_bytes_per_token;
     BatchValidation input;
     {
         std::ifstream in(o.input_path, std::ios::binary);

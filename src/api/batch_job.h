@@ -43,6 +43,8 @@ struct BatchOptions {
     int64_t default_max_tokens = 1024;  // completion tokens when a request sets no limit
     int64_t speculative_tokens = 0;     // > 0: requests draft this many tokens per step
     std::function<Drafter()> make_drafter;  // set: each request's drafter (a draft model's), else prompt lookup
+    bool draft_gate = true;                 // RequestParams::draft_gate for every drafting request
+    double draft_bytes_per_token = 0;       // the drafter's bytes per drafted token (a draft model's pass)
     bool continue_on_invalid = false;   // invalid lines go to the error file instead of failing the job
     bool resume = true;                 // skip custom_ids already in the output or error file
     int64_t max_inflight = 0;           // requests submitted to the engine at once (0: 2 x the engine's sequences)

@@ -74,6 +74,8 @@ struct ModelContext {
     int64_t default_max_tokens = 0;          // when the request gives none: what is left of the context, capped here
     int64_t speculative_tokens = 0;          // > 0: greedy requests draft this many tokens per step (serve --speculative)
     std::function<Drafter()> make_drafter;   // set: drafts from a draft model, one drafter per choice; else prompt lookup
+    bool draft_gate = true;                  // drafting requests get RequestParams::draft_gate
+    double draft_bytes_per_token = 0;        // ... and this drafter cost
     std::shared_ptr<LazyTokenTrie> token_trie = std::make_shared<LazyTokenTrie>();  // copies share it
     std::shared_ptr<LazyTokenTrie> tool_token_trie = std::make_shared<LazyTokenTrie>(tool_call_markers());
     bool turn_cache_points = false;          // chat prompts carry their turn boundaries (api/turn_boundaries.h)

@@ -466,6 +466,8 @@ ParsedRequest parse_impl(Endpoint endpoint, const ojson& body, const ModelContex
                 "invalid_value");
         if (!refused) q.draft_tokens = ctx.speculative_tokens;
         if (q.draft_tokens > 0) r.make_drafter = ctx.make_drafter;
+        q.draft_gate = ctx.draft_gate;
+        q.draft_bytes_per_token = ctx.draft_bytes_per_token;
     }
 
     if (const ojson* v = field(body, "response_format")) q.constraint = parse_response_format(*v, ctx);

@@ -82,6 +82,8 @@ struct Server::Impl {
         ctx = make_model_context(engine, tok, chat_template, opt.model_id, opt.default_max_tokens);
         ctx.speculative_tokens = opt.speculative_tokens;
         ctx.make_drafter = opt.make_drafter;
+        ctx.draft_gate = opt.draft_gate;
+        ctx.draft_bytes_per_token = opt.draft_bytes_per_token;
         http::ServerOptions h;
         h.host = opt.host;
         h.port = opt.port;

@@ -41,6 +41,8 @@ struct ServerOptions {
     int64_t default_max_tokens = 2048;  // completion tokens when a request gives no limit
     int64_t speculative_tokens = 0;     // > 0: requests draft this many tokens per step
     std::function<Drafter()> make_drafter;  // set: each request's drafter (a draft model's), else prompt lookup
+    bool draft_gate = true;                 // RequestParams::draft_gate for every drafting request
+    double draft_bytes_per_token = 0;       // the drafter's bytes per drafted token (a draft model's pass)
     int64_t request_timeout_s = 3600;   // a request still running after this is cancelled
     int64_t ping_interval_s = 15;       // SSE keep-alive comment while nothing else is sent
     int64_t max_waiting = 256;          // requests queued beyond the running ones; more get 503

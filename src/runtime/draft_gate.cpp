@@ -49,6 +49,8 @@ int64_t DraftGate::best_at(double a) const {
 int64_t DraftGate::best_length() const { return best_at(acceptance()); }
 
 int64_t DraftGate::next() {
+    if (verifies_ < kWarmupVerifies)
+        return std::max<int64_t>(1, std::min(max_drafts_, std::max(best_length(), best_at(0.5))));
     if (!off_) {
         const int64_t k = best_length();
         if (k > 0) return k;
@@ -67,6 +69,7 @@ int64_t DraftGate::next() {
 
 void DraftGate::record(int64_t drafted, int64_t accepted) {
     SLUICE_ASSERT(drafted > 0 && accepted >= 0 && accepted <= drafted, "draft gate: ", accepted, " of ", drafted);
+    ++verifies_;
     successes_ = successes_ * kForget + double(accepted);
     failures_ = failures_ * kForget + (accepted < drafted ? 1.0 : 0.0);
     if (off_ && best_length() > 0) {  // a probe that paid: back on, and the next fall starts the waits afresh

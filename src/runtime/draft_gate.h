@@ -9,7 +9,8 @@
 // rejection one failure), with a prior of one success and one failure, and older verifies weighing less.
 //
 // The gate picks the k in [0, max_drafts] with the most tokens per byte; 0 when no length gains at least
-// `min_gain` over plain decoding. While off it probes again (one verify at the best length it would choose with the
+// `min_gain` over plain decoding. The first kWarmupVerifies steps verify at least one draft whatever the prior says,
+// so a request learns its drafter's acceptance before judging it. While off it probes again (one verify at the best length it would choose with the
 // prior's optimism), first after `probe_after` steps, doubling after every probe that fails to turn it back on.
 //
 // Everything the gate sees is the request's own history and the model's configuration — never timings or what else
@@ -32,6 +33,7 @@ struct DraftCost {
 
 class DraftGate {
 public:
+    static constexpr int64_t kWarmupVerifies = 3;
     DraftGate(DraftCost cost, int64_t max_drafts, double min_gain = 1.03, int64_t probe_after = 16);
 
     // Drafts to verify at this decode step (may be 0). Call once per decode step.
@@ -56,6 +58,7 @@ private:
     bool off_ = false;
     int64_t wait_ = 0, probe_after_, next_probe_after_;
     int64_t steps_off_ = 0;
+    int64_t verifies_ = 0;
 };
 
 }  // namespace sluice

@@ -125,12 +125,15 @@ GenerateResult generate_speculative(Model& model, std::span<const int32_t> promp
     p.ngram_min = spec.ngram_min;
     p.ngram_max = spec.ngram_max;
     p.drafter = spec.drafter;
+    p.draft_gate = spec.gate;
+    p.draft_bytes_per_token = spec.draft_bytes_per_token;
     EngineStats es;
     GenerateResult r = generate_with(model, prompt, opt, std::move(p), on_token, &es);
     if (stats) {
         stats->forward_passes = es.decode_steps;
         stats->drafted = es.drafted;
         stats->accepted = es.accepted;
+        stats->gate_off_steps = es.gate_off_steps;
     }
     return r;
 }

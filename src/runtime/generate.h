@@ -45,12 +45,15 @@ struct SpeculativeOptions {
     int64_t ngram_max = 4;     // longest context suffix looked up
     int64_t ngram_min = 1;     // shortest
     Drafter drafter;           // empty: prompt lookup (lookup_draft)
+    bool gate = false;         // RequestParams::draft_gate: draft only as far as it pays (runtime/draft_gate.h)
+    double draft_bytes_per_token = 0;  // the drafter's own bytes per drafted token (for the gate)
 };
 
 struct SpeculativeStats {
     int64_t forward_passes = 0;  // decode passes (prefill not counted)
     int64_t drafted = 0;         // draft tokens verified
     int64_t accepted = 0;        // ... of which were kept
+    int64_t gate_off_steps = 0;  // decode passes that drafted nothing because the gate said it would not pay
 };
 
 // generate() for temperature 0 with drafts verified in each decode pass: the same ids and stop reasons on every

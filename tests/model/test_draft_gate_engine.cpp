@@ -62,7 +62,7 @@ Model* DraftGateEngine::model_ = nullptr;
 
 // Proposes tokens that greedy decoding never picks next: the context's last token + 1, over and over.
 Drafter wrong(int64_t vocab) {
-    return [vocab](std::span<const int32_t> ctx, int64_t k) {
+    return [vocab](std::span<const int32_t> ctx, int64_t k, const SequenceState*) {
         return std::vector<int32_t>(size_t(k), int32_t((ctx.back() + 1) % vocab));
     };
 }
@@ -91,7 +91,8 @@ TEST_F(DraftGateEngine, LandingDraftsStayOn) {
     const auto truth = test::reference_generate(*model_, base.prompt, base.max_new_tokens, false).ids;
     const size_t n_prompt = base.prompt.size();
     RequestParams p = base;
-    p.drafter = [truth, n_prompt](std::span<const int32_t> ctx, int64_t k) {  // the true continuation
+    // the true continuation
+    p.drafter = [truth, n_prompt](std::span<const int32_t> ctx, int64_t k, const SequenceState*) {
         std::vector<int32_t> d;
         for (size_t i = ctx.size() - n_prompt; i < truth.size() && int64_t(d.size()) < k; ++i) d.push_back(truth[i]);
         return d;

@@ -91,6 +91,16 @@ TEST(DraftGate, ExpensiveRowsNeedMoreAcceptance) {
     EXPECT_GT(cheap.gain(cheap.best_length()), costly.gain(costly.best_length()));
 }
 
+TEST(DraftGate, VerifiesAFewTimesBeforeJudging) {
+    DraftCost pricey = k3();
+    pricey.draft_bytes_per_token = 500e9;  // a drafter far costlier than the target: the prior alone says never
+    DraftGate g(pricey, 4);
+    EXPECT_EQ(g.best_length(), 0);
+    const auto lengths = drive(g, DraftGate::kWarmupVerifies + 1, 1000);  // every draft right, still too costly
+    for (int64_t i = 0; i < DraftGate::kWarmupVerifies; ++i) EXPECT_GE(lengths[size_t(i)], 1) << i;
+    EXPECT_EQ(lengths.back(), 0);
+}
+
 TEST(DraftGate, SameHistorySameChoices) {
     DraftGate a(k3(), 5), b(k3(), 5);
     std::vector<int64_t> la, lb;
