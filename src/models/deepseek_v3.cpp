@@ -18,6 +18,7 @@
 #include "models/model_info.h"
 #include "models/architectures.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -179,13 +180,13 @@ public:
             size_t j = 0;
             for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->latent(il);
             mla_forward(mla_, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, pool_, arena_);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
             sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source, h, n, d,
                                     y, pool_, arena_);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 

@@ -16,6 +16,7 @@
 #include "models/forward_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -117,11 +118,7 @@ struct Layer {
     Weight gate_up_bias, down_bias;
 };
 
-void add_bias(float* y, const float* b, int64_t w, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < w; ++j) y[i * w + j] += b[j];
-}
-void add_bias(float* y, const std::vector<float>& b, int64_t n) { add_bias(y, b.data(), int64_t(b.size()), n); }
+void add_bias(float* y, const std::vector<float>& b, int64_t n) { ops::add_bias(y, b.data(), n, int64_t(b.size())); }
 
 class GptOssModel : public Model {
 public:
@@ -184,10 +181,10 @@ public:
             const Layer& L = layers_[size_t(il)];
             ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
             attention(il, L, h, n, batch.positions.data(), rows_of, seqs, y);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
             moe(il, L, h, n, y);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
@@ -344,13 +341,10 @@ private:
             ops::matmul(w.gate, xs, m, gu, pool_);
             ops::dequantize_row(L.gate_up_bias, e, bias_gu);
             ops::dequantize_row(L.down_bias, e, bias_d);
-            for (int64_t j = 0; j < m; ++j) {
-                float* g = gu + j * 2 * I;
-                for (int64_t i = 0; i < 2 * I; ++i) g[i] += bias_gu[i];
-                ops::glu(act, g, g + 1, 2, I, hmid + j * I);
-            }
+            ops::add_bias(gu, bias_gu, m, 2 * I);
+            for (int64_t j = 0; j < m; ++j) ops::glu(act, gu + j * 2 * I, gu + j * 2 * I + 1, 2, I, hmid + j * I);
             ops::matmul(w.down, hmid, m, ys, pool_);
-            add_bias(ys, bias_d, d, m);
+            ops::add_bias(ys, bias_d, m, d);
         };
         moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, pool_, arena_);
     }

@@ -13,6 +13,7 @@
 #include "models/forward_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -144,7 +145,7 @@ public:
             size_t j = 0;
             for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->kv(il);
             gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, pool_, arena_);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
@@ -153,7 +154,7 @@ public:
             } else {
                 swiglu_forward(L.mlp, h, n, y, pool_, arena_);
             }
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 

@@ -15,6 +15,7 @@
 #include "models/kimi_layout.h"
 #include "models/model_info.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -162,7 +163,7 @@ public:
             if (snapshot)
                 std::copy_n(y, n * d, p);
             else
-                for (int64_t i = 0; i < n * d; ++i) p[i] += y[i];
+                ops::add(p, y, n * d, p);
             attn_res(p, blocks, L.mlp_res, n, d, eps, t);
             ops::rms_norm(t, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
@@ -183,11 +184,11 @@ public:
                 });
                 if (!L.latent_norm.empty()) ops::rms_norm(yl, L.latent_norm.data(), n, lat, eps, yl);
                 ops::matmul(L.latent_up, yl, n, y, pool_);
-                for (int64_t i = 0; i < n * d; ++i) y[i] += t[i];
+                ops::add(y, t, n * d, y);
             } else {
                 swiglu_forward(L.mlp, h, n, y, pool_, arena_, c.act);
             }
-            for (int64_t i = 0; i < n * d; ++i) p[i] += y[i];
+            ops::add(p, y, n * d, p);
         }
         append_rows(batch, seqs, rows_of);
         attn_res(p, blocks, out_res_, n, d, eps, t);

@@ -14,6 +14,7 @@
 #include "models/kimi_layout.h"
 #include "models/model_info.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -134,12 +135,12 @@ public:
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
                 kda_forward(kda_, L.kda, h, n, sr, y, pool_, arena_, form_);
             }
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
             sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source,
                                     h, n, d, y, pool_, arena_);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
