@@ -10,6 +10,7 @@
 #include "models/blocks/moe.h"
 #include "models/blocks/rope.h"
 #include "models/expert_setup.h"
+#include "models/moe_model.h"
 #include "models/forward_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
@@ -48,10 +49,10 @@ std::vector<ExpertWeights> bind_experts(const Checkpoint& ck, const std::string&
     return out;
 }
 
-class GqaMoeModel : public Model {
+class GqaMoeModel : public MoeModel {
 public:
     GqaMoeModel(const std::string& dir, const GqaMoeConfig& cfg, const GqaMoeNames& nm, const LoadOptions& opt)
-        : ck_(dir), cfg_(cfg), pool_(opt.n_threads) {
+        : MoeModel(opt), ck_(dir), cfg_(cfg) {
         const auto& c = cfg_;
         const int64_t d = c.hidden_size, D = c.attn.head_dim;
         cfg_.attn.hidden_size = d;
@@ -105,24 +106,15 @@ public:
         router_.top_k = c.top_k;
         router_.norm_topk_prob = c.norm_topk_prob;
         fill_info();
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());
             append_matrices(m, L.mlp.matrices());
         }
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
-                                 [&](int64_t rows) { return gqa_moe_activation_bytes(cfg_, rows); }, std::move(spine));
-        info_.expert_bytes = experts_.expert_bytes;
-        arena_.reserve(activation_bytes(opt.max_pass_rows));
+        finish_loading(ck_, std::move(experts), opt, info_.spine_bytes,
+                       [&](int64_t rows, bool) { return gqa_moe_activation_bytes(cfg_, rows); },
+                       std::move(spine));
     }
-
-    const ModelInfo& info() const override { return info_; }
-    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
-    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
-    SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
-
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
 
     void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
         const auto& c = cfg_;
@@ -130,11 +122,11 @@ public:
         const float eps = float(c.rms_norm_eps);
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        ScratchArena::Scope pass(arena_);
-        float* x = arena_.f32(n * d);
-        float* h = arena_.f32(n * d);
-        float* y = arena_.f32(n * d);
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
+        auto pass = ctx_.begin_pass(n);
+        float* x = ctx_.arena().f32(n * d);
+        float* h = ctx_.arena().f32(n * d);
+        float* y = ctx_.arena().f32(n * d);
+        embed_rows(embed_, batch, d, x);
 
         std::vector<GqaSeqRows> seq_rows;
         for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
@@ -144,26 +136,25 @@ public:
             ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
             size_t j = 0;
             for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->kv(il);
-            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, pool_, arena_);
+            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx_.pool(), ctx_.arena());
             ops::add(x, y, n * d, x);
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_softmax(router_, L.router, h, n, pool_, arena_);
-                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, pool_, arena_);
+                Routing r = route_softmax(router_, L.router, h, n, ctx_.pool(), ctx_.arena());
+                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, ctx_.pool(), ctx_.arena());
             } else {
-                swiglu_forward(L.mlp, h, n, y, pool_, arena_);
+                swiglu_forward(L.mlp, h, n, y, ctx_.pool(), ctx_.arena());
             }
             ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, pool_, arena_, logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx_.pool(), ctx_.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override { return gqa_moe_activation_bytes(cfg_, rows); }
-    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     void fill_info() {
@@ -185,16 +176,11 @@ private:
 
     Checkpoint ck_;
     GqaMoeConfig cfg_;
-    ThreadPool pool_;
-    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     Rope rope_;
     RouterParams router_;
     Weight embed_, lm_head_;
     std::vector<float> norm_;
     std::vector<Layer> layers_;
-    std::shared_ptr<const StateLayout> layout_;
-    ExpertSetup experts_;
-    ModelInfo info_;
 };
 
 }  // namespace
