@@ -128,19 +128,10 @@ public:
         const auto& c = cfg_;
         const int64_t d = c.hidden_size;
         rope_ = Rope(c.rope, c.head_dim);
-        {
-            auto layout = std::make_shared<StateLayout>();
-            for (int64_t l = 0; l < c.num_hidden_layers; ++l) layout->add_kv(kv_width());
-            layout_ = std::move(layout);
-        }
+        layout_ = gqa_state_layout(c.num_hidden_layers, kv_width());
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
-        if (ck_.has("lm_head.weight"))
-            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
-        else if (c.tie_word_embeddings)
-            lm_head_ = embed_;
-        else
-            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+        lm_head_ = bind_lm_head(ck_, dir, embed_, c.vocab_size, d, c.tie_word_embeddings);
 
         std::vector<std::vector<ExpertWeights>> experts(static_cast<size_t>(c.num_hidden_layers));
         uint64_t resident_bias_bytes = 0;
@@ -157,31 +148,32 @@ public:
                        std::move(spine));
     }
 
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        auto pass = ctx_.begin_pass(n);
-        float* x = ctx_.arena().f32(n * d);
-        float* h = ctx_.arena().f32(n * d);
-        float* y = ctx_.arena().f32(n * d);
+        auto pass = ctx.begin_pass(n);
+        float* x = ctx.arena().f32(n * d);
+        float* h = ctx.arena().f32(n * d);
+        float* y = ctx.arena().f32(n * d);
         embed_rows(embed_, batch, d, x);
         const float eps = float(c.rms_norm_eps);
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
             ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
-            attention(il, L, h, n, batch.positions.data(), rows_of, seqs, y);
+            attention(ctx, il, L, h, n, batch.positions.data(), rows_of, seqs, y);
             ops::add(x, y, n * d, x);
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
-            moe(il, L, h, n, y);
+            moe(ctx, il, L, h, n, y);
             ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, ctx_.pool(), ctx_.arena(), logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override { return activation_bytes_of(cfg_, rows); }
@@ -244,18 +236,18 @@ private:
         return L;
     }
 
-    void attention(int64_t il, const Layer& L, const float* x, int64_t n, const int64_t* positions,
+    void attention(ExecContext& ctx, int64_t il, const Layer& L, const float* x, int64_t n, const int64_t* positions,
                    const std::map<int32_t, std::vector<int64_t>>& rows_of, std::span<SequenceState* const> seqs,
                    float* out) {
         const auto& c = cfg_;
         const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, hd = c.head_dim, kvw = kv_width();
-        ScratchArena::Scope scope(ctx_.arena());
-        float* q = ctx_.arena().f32(n * H * hd);
-        float* k = ctx_.arena().f32(n * kvw);
-        float* v = ctx_.arena().f32(n * kvw);
-        ops::matmul(L.q_proj, x, n, q, ctx_.pool());
-        ops::matmul(L.k_proj, x, n, k, ctx_.pool());
-        ops::matmul(L.v_proj, x, n, v, ctx_.pool());
+        ScratchArena::Scope scope(ctx.arena());
+        float* q = ctx.arena().f32(n * H * hd);
+        float* k = ctx.arena().f32(n * kvw);
+        float* v = ctx.arena().f32(n * kvw);
+        ops::matmul(L.q_proj, x, n, q, ctx.pool());
+        ops::matmul(L.k_proj, x, n, k, ctx.pool());
+        ops::matmul(L.v_proj, x, n, v, ctx.pool());
         add_bias(q, L.q_bias, n);
         add_bias(k, L.k_bias, n);
         add_bias(v, L.v_bias, n);
@@ -271,10 +263,10 @@ private:
         ap.scale = float(1.0 / std::sqrt(double(hd)));
         ap.sinks = L.sinks.data();
         ap.window = L.window;
-        float* o = ctx_.arena().f32(n * H * hd);  // every row belongs to one sequence: all written
-        float* qs = ctx_.arena().f32(n * H * hd);
-        float* os = ctx_.arena().f32(n * H * hd);
-        auto* pos = static_cast<int64_t*>(ctx_.arena().carve(uint64_t(n) * sizeof(int64_t)));
+        float* o = ctx.arena().f32(n * H * hd);  // every row belongs to one sequence: all written
+        float* qs = ctx.arena().f32(n * H * hd);
+        float* os = ctx.arena().f32(n * H * hd);
+        auto* pos = static_cast<int64_t*>(ctx.arena().carve(uint64_t(n) * sizeof(int64_t)));
         for (const auto& [s, rows] : rows_of) {
             KvCache& cache = seqs[size_t(s)]->kv(il);
             const int64_t m = int64_t(rows.size());
@@ -285,19 +277,19 @@ private:
                 std::copy_n(q + r * H * hd, H * hd, qs + j * H * hd);
                 pos[j] = p;
             }
-            ops::attention(ap, qs, m, pos, cache.k.view(), cache.v.view(), os, ctx_.pool());
+            ops::attention(ap, qs, m, pos, cache.k.view(), cache.v.view(), os, ctx.pool());
             for (int64_t j = 0; j < m; ++j) std::copy_n(os + j * H * hd, H * hd, o + rows[size_t(j)] * H * hd);
         }
-        ops::matmul(L.o_proj, o, n, out, ctx_.pool());
+        ops::matmul(L.o_proj, o, n, out, ctx.pool());
         add_bias(out, L.o_bias, n);
     }
 
     // Router: logits = W x + b; top-k on the logits; weights = softmax over the k selected (ascending expert id).
-    Routing route(const Layer& L, const float* x, int64_t n) {
+    Routing route(ExecContext& ctx, const Layer& L, const float* x, int64_t n) {
         const int64_t E = cfg_.num_local_experts, K = cfg_.num_experts_per_tok;
-        ScratchArena::Scope scope(ctx_.arena());
-        float* logits = ctx_.arena().f32(n * E);
-        ops::matmul(L.router, x, n, logits, ctx_.pool());
+        ScratchArena::Scope scope(ctx.arena());
+        float* logits = ctx.arena().f32(n * E);
+        ops::matmul(L.router, x, n, logits, ctx.pool());
         add_bias(logits, L.router_bias, n);
         Routing r;
         r.top_k = K;
@@ -307,37 +299,37 @@ private:
         spec.scoring = ops::RouterSpec::Scoring::TopkSoftmax;
         spec.n_experts = E;
         spec.top_k = K;
-        ops::route(spec, logits, nullptr, n, r.experts.data(), r.weights.data(), ctx_.pool());
+        ops::route(spec, logits, nullptr, n, r.experts.data(), r.weights.data(), ctx.pool());
         return r;
     }
 
     // Clamped SwiGLU expert: gu = W_gu x + b_gu (gate = even, up = odd rows); gate = min(gate, limit),
     // up = clamp(up, -limit, limit); h = (up + 1) * gate * sigmoid(alpha * gate); y = W_d h + b_d.
-    void moe(int64_t il, const Layer& L, const float* x, int64_t n, float* out) {
+    void moe(ExecContext& ctx, int64_t il, const Layer& L, const float* x, int64_t n, float* out) {
         const auto& c = cfg_;
         const int64_t d = c.hidden_size, I = c.intermediate_size;
         ops::GluSpec act;
         act.kind = ops::GluSpec::Kind::ClampedSwiglu;
         act.alpha = c.swiglu_alpha;
         act.limit = c.swiglu_limit;
-        const Routing r = route(L, x, n);
-        ScratchArena::Scope scope(ctx_.arena());
-        float* bias_gu = ctx_.arena().f32(2 * I);
-        float* bias_d = ctx_.arena().f32(d);
-        float* gu = ctx_.arena().f32(n * 2 * I);  // an expert's rows: at most n
-        float* hmid = ctx_.arena().f32(n * I);
+        const Routing r = route(ctx, L, x, n);
+        ScratchArena::Scope scope(ctx.arena());
+        float* bias_gu = ctx.arena().f32(2 * I);
+        float* bias_d = ctx.arena().f32(d);
+        float* gu = ctx.arena().f32(n * 2 * I);  // an expert's rows: at most n
+        float* hmid = ctx.arena().f32(n * I);
         auto expert = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
             SLUICE_CHECK(w.gate.rows == 2 * I && w.gate.cols == d && w.down.rows == d && w.down.cols == I, "layer ", il,
                          " expert ", e, ": weight shapes do not match hidden ", d, " / intermediate ", I);
-            ops::matmul(w.gate, xs, m, gu, ctx_.pool());
+            ops::matmul(w.gate, xs, m, gu, ctx.pool());
             ops::dequantize_row(L.gate_up_bias, e, bias_gu);
             ops::dequantize_row(L.down_bias, e, bias_d);
             ops::add_bias(gu, bias_gu, m, 2 * I);
             for (int64_t j = 0; j < m; ++j) ops::glu(act, gu + j * 2 * I, gu + j * 2 * I + 1, 2, I, hmid + j * I);
-            ops::matmul(w.down, hmid, m, ys, ctx_.pool());
+            ops::matmul(w.down, hmid, m, ys, ctx.pool());
             ops::add_bias(ys, bias_d, m, d);
         };
-        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, ctx_.pool(), ctx_.arena());
+        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, ctx.pool(), ctx.arena());
     }
 
     void fill_info() {
@@ -360,8 +352,6 @@ private:
     Checkpoint ck_;
     GptOssConfig cfg_;
     Rope rope_;
-    Weight embed_, lm_head_;
-    std::vector<float> norm_;
     std::vector<Layer> layers_;
 };
 

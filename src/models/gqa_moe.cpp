@@ -57,20 +57,11 @@ public:
         const int64_t d = c.hidden_size, D = c.attn.head_dim;
         cfg_.attn.hidden_size = d;
         rope_ = Rope(c.rope, D);
-        {
-            auto layout = std::make_shared<StateLayout>();
-            for (int64_t l = 0; l < c.num_hidden_layers; ++l) layout->add_kv(c.attn.kv_width());
-            layout_ = std::move(layout);
-        }
+        layout_ = gqa_state_layout(c.num_hidden_layers, c.attn.kv_width());
 
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
-        if (ck_.has("lm_head.weight"))
-            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
-        else if (c.tie_word_embeddings)
-            lm_head_ = embed_;
-        else
-            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+        lm_head_ = bind_lm_head(ck_, dir, embed_, c.vocab_size, d, c.tie_word_embeddings);
 
         const int64_t E = c.n_experts, qw = c.attn.q_width(), kw = c.attn.kv_width();
         std::vector<std::vector<ExpertWeights>> experts(static_cast<size_t>(c.num_hidden_layers));
@@ -116,16 +107,17 @@ public:
                        std::move(spine));
     }
 
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
         const float eps = float(c.rms_norm_eps);
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        auto pass = ctx_.begin_pass(n);
-        float* x = ctx_.arena().f32(n * d);
-        float* h = ctx_.arena().f32(n * d);
-        float* y = ctx_.arena().f32(n * d);
+        auto pass = ctx.begin_pass(n);
+        float* x = ctx.arena().f32(n * d);
+        float* h = ctx.arena().f32(n * d);
+        float* y = ctx.arena().f32(n * d);
         embed_rows(embed_, batch, d, x);
 
         std::vector<GqaSeqRows> seq_rows;
@@ -136,22 +128,22 @@ public:
             ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
             size_t j = 0;
             for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->kv(il);
-            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx_.pool(), ctx_.arena());
+            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx.pool(), ctx.arena());
             ops::add(x, y, n * d, x);
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_softmax(router_, L.router, h, n, ctx_.pool(), ctx_.arena());
-                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, ctx_.pool(), ctx_.arena());
+                Routing r = route_softmax(router_, L.router, h, n, ctx.pool(), ctx.arena());
+                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, ctx.pool(), ctx.arena());
             } else {
-                swiglu_forward(L.mlp, h, n, y, ctx_.pool(), ctx_.arena());
+                swiglu_forward(L.mlp, h, n, y, ctx.pool(), ctx.arena());
             }
             ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, ctx_.pool(), ctx_.arena(), logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override { return gqa_moe_activation_bytes(cfg_, rows); }
@@ -178,8 +170,6 @@ private:
     GqaMoeConfig cfg_;
     Rope rope_;
     RouterParams router_;
-    Weight embed_, lm_head_;
-    std::vector<float> norm_;
     std::vector<Layer> layers_;
 };
 

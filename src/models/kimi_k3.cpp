@@ -114,18 +114,19 @@ public:
 
     bool recompute_is_exact() const override { return form_ == KdaForm::Recurrent; }
 
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size, lat = c.routed_expert_hidden_size;
         const float eps = float(c.rms_norm_eps);
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         // p: the running sum since the last snapshot; blocks: snapshots of p at layers l % block_size == 0
-        auto pass = ctx_.begin_pass(n);
-        float* p = ctx_.arena().f32(n * d);
-        float* h = ctx_.arena().f32(n * d);
-        float* y = ctx_.arena().f32(n * d);
-        float* t = ctx_.arena().f32(n * d);
+        auto pass = ctx.begin_pass(n);
+        float* p = ctx.arena().f32(n * d);
+        float* h = ctx.arena().f32(n * d);
+        float* y = ctx.arena().f32(n * d);
+        float* t = ctx.arena().f32(n * d);
         std::vector<const float*> blocks;
         embed_rows(embed_, batch, d, p);
         const Rope no_rope;
@@ -138,7 +139,7 @@ public:
                 attn_res(p, blocks, L.attn_res, n, d, eps, t);
             const bool snapshot = il % c.attn_res_block_size == 0;
             if (snapshot) {
-                float* b = ctx_.arena().f32(n * d);  // lives for the rest of the pass
+                float* b = ctx.arena().f32(n * d);  // lives for the rest of the pass
                 std::copy_n(p, n * d, b);
                 blocks.push_back(b);
             }
@@ -146,11 +147,11 @@ public:
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx_.pool(), ctx_.arena());
+                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx.pool(), ctx.arena());
             } else {
                 std::vector<KdaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h, n, sr, y, ctx_.pool(), ctx_.arena(), form_);
+                kda_forward(kda_, L.kda, h, n, sr, y, ctx.pool(), ctx.arena(), form_);
             }
             if (snapshot)
                 std::copy_n(y, n * d, p);
@@ -159,26 +160,26 @@ public:
             attn_res(p, blocks, L.mlp_res, n, d, eps, t);
             ops::rms_norm(t, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx_.pool(), ctx_.arena());
-                ScratchArena::Scope layer(ctx_.arena());
-                float* xl = ctx_.arena().f32(n * lat);
-                float* yl = ctx_.arena().f32(n * lat);
+                Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx.pool(), ctx.arena());
+                ScratchArena::Scope layer(ctx.arena());
+                float* xl = ctx.arena().f32(n * lat);
+                float* yl = ctx.arena().f32(n * lat);
                 // while the routed experts are read: the next layer's look-ahead (this layer's experts are pinned by
                 // then), the down-projection and the shared experts
-                moe_forward(il, r, *experts_.source, nullptr, xl, n, lat, yl, ctx_.pool(), ctx_.arena(), nullptr, c.act, [&] {
+                moe_forward(il, r, *experts_.source, nullptr, xl, n, lat, yl, ctx.pool(), ctx.arena(), nullptr, c.act, [&] {
                     if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
                         const auto& N = layers_[size_t(il + 1)];
-                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx_.pool(),
-                                         ctx_.arena());
+                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx.pool(),
+                                         ctx.arena());
                     }
-                    ops::matmul(L.latent_down, h, n, xl, ctx_.pool());
-                    swiglu_forward(L.shared, h, n, t, ctx_.pool(), ctx_.arena(), c.act);
+                    ops::matmul(L.latent_down, h, n, xl, ctx.pool());
+                    swiglu_forward(L.shared, h, n, t, ctx.pool(), ctx.arena(), c.act);
                 });
                 if (!L.latent_norm.empty()) ops::rms_norm(yl, L.latent_norm.data(), n, lat, eps, yl);
-                ops::matmul(L.latent_up, yl, n, y, ctx_.pool());
+                ops::matmul(L.latent_up, yl, n, y, ctx.pool());
                 ops::add(y, t, n * d, y);
             } else {
-                swiglu_forward(L.mlp, h, n, y, ctx_.pool(), ctx_.arena(), c.act);
+                swiglu_forward(L.mlp, h, n, y, ctx.pool(), ctx.arena(), c.act);
             }
             ops::add(p, y, n * d, p);
         }
@@ -186,7 +187,7 @@ public:
         attn_res(p, blocks, out_res_, n, d, eps, t);
 
         experts_.end_layers();
-        head_logits(t, batch, d, norm_, eps, lm_head_, ctx_.pool(), ctx_.arena(), logits);
+        head_logits(t, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override {
@@ -216,8 +217,6 @@ private:
     KdaConfig kda_;
     MlaConfig mla_;
     RouterParams router_;
-    Weight embed_, lm_head_;
-    std::vector<float> norm_;
     AttnResWeights out_res_;
     std::vector<Layer> layers_;
 };
