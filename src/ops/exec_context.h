@@ -1,8 +1,8 @@
 // What a forward pass runs in: the backend its ops dispatch to, the CPU thread pool they split work over, the
 // scratch arena its activations are carved from (sized once, core/scratch_arena.h), and per-pass statistics.
-// One object, so that where a pass runs is chosen apart from the model's math; today each architecture holds one
-// (models/moe_model.h), built from LoadOptions; the next step (issue 19) is that the runtime makes it and passes it
-// to Model::forward.
+// One object, so that where a pass runs is chosen apart from the model's math: the runtime makes it
+// (make_exec_context in models/model.h: the Engine, a DraftModel, tests) and passes it to Model::forward; the model
+// owns no pool and no arena. The ops still read the backend from the process-wide setting (ops.h).
 #pragma once
 
 #include <cstdint>
