@@ -14,10 +14,12 @@
 #include "models/blocks/moe.h"
 #include "models/deepseek_v3_config.h"
 #include "models/expert_setup.h"
+#include "models/moe_model.h"
 #include "models/forward_common.h"
 #include "models/model_info.h"
 #include "models/architectures.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -52,34 +54,18 @@ SwigluWeights bind_swiglu(const Checkpoint& ck, const std::string& prefix, int64
 }
 
 MlaConfig mla_config(const DeepseekV3Config& c) {
-    MlaConfig m;
-    m.hidden_size = c.hidden_size;
-    m.n_heads = c.num_attention_heads;
-    m.q_lora_rank = c.q_lora_rank;
-    m.kv_lora_rank = c.kv_lora_rank;
-    m.qk_nope_head_dim = c.qk_nope_head_dim;
-    m.qk_rope_head_dim = c.qk_rope_head_dim;
-    m.v_head_dim = c.v_head_dim;
+    MlaConfig m = mla_shape(c);
     m.softmax_scale = c.softmax_scale();
     m.rope_interleave = c.rope_interleave;
     return m;
 }
 
-RouterParams router_params(const DeepseekV3Config& c) {
-    RouterParams r;
-    r.n_experts = c.n_routed_experts;
-    r.top_k = c.num_experts_per_tok;
-    r.n_group = c.n_group;
-    r.topk_group = c.topk_group;
-    r.norm_topk_prob = c.norm_topk_prob;
-    r.routed_scaling_factor = float(c.routed_scaling_factor);
-    return r;
-}
+RouterParams router_params(const DeepseekV3Config& c) { return sigmoid_router_params(c); }
 
-class DeepseekV3Model : public Model {
+class DeepseekV3Model : public MoeModel {
 public:
     DeepseekV3Model(const std::string& dir, const JsonObject& json, const LoadOptions& opt)
-        : ck_(dir), cfg_(DeepseekV3Config::from_json(json)), pool_(opt.n_threads) {
+        : MoeModel(opt), ck_(dir), cfg_(DeepseekV3Config::from_json(json)) {
         const auto& c = cfg_;
         const int64_t d = c.hidden_size;
         mla_ = mla_config(c);
@@ -92,12 +78,7 @@ public:
 
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
-        if (ck_.has("lm_head.weight"))
-            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
-        else if (c.tie_word_embeddings)
-            lm_head_ = embed_;
-        else
-            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+        lm_head_ = bind_lm_head(ck_, dir, embed_, c.vocab_size, d, c.tie_word_embeddings);
 
         const int64_t H = c.num_attention_heads, E = c.n_routed_experts;
         std::vector<std::vector<ExpertWeights>> experts(static_cast<size_t>(c.num_hidden_layers));
@@ -136,39 +117,30 @@ public:
         }
         router_ = router_params(c);
         fill_info();
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());
             append_matrices(m, L.ffn.mlp.matrices());
             append_matrices(m, L.ffn.shared.matrices());
         }
-        // under a budget experts stream, and with them the look-ahead routing that the plan's formula counts
-        const bool look_ahead = opt.memory_budget_bytes > 0 || opt.stream_experts || !opt.streaming.experts_dirs.empty();
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
-                                 [&](int64_t rows) { return deepseek_v3_activation_bytes(cfg_, rows, look_ahead); },
-                                 std::move(spine));
-        info_.expert_bytes = experts_.expert_bytes;
-        arena_.reserve(activation_bytes(opt.max_pass_rows));
+        finish_loading(ck_, std::move(experts), opt, info_.spine_bytes,
+                       [&](int64_t rows, bool look_ahead) {
+                           return deepseek_v3_activation_bytes(cfg_, rows, look_ahead);
+                       },
+                       std::move(spine));
     }
 
-    const ModelInfo& info() const override { return info_; }
-    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
-    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
-    SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
-
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
-
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        ScratchArena::Scope pass(arena_);
-        float* x = arena_.f32(n * d);
-        float* h = arena_.f32(n * d);
-        float* y = arena_.f32(n * d);
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
+        auto pass = ctx.begin_pass(n);
+        float* x = ctx.arena().f32(n * d);
+        float* h = ctx.arena().f32(n * d);
+        float* y = ctx.arena().f32(n * d);
+        embed_rows(embed_, batch, d, x);
 
         std::vector<MlaSeqRows> seq_rows;
         for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
@@ -178,25 +150,24 @@ public:
             ops::rms_norm(x, L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             size_t j = 0;
             for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->latent(il);
-            mla_forward(mla_, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, pool_, arena_);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            mla_forward(mla_, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx.pool(), ctx.arena());
+            ops::add(x, y, n * d, x);
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
             sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source, h, n, d,
-                                    y, pool_, arena_);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+                                    y, ctx.pool(), ctx.arena());
+            ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, arena_, logits);
+        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx.pool(), ctx.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override {
         return deepseek_v3_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
     }
-    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     void fill_info() {
@@ -207,17 +178,10 @@ private:
 
     Checkpoint ck_;
     DeepseekV3Config cfg_;
-    ThreadPool pool_;
-    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     MlaConfig mla_;
     Rope rope_;
     RouterParams router_;
-    Weight embed_, lm_head_;
-    std::vector<float> norm_;
     std::vector<Layer> layers_;
-    std::shared_ptr<const StateLayout> layout_;
-    ExpertSetup experts_;
-    ModelInfo info_;
 };
 
 }  // namespace

@@ -4,6 +4,10 @@
 
 namespace sluice {
 
+void embed_rows(const Weight& embed, const Batch& batch, int64_t d, float* x) {
+    for (int64_t i = 0; i < batch.size(); ++i) ops::dequantize_row(embed, batch.tokens[size_t(i)], x + i * d);
+}
+
 void head_logits(const float* x, const Batch& batch, int64_t d, const std::vector<float>& norm, float eps,
                  const Weight& lm_head, ThreadPool& pool, ScratchArena& arena, std::vector<float>& logits) {
     const int64_t nl = batch.n_logits();

@@ -52,6 +52,9 @@ inline void append_rows(const Batch& batch, std::span<SequenceState* const> seqs
     }
 }
 
+// x[i, :d] = row batch.tokens[i] of the embedding matrix, for every row of the batch.
+void embed_rows(const Weight& embed, const Batch& batch, int64_t d, float* x);
+
 // logits[batch.n_logits(), vocab] = lm_head(rms_norm(x row)) for the rows that want logits; x is [n, d]. The
 // normed rows come from `arena` (carved for all n rows: head_scratch_bytes).
 void head_logits(const float* x, const Batch& batch, int64_t d, const std::vector<float>& norm, float eps,

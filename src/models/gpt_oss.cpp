@@ -13,9 +13,11 @@
 #include "models/blocks/moe.h"
 #include "models/blocks/rope.h"
 #include "models/expert_setup.h"
+#include "models/moe_model.h"
 #include "models/forward_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -117,32 +119,19 @@ struct Layer {
     Weight gate_up_bias, down_bias;
 };
 
-void add_bias(float* y, const float* b, int64_t w, int64_t n) {
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < w; ++j) y[i * w + j] += b[j];
-}
-void add_bias(float* y, const std::vector<float>& b, int64_t n) { add_bias(y, b.data(), int64_t(b.size()), n); }
+void add_bias(float* y, const std::vector<float>& b, int64_t n) { ops::add_bias(y, b.data(), n, int64_t(b.size())); }
 
-class GptOssModel : public Model {
+class GptOssModel : public MoeModel {
 public:
     GptOssModel(const std::string& dir, const JsonObject& json, const LoadOptions& opt)
-        : ck_(dir), cfg_(GptOssConfig::from_json(json)), pool_(opt.n_threads) {
+        : MoeModel(opt), ck_(dir), cfg_(GptOssConfig::from_json(json)) {
         const auto& c = cfg_;
         const int64_t d = c.hidden_size;
         rope_ = Rope(c.rope, c.head_dim);
-        {
-            auto layout = std::make_shared<StateLayout>();
-            for (int64_t l = 0; l < c.num_hidden_layers; ++l) layout->add_kv(kv_width());
-            layout_ = std::move(layout);
-        }
+        layout_ = gqa_state_layout(c.num_hidden_layers, kv_width());
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
-        if (ck_.has("lm_head.weight"))
-            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
-        else if (c.tie_word_embeddings)
-            lm_head_ = embed_;
-        else
-            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+        lm_head_ = bind_lm_head(ck_, dir, embed_, c.vocab_size, d, c.tie_word_embeddings);
 
         std::vector<std::vector<ExpertWeights>> experts(static_cast<size_t>(c.num_hidden_layers));
         uint64_t resident_bias_bytes = 0;
@@ -152,51 +141,42 @@ public:
         }
         fill_info();
         // The expert biases are named like experts (counted as routed) but stay resident: plan them as spine.
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) spine.push_back({&L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj});
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes + resident_bias_bytes, state,
-                                 [&](int64_t rows) { return activation_bytes_of(cfg_, rows); }, std::move(spine));
-        info_.expert_bytes = experts_.expert_bytes;
-        arena_.reserve(activation_bytes(opt.max_pass_rows));
+        finish_loading(ck_, std::move(experts), opt, info_.spine_bytes + resident_bias_bytes,
+                       [&](int64_t rows, bool) { return activation_bytes_of(cfg_, rows); },
+                       std::move(spine));
     }
 
-    const ModelInfo& info() const override { return info_; }
-    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
-    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
-    SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
-
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
-
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        ScratchArena::Scope pass(arena_);
-        float* x = arena_.f32(n * d);
-        float* h = arena_.f32(n * d);
-        float* y = arena_.f32(n * d);
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
+        auto pass = ctx.begin_pass(n);
+        float* x = ctx.arena().f32(n * d);
+        float* h = ctx.arena().f32(n * d);
+        float* y = ctx.arena().f32(n * d);
+        embed_rows(embed_, batch, d, x);
         const float eps = float(c.rms_norm_eps);
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
             ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
-            attention(il, L, h, n, batch.positions.data(), rows_of, seqs, y);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            attention(ctx, il, L, h, n, batch.positions.data(), rows_of, seqs, y);
+            ops::add(x, y, n * d, x);
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
-            moe(il, L, h, n, y);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            moe(ctx, il, L, h, n, y);
+            ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, pool_, arena_, logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override { return activation_bytes_of(cfg_, rows); }
-    const ScratchArena* scratch_arena() const override { return &arena_; }
 
     // x, h, y for the pass; then the largest of one layer's attention, its MoE and the head.
     static uint64_t activation_bytes_of(const GptOssConfig& c, int64_t rows) {
@@ -256,18 +236,18 @@ private:
         return L;
     }
 
-    void attention(int64_t il, const Layer& L, const float* x, int64_t n, const int64_t* positions,
+    void attention(ExecContext& ctx, int64_t il, const Layer& L, const float* x, int64_t n, const int64_t* positions,
                    const std::map<int32_t, std::vector<int64_t>>& rows_of, std::span<SequenceState* const> seqs,
                    float* out) {
         const auto& c = cfg_;
         const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, hd = c.head_dim, kvw = kv_width();
-        ScratchArena::Scope scope(arena_);
-        float* q = arena_.f32(n * H * hd);
-        float* k = arena_.f32(n * kvw);
-        float* v = arena_.f32(n * kvw);
-        ops::matmul(L.q_proj, x, n, q, pool_);
-        ops::matmul(L.k_proj, x, n, k, pool_);
-        ops::matmul(L.v_proj, x, n, v, pool_);
+        ScratchArena::Scope scope(ctx.arena());
+        float* q = ctx.arena().f32(n * H * hd);
+        float* k = ctx.arena().f32(n * kvw);
+        float* v = ctx.arena().f32(n * kvw);
+        ops::matmul(L.q_proj, x, n, q, ctx.pool());
+        ops::matmul(L.k_proj, x, n, k, ctx.pool());
+        ops::matmul(L.v_proj, x, n, v, ctx.pool());
         add_bias(q, L.q_bias, n);
         add_bias(k, L.k_bias, n);
         add_bias(v, L.v_bias, n);
@@ -283,10 +263,10 @@ private:
         ap.scale = float(1.0 / std::sqrt(double(hd)));
         ap.sinks = L.sinks.data();
         ap.window = L.window;
-        float* o = arena_.f32(n * H * hd);  // every row belongs to one sequence: all written
-        float* qs = arena_.f32(n * H * hd);
-        float* os = arena_.f32(n * H * hd);
-        auto* pos = static_cast<int64_t*>(arena_.carve(uint64_t(n) * sizeof(int64_t)));
+        float* o = ctx.arena().f32(n * H * hd);  // every row belongs to one sequence: all written
+        float* qs = ctx.arena().f32(n * H * hd);
+        float* os = ctx.arena().f32(n * H * hd);
+        auto* pos = static_cast<int64_t*>(ctx.arena().carve(uint64_t(n) * sizeof(int64_t)));
         for (const auto& [s, rows] : rows_of) {
             KvCache& cache = seqs[size_t(s)]->kv(il);
             const int64_t m = int64_t(rows.size());
@@ -297,19 +277,19 @@ private:
                 std::copy_n(q + r * H * hd, H * hd, qs + j * H * hd);
                 pos[j] = p;
             }
-            ops::attention(ap, qs, m, pos, cache.k.view(), cache.v.view(), os, pool_);
+            ops::attention(ap, qs, m, pos, cache.k.view(), cache.v.view(), os, ctx.pool());
             for (int64_t j = 0; j < m; ++j) std::copy_n(os + j * H * hd, H * hd, o + rows[size_t(j)] * H * hd);
         }
-        ops::matmul(L.o_proj, o, n, out, pool_);
+        ops::matmul(L.o_proj, o, n, out, ctx.pool());
         add_bias(out, L.o_bias, n);
     }
 
     // Router: logits = W x + b; top-k on the logits; weights = softmax over the k selected (ascending expert id).
-    Routing route(const Layer& L, const float* x, int64_t n) {
+    Routing route(ExecContext& ctx, const Layer& L, const float* x, int64_t n) {
         const int64_t E = cfg_.num_local_experts, K = cfg_.num_experts_per_tok;
-        ScratchArena::Scope scope(arena_);
-        float* logits = arena_.f32(n * E);
-        ops::matmul(L.router, x, n, logits, pool_);
+        ScratchArena::Scope scope(ctx.arena());
+        float* logits = ctx.arena().f32(n * E);
+        ops::matmul(L.router, x, n, logits, ctx.pool());
         add_bias(logits, L.router_bias, n);
         Routing r;
         r.top_k = K;
@@ -319,40 +299,37 @@ private:
         spec.scoring = ops::RouterSpec::Scoring::TopkSoftmax;
         spec.n_experts = E;
         spec.top_k = K;
-        ops::route(spec, logits, nullptr, n, r.experts.data(), r.weights.data(), pool_);
+        ops::route(spec, logits, nullptr, n, r.experts.data(), r.weights.data(), ctx.pool());
         return r;
     }
 
     // Clamped SwiGLU expert: gu = W_gu x + b_gu (gate = even, up = odd rows); gate = min(gate, limit),
     // up = clamp(up, -limit, limit); h = (up + 1) * gate * sigmoid(alpha * gate); y = W_d h + b_d.
-    void moe(int64_t il, const Layer& L, const float* x, int64_t n, float* out) {
+    void moe(ExecContext& ctx, int64_t il, const Layer& L, const float* x, int64_t n, float* out) {
         const auto& c = cfg_;
         const int64_t d = c.hidden_size, I = c.intermediate_size;
         ops::GluSpec act;
         act.kind = ops::GluSpec::Kind::ClampedSwiglu;
         act.alpha = c.swiglu_alpha;
         act.limit = c.swiglu_limit;
-        const Routing r = route(L, x, n);
-        ScratchArena::Scope scope(arena_);
-        float* bias_gu = arena_.f32(2 * I);
-        float* bias_d = arena_.f32(d);
-        float* gu = arena_.f32(n * 2 * I);  // an expert's rows: at most n
-        float* hmid = arena_.f32(n * I);
+        const Routing r = route(ctx, L, x, n);
+        ScratchArena::Scope scope(ctx.arena());
+        float* bias_gu = ctx.arena().f32(2 * I);
+        float* bias_d = ctx.arena().f32(d);
+        float* gu = ctx.arena().f32(n * 2 * I);  // an expert's rows: at most n
+        float* hmid = ctx.arena().f32(n * I);
         auto expert = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
             SLUICE_CHECK(w.gate.rows == 2 * I && w.gate.cols == d && w.down.rows == d && w.down.cols == I, "layer ", il,
                          " expert ", e, ": weight shapes do not match hidden ", d, " / intermediate ", I);
-            ops::matmul(w.gate, xs, m, gu, pool_);
+            ops::matmul(w.gate, xs, m, gu, ctx.pool());
             ops::dequantize_row(L.gate_up_bias, e, bias_gu);
             ops::dequantize_row(L.down_bias, e, bias_d);
-            for (int64_t j = 0; j < m; ++j) {
-                float* g = gu + j * 2 * I;
-                for (int64_t i = 0; i < 2 * I; ++i) g[i] += bias_gu[i];
-                ops::glu(act, g, g + 1, 2, I, hmid + j * I);
-            }
-            ops::matmul(w.down, hmid, m, ys, pool_);
-            add_bias(ys, bias_d, d, m);
+            ops::add_bias(gu, bias_gu, m, 2 * I);
+            for (int64_t j = 0; j < m; ++j) ops::glu(act, gu + j * 2 * I, gu + j * 2 * I + 1, 2, I, hmid + j * I);
+            ops::matmul(w.down, hmid, m, ys, ctx.pool());
+            ops::add_bias(ys, bias_d, m, d);
         };
-        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, pool_, arena_);
+        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, ctx.pool(), ctx.arena());
     }
 
     void fill_info() {
@@ -374,15 +351,8 @@ private:
 
     Checkpoint ck_;
     GptOssConfig cfg_;
-    ThreadPool pool_;
-    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     Rope rope_;
-    Weight embed_, lm_head_;
-    std::vector<float> norm_;
     std::vector<Layer> layers_;
-    std::shared_ptr<const StateLayout> layout_;
-    ExpertSetup experts_;
-    ModelInfo info_;
 };
 
 }  // namespace

@@ -10,9 +10,11 @@
 #include "models/blocks/moe.h"
 #include "models/blocks/rope.h"
 #include "models/expert_setup.h"
+#include "models/moe_model.h"
 #include "models/forward_common.h"
 #include "models/model_info.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -47,28 +49,19 @@ std::vector<ExpertWeights> bind_experts(const Checkpoint& ck, const std::string&
     return out;
 }
 
-class GqaMoeModel : public Model {
+class GqaMoeModel : public MoeModel {
 public:
     GqaMoeModel(const std::string& dir, const GqaMoeConfig& cfg, const GqaMoeNames& nm, const LoadOptions& opt)
-        : ck_(dir), cfg_(cfg), pool_(opt.n_threads) {
+        : MoeModel(opt), ck_(dir), cfg_(cfg) {
         const auto& c = cfg_;
         const int64_t d = c.hidden_size, D = c.attn.head_dim;
         cfg_.attn.hidden_size = d;
         rope_ = Rope(c.rope, D);
-        {
-            auto layout = std::make_shared<StateLayout>();
-            for (int64_t l = 0; l < c.num_hidden_layers; ++l) layout->add_kv(c.attn.kv_width());
-            layout_ = std::move(layout);
-        }
+        layout_ = gqa_state_layout(c.num_hidden_layers, c.attn.kv_width());
 
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
-        if (ck_.has("lm_head.weight"))
-            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
-        else if (c.tie_word_embeddings)
-            lm_head_ = embed_;
-        else
-            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+        lm_head_ = bind_lm_head(ck_, dir, embed_, c.vocab_size, d, c.tie_word_embeddings);
 
         const int64_t E = c.n_experts, qw = c.attn.q_width(), kw = c.attn.kv_width();
         std::vector<std::vector<ExpertWeights>> experts(static_cast<size_t>(c.num_hidden_layers));
@@ -104,36 +97,28 @@ public:
         router_.top_k = c.top_k;
         router_.norm_topk_prob = c.norm_topk_prob;
         fill_info();
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());
             append_matrices(m, L.mlp.matrices());
         }
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
-                                 [&](int64_t rows) { return gqa_moe_activation_bytes(cfg_, rows); }, std::move(spine));
-        info_.expert_bytes = experts_.expert_bytes;
-        arena_.reserve(activation_bytes(opt.max_pass_rows));
+        finish_loading(ck_, std::move(experts), opt, info_.spine_bytes,
+                       [&](int64_t rows, bool) { return gqa_moe_activation_bytes(cfg_, rows); },
+                       std::move(spine));
     }
 
-    const ModelInfo& info() const override { return info_; }
-    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
-    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
-    SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
-
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
-
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
         const float eps = float(c.rms_norm_eps);
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        ScratchArena::Scope pass(arena_);
-        float* x = arena_.f32(n * d);
-        float* h = arena_.f32(n * d);
-        float* y = arena_.f32(n * d);
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
+        auto pass = ctx.begin_pass(n);
+        float* x = ctx.arena().f32(n * d);
+        float* h = ctx.arena().f32(n * d);
+        float* y = ctx.arena().f32(n * d);
+        embed_rows(embed_, batch, d, x);
 
         std::vector<GqaSeqRows> seq_rows;
         for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
@@ -143,26 +128,25 @@ public:
             ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
             size_t j = 0;
             for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->kv(il);
-            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, pool_, arena_);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx.pool(), ctx.arena());
+            ops::add(x, y, n * d, x);
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_softmax(router_, L.router, h, n, pool_, arena_);
-                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, pool_, arena_);
+                Routing r = route_softmax(router_, L.router, h, n, ctx.pool(), ctx.arena());
+                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, ctx.pool(), ctx.arena());
             } else {
-                swiglu_forward(L.mlp, h, n, y, pool_, arena_);
+                swiglu_forward(L.mlp, h, n, y, ctx.pool(), ctx.arena());
             }
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, pool_, arena_, logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override { return gqa_moe_activation_bytes(cfg_, rows); }
-    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     void fill_info() {
@@ -184,16 +168,9 @@ private:
 
     Checkpoint ck_;
     GqaMoeConfig cfg_;
-    ThreadPool pool_;
-    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     Rope rope_;
     RouterParams router_;
-    Weight embed_, lm_head_;
-    std::vector<float> norm_;
     std::vector<Layer> layers_;
-    std::shared_ptr<const StateLayout> layout_;
-    ExpertSetup experts_;
-    ModelInfo info_;
 };
 
 }  // namespace

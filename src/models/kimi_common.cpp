@@ -113,30 +113,14 @@ KdaConfig KimiConfig::kda() const {
 }
 
 MlaConfig KimiConfig::mla() const {
-    MlaConfig m;
-    m.hidden_size = hidden_size;
-    m.n_heads = num_attention_heads;
-    m.q_lora_rank = q_lora_rank;
-    m.kv_lora_rank = kv_lora_rank;
-    m.qk_nope_head_dim = qk_nope_head_dim;
-    m.qk_rope_head_dim = qk_rope_head_dim;
-    m.v_head_dim = v_head_dim;
+    MlaConfig m = mla_shape(*this);
     m.softmax_scale = float(1.0 / std::sqrt(double(qk_head_dim())));
     m.use_rope = false;
     m.output_gate = mla_output_gate;
     return m;
 }
 
-RouterParams KimiConfig::router() const {
-    RouterParams r;
-    r.n_experts = n_routed_experts;
-    r.top_k = num_experts_per_tok;
-    r.n_group = n_group;
-    r.topk_group = topk_group;
-    r.norm_topk_prob = norm_topk_prob;
-    r.routed_scaling_factor = float(routed_scaling_factor);
-    return r;
-}
+RouterParams KimiConfig::router() const { return sigmoid_router_params(*this); }
 
 KdaWeights bind_kda(const Checkpoint& ck, const std::string& a, const KimiConfig& c) {
     const int64_t d = c.hidden_size, H = c.kda_heads, D = c.kda_head_dim, P = H * D, K = c.conv_kernel;

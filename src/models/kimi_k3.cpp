@@ -10,11 +10,13 @@
 #include "models/architectures.h"
 #include "models/blocks/attn_res.h"
 #include "models/expert_setup.h"
+#include "models/moe_model.h"
 #include "models/forward_common.h"
 #include "models/kimi_common.h"
 #include "models/kimi_layout.h"
 #include "models/model_info.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -38,10 +40,10 @@ struct Layer {
     SwigluWeights shared;             // width n_shared * moe_intermediate
 };
 
-class KimiK3Model : public Model {
+class KimiK3Model : public MoeModel {
 public:
     KimiK3Model(const std::string& dir, const JsonObject& top, const LoadOptions& opt)
-        : ck_(dir), cfg_(parse(top)), pool_(opt.n_threads),
+        : MoeModel(opt), ck_(dir), cfg_(parse(top)),
           form_(opt.kda_chunked_prefill ? KdaForm::Chunked : KdaForm::Recurrent) {
         const auto& c = cfg_;
         layout_ = kimi_state_layout(c);
@@ -94,10 +96,9 @@ public:
             layers_.push_back(std::move(L));
         }
         fill_info();
-        // state reserve: the fixed KDA state of each of max_sequences sequences plus the MLA latent cache for
-        // max_context_tokens tokens in all
+        // the state reserved (finish_loading): the fixed KDA state of each of max_sequences sequences plus the MLA
+        // latent cache for max_context_tokens tokens in all
         SLUICE_CHECK(opt.max_sequences >= 1, "LoadOptions::max_sequences must be >= 1, got ", opt.max_sequences);
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());
@@ -106,35 +107,28 @@ public:
             append_matrices(m, L.shared.matrices());
             append_matrices(m, {&L.latent_down, &L.latent_up});
         }
-        const bool look_ahead = opt.memory_budget_bytes > 0 || opt.stream_experts || !opt.streaming.experts_dirs.empty();
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
-                                 [&](int64_t rows) { return kimi_k3_activation_bytes(cfg_, rows, look_ahead); },
-                                 std::move(spine));
-        info_.expert_bytes = experts_.expert_bytes;
-        arena_.reserve(activation_bytes(opt.max_pass_rows));
+        finish_loading(ck_, std::move(experts), opt, info_.spine_bytes,
+                       [&](int64_t rows, bool look_ahead) { return kimi_k3_activation_bytes(cfg_, rows, look_ahead); },
+                       std::move(spine));
     }
 
-    const ModelInfo& info() const override { return info_; }
     bool recompute_is_exact() const override { return form_ == KdaForm::Recurrent; }
-    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
-    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
-    SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
 
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size, lat = c.routed_expert_hidden_size;
         const float eps = float(c.rms_norm_eps);
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         // p: the running sum since the last snapshot; blocks: snapshots of p at layers l % block_size == 0
-        ScratchArena::Scope pass(arena_);
-        float* p = arena_.f32(n * d);
-        float* h = arena_.f32(n * d);
-        float* y = arena_.f32(n * d);
-        float* t = arena_.f32(n * d);
+        auto pass = ctx.begin_pass(n);
+        float* p = ctx.arena().f32(n * d);
+        float* h = ctx.arena().f32(n * d);
+        float* y = ctx.arena().f32(n * d);
+        float* t = ctx.arena().f32(n * d);
         std::vector<const float*> blocks;
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], p + i * d);
+        embed_rows(embed_, batch, d, p);
         const Rope no_rope;
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
@@ -145,7 +139,7 @@ public:
                 attn_res(p, blocks, L.attn_res, n, d, eps, t);
             const bool snapshot = il % c.attn_res_block_size == 0;
             if (snapshot) {
-                float* b = arena_.f32(n * d);  // lives for the rest of the pass
+                float* b = ctx.arena().f32(n * d);  // lives for the rest of the pass
                 std::copy_n(p, n * d, b);
                 blocks.push_back(b);
             }
@@ -153,48 +147,48 @@ public:
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, pool_, arena_);
+                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx.pool(), ctx.arena());
             } else {
                 std::vector<KdaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h, n, sr, y, pool_, arena_, form_);
+                kda_forward(kda_, L.kda, h, n, sr, y, ctx.pool(), ctx.arena(), form_);
             }
             if (snapshot)
                 std::copy_n(y, n * d, p);
             else
-                for (int64_t i = 0; i < n * d; ++i) p[i] += y[i];
+                ops::add(p, y, n * d, p);
             attn_res(p, blocks, L.mlp_res, n, d, eps, t);
             ops::rms_norm(t, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, pool_, arena_);
-                ScratchArena::Scope layer(arena_);
-                float* xl = arena_.f32(n * lat);
-                float* yl = arena_.f32(n * lat);
+                Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx.pool(), ctx.arena());
+                ScratchArena::Scope layer(ctx.arena());
+                float* xl = ctx.arena().f32(n * lat);
+                float* yl = ctx.arena().f32(n * lat);
                 // while the routed experts are read: the next layer's look-ahead (this layer's experts are pinned by
                 // then), the down-projection and the shared experts
-                moe_forward(il, r, *experts_.source, nullptr, xl, n, lat, yl, pool_, arena_, nullptr, c.act, [&] {
+                moe_forward(il, r, *experts_.source, nullptr, xl, n, lat, yl, ctx.pool(), ctx.arena(), nullptr, c.act, [&] {
                     if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
                         const auto& N = layers_[size_t(il + 1)];
-                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, pool_,
-                                         arena_);
+                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx.pool(),
+                                         ctx.arena());
                     }
-                    ops::matmul(L.latent_down, h, n, xl, pool_);
-                    swiglu_forward(L.shared, h, n, t, pool_, arena_, c.act);
+                    ops::matmul(L.latent_down, h, n, xl, ctx.pool());
+                    swiglu_forward(L.shared, h, n, t, ctx.pool(), ctx.arena(), c.act);
                 });
                 if (!L.latent_norm.empty()) ops::rms_norm(yl, L.latent_norm.data(), n, lat, eps, yl);
-                ops::matmul(L.latent_up, yl, n, y, pool_);
-                for (int64_t i = 0; i < n * d; ++i) y[i] += t[i];
+                ops::matmul(L.latent_up, yl, n, y, ctx.pool());
+                ops::add(y, t, n * d, y);
             } else {
-                swiglu_forward(L.mlp, h, n, y, pool_, arena_, c.act);
+                swiglu_forward(L.mlp, h, n, y, ctx.pool(), ctx.arena(), c.act);
             }
-            for (int64_t i = 0; i < n * d; ++i) p[i] += y[i];
+            ops::add(p, y, n * d, p);
             write_taps(il, p, batch, seqs, rows_of);
         }
         append_rows(batch, seqs, rows_of);
         attn_res(p, blocks, out_res_, n, d, eps, t);
 
         experts_.end_layers();
-        head_logits(t, batch, d, norm_, eps, lm_head_, pool_, arena_, logits);
+        head_logits(t, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override {
@@ -211,7 +205,6 @@ public:
     }
     const Weight* token_embedding() const override { return &embed_; }
     const Weight* output_head() const override { return &lm_head_; }
-    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     // text_config carries the model; token ids may sit at the top level only.
@@ -251,20 +244,13 @@ private:
 
     Checkpoint ck_;
     KimiConfig cfg_;
-    ThreadPool pool_;
-    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     KdaForm form_;
     KdaConfig kda_;
     MlaConfig mla_;
     RouterParams router_;
-    Weight embed_, lm_head_;
-    std::vector<float> norm_;
     AttnResWeights out_res_;
     std::vector<Layer> layers_;
-    std::shared_ptr<const StateLayout> layout_;
     std::vector<int64_t> taps_;  // layers whose output rows go to SequenceState::taps() (set_hidden_taps)
-    ExpertSetup experts_;
-    ModelInfo info_;
 };
 
 }  // namespace

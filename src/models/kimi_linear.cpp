@@ -9,11 +9,13 @@
 #include "formats/checkpoint.h"
 #include "models/architectures.h"
 #include "models/expert_setup.h"
+#include "models/moe_model.h"
 #include "models/forward_common.h"
 #include "models/kimi_common.h"
 #include "models/kimi_layout.h"
 #include "models/model_info.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -28,10 +30,10 @@ struct Layer {
     SigmoidMoeFfn ffn;
 };
 
-class KimiLinearModel : public Model {
+class KimiLinearModel : public MoeModel {
 public:
     KimiLinearModel(const std::string& dir, const JsonObject& json, const LoadOptions& opt)
-        : ck_(dir), cfg_(KimiConfig::from_json(json)), pool_(opt.n_threads),
+        : MoeModel(opt), ck_(dir), cfg_(KimiConfig::from_json(json)),
           form_(opt.kda_chunked_prefill ? KdaForm::Chunked : KdaForm::Recurrent) {
         const auto& c = cfg_;
         layout_ = kimi_state_layout(c);
@@ -84,10 +86,9 @@ public:
             layers_.push_back(std::move(L));
         }
         fill_info();
-        // state reserve: the fixed KDA state of each of max_sequences sequences plus the MLA latent cache for
-        // max_context_tokens tokens in all
+        // the state reserved (finish_loading): the fixed KDA state of each of max_sequences sequences plus the MLA
+        // latent cache for max_context_tokens tokens in all
         SLUICE_CHECK(opt.max_sequences >= 1, "LoadOptions::max_sequences must be >= 1, got ", opt.max_sequences);
-        const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         SpineLayers spine;
         for (Layer& L : layers_) {
             auto& m = spine.emplace_back(L.attn.matrices());
@@ -95,31 +96,24 @@ public:
             append_matrices(m, L.ffn.mlp.matrices());
             append_matrices(m, L.ffn.shared.matrices());
         }
-        const bool look_ahead = opt.memory_budget_bytes > 0 || opt.stream_experts || !opt.streaming.experts_dirs.empty();
-        experts_ = setup_experts(ck_, std::move(experts), opt, info_.spine_bytes, state,
-                                 [&](int64_t rows) { return kimi_linear_activation_bytes(cfg_, rows, look_ahead); },
-                                 std::move(spine));
-        info_.expert_bytes = experts_.expert_bytes;
-        arena_.reserve(activation_bytes(opt.max_pass_rows));
+        finish_loading(ck_, std::move(experts), opt, info_.spine_bytes,
+                       [&](int64_t rows, bool look_ahead) { return kimi_linear_activation_bytes(cfg_, rows, look_ahead); },
+                       std::move(spine));
     }
 
-    const ModelInfo& info() const override { return info_; }
     bool recompute_is_exact() const override { return form_ == KdaForm::Recurrent; }
-    const StreamingExpertSource* streaming() const override { return experts_.streaming; }
-    const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
-    SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
 
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        ScratchArena::Scope pass(arena_);
-        float* x = arena_.f32(n * d);
-        float* h = arena_.f32(n * d);
-        float* y = arena_.f32(n * d);
-        for (int64_t i = 0; i < n; ++i) ops::dequantize_row(embed_, batch.tokens[size_t(i)], x + i * d);
+        auto pass = ctx.begin_pass(n);
+        float* x = ctx.arena().f32(n * d);
+        float* h = ctx.arena().f32(n * d);
+        float* y = ctx.arena().f32(n * d);
+        embed_rows(embed_, batch, d, x);
         const Rope no_rope;
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
@@ -128,29 +122,28 @@ public:
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, pool_, arena_);
+                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx.pool(), ctx.arena());
             } else {
                 std::vector<KdaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h, n, sr, y, pool_, arena_, form_);
+                kda_forward(kda_, L.kda, h, n, sr, y, ctx.pool(), ctx.arena(), form_);
             }
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+            ops::add(x, y, n * d, x);
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
             sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source,
-                                    h, n, d, y, pool_, arena_);
-            for (int64_t i = 0; i < n * d; ++i) x[i] += y[i];
+                                    h, n, d, y, ctx.pool(), ctx.arena());
+            ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, pool_, arena_, logits);
+        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx.pool(), ctx.arena(), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override {
         return kimi_linear_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
     }
-    const ScratchArena* scratch_arena() const override { return &arena_; }
 
 private:
     void fill_info() {
@@ -161,18 +154,11 @@ private:
 
     Checkpoint ck_;
     KimiConfig cfg_;
-    ThreadPool pool_;
-    ScratchArena arena_;  // the activations of one pass, sized at load for LoadOptions::max_pass_rows
     KdaForm form_;
     KdaConfig kda_;
     MlaConfig mla_;
     RouterParams router_;
-    Weight embed_, lm_head_;
-    std::vector<float> norm_;
     std::vector<Layer> layers_;
-    std::shared_ptr<const StateLayout> layout_;
-    ExpertSetup experts_;
-    ModelInfo info_;
 };
 
 }  // namespace

@@ -76,22 +76,34 @@ struct LoadOptions {
     int64_t max_pass_rows = 512;
 };
 
+class ExecContext;  // ops/exec_context.h: the thread pool, scratch arena and backend a pass runs in
+
+// What the passes of a loaded model were planned for (LoadOptions::n_threads, LoadOptions::max_pass_rows): the
+// context make_exec_context builds by default.
+struct ExecOptions {
+    int n_threads = 0;
+    int64_t max_pass_rows = 512;
+};
+
 class Model {
 public:
     virtual ~Model() = default;
     virtual const ModelInfo& info() const = 0;
     virtual std::unique_ptr<SequenceState> new_sequence() const = 0;
-    // Runs every row of `batch`; appends each row to its sequence's state. logits receives
-    // [batch.n_logits(), vocab_size] f32, rows in batch order of the rows that want logits.
-    virtual void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) = 0;
+    // Runs every row of `batch` in `ctx` (its thread pool, its arena for the activations); appends each row to its
+    // sequence's state. logits receives [batch.n_logits(), vocab_size] f32, rows in batch order of the rows that want
+    // logits. The caller makes the context (make_exec_context); the model owns no pool or arena.
+    virtual void forward(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                         std::vector<float>& logits) = 0;
     // True when running a sequence's tokens again as one prefill gives the same state and logits, bit for bit, as
     // the passes they first ran in (whatever their chunking). The engine preempts a request by dropping its state
     // and recomputing it later only then. (False for Kimi's KDA layers in the chunked prefill form.)
     virtual bool recompute_is_exact() const { return true; }
-    // The activation scratch a forward pass of `rows` rows carves from the model's arena (computed from the config;
-    // its high-water mark equals it), and the arena itself. 0 / null for a model without one.
+    // The activation scratch a forward pass of `rows` rows carves from its context's arena (computed from the
+    // config; its high-water mark equals it). 0 for a model without a formula.
     virtual uint64_t activation_bytes(int64_t rows) const { return 0; }
-    virtual const ScratchArena* scratch_arena() const { return nullptr; }
+    // The thread count and largest pass the model was loaded for (its memory plan reserves those activations).
+    virtual ExecOptions exec_options() const { return {}; }
     // The streaming expert source when experts are streamed (for statistics), else null.
     virtual const StreamingExpertSource* streaming() const { return nullptr; }
     // The residency plan when a memory budget was given, else null.
@@ -115,6 +127,10 @@ public:
 // Throws Error unless dir is an existing folder ("no such folder", "not a directory"); load_model starts with it.
 void check_model_folder(const std::string& dir);
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options = {});
+// A context to run `model`'s passes in: a pool of `o.n_threads` threads and a scratch arena sized once for a pass
+// of o.max_pass_rows rows (Model::activation_bytes); by default what the model was loaded for.
+std::unique_ptr<ExecContext> make_exec_context(const Model& model, const ExecOptions& o);
+std::unique_ptr<ExecContext> make_exec_context(const Model& model);
 // Model::activation_bytes(rows) from a parsed config.json alone (sluice plan); look_ahead: experts stream.
 class JsonObject;
 uint64_t activation_bytes_from_config(const JsonObject& cfg, int64_t rows, bool look_ahead);

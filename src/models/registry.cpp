@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "models/architectures.h"
+#include "ops/exec_context.h"
 
 namespace sluice {
 
@@ -84,6 +85,16 @@ const Entry& entry_for(const JsonObject& cfg, const std::string& what) {
 
 uint64_t activation_bytes_from_config(const JsonObject& cfg, int64_t rows, bool look_ahead) {
     return entry_for(cfg, cfg.what()).activation_bytes(cfg, rows, look_ahead);
+}
+
+std::unique_ptr<ExecContext> make_exec_context(const Model& model, const ExecOptions& o) {
+    auto ctx = std::make_unique<ExecContext>(o.n_threads);
+    ctx->arena().reserve(model.activation_bytes(o.max_pass_rows));
+    return ctx;
+}
+
+std::unique_ptr<ExecContext> make_exec_context(const Model& model) {
+    return make_exec_context(model, model.exec_options());
 }
 
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& options) {

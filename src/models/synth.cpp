@@ -70,25 +70,18 @@ const ModelInfo& info_of(SynthModel m) {
     return models()[0];
 }
 
-// x / k rounded up to a multiple of `mult`, at least `min_value`.
-int64_t scaled(int64_t x, int64_t k, int64_t mult, int64_t min_value) {
-    int64_t v = (x + k - 1) / k;
-    v = (v + mult - 1) / mult * mult;
-    return std::max(v, min_value);
-}
-
 SynthDims resolve_dims(const ModelInfo& info, const SynthOptions& o) {
     const int64_t k = o.scale_down;
     SynthDims d = info.dims;
-    d.hidden_size = scaled(d.hidden_size, k, 32, 64);
+    d.hidden_size = synth::scaled_dim(d.hidden_size, k, 32, 64);
     d.num_attention_heads = std::max<int64_t>(1, d.num_attention_heads / k);
-    d.q_lora_rank = scaled(d.q_lora_rank, k, 32, 32);
-    d.kv_lora_rank = scaled(d.kv_lora_rank, k, 32, 32);
-    d.qk_nope_head_dim = scaled(d.qk_nope_head_dim, k, 16, 16);
-    d.qk_rope_head_dim = scaled(d.qk_rope_head_dim, k, 8, 8);
-    d.v_head_dim = scaled(d.v_head_dim, k, 16, 16);
-    d.intermediate_size = scaled(d.intermediate_size, k, 32, 64);
-    d.moe_intermediate_size = scaled(d.moe_intermediate_size, k, 32, 32);
+    d.q_lora_rank = synth::scaled_dim(d.q_lora_rank, k, 32, 32);
+    d.kv_lora_rank = synth::scaled_dim(d.kv_lora_rank, k, 32, 32);
+    d.qk_nope_head_dim = synth::scaled_dim(d.qk_nope_head_dim, k, 16, 16);
+    d.qk_rope_head_dim = synth::scaled_dim(d.qk_rope_head_dim, k, 8, 8);
+    d.v_head_dim = synth::scaled_dim(d.v_head_dim, k, 16, 16);
+    d.intermediate_size = synth::scaled_dim(d.intermediate_size, k, 32, 64);
+    d.moe_intermediate_size = synth::scaled_dim(d.moe_intermediate_size, k, 32, 32);
     d.vocab_size = synth::synth_vocab_size(o);
     d.num_hidden_layers = o.layers;
     d.n_routed_experts = o.experts;

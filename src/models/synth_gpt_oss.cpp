@@ -12,22 +12,14 @@ using nlohmann::json;
 
 namespace sluice::synth {
 
-namespace {
-int64_t scaled(int64_t x, int64_t k, int64_t mult, int64_t min_value) {
-    int64_t v = (x + k - 1) / k;
-    v = (v + mult - 1) / mult * mult;
-    return std::max(v, min_value);
-}
-}  // namespace
-
 SynthDims gpt_oss_dims(const SynthOptions& o) {
     const int64_t k = o.scale_down;
     SynthDims d{};
-    d.hidden_size = scaled(2880, k, 32, 64);
+    d.hidden_size = scaled_dim(2880, k, 32, 64);
     d.num_key_value_heads = std::max<int64_t>(1, 8 / k);
     d.num_attention_heads = std::max<int64_t>(d.num_key_value_heads, 64 / k / d.num_key_value_heads * d.num_key_value_heads);
-    d.head_dim = scaled(64, k, 16, 16);
-    d.moe_intermediate_size = scaled(2880, k, 32, 32);
+    d.head_dim = scaled_dim(64, k, 16, 16);
+    d.moe_intermediate_size = scaled_dim(2880, k, 32, 32);
     d.intermediate_size = d.moe_intermediate_size;
     d.vocab_size = synth_vocab_size(o);
     d.n_routed_experts = o.experts;

@@ -12,26 +12,18 @@ using nlohmann::json;
 
 namespace sluice::synth {
 
-namespace {
-int64_t scaled(int64_t x, int64_t k, int64_t mult, int64_t min_value) {
-    int64_t v = (x + k - 1) / k;
-    v = (v + mult - 1) / mult * mult;
-    return std::max(v, min_value);
-}
-}  // namespace
-
 SynthDims gqa_dims(SynthModel m, const SynthOptions& o) {
     const bool qwen = m == SynthModel::Qwen3Moe;
     const int64_t k = o.scale_down;
     SynthDims d{};
-    d.hidden_size = scaled(qwen ? 2048 : 4096, k, 32, 64);
+    d.hidden_size = scaled_dim(qwen ? 2048 : 4096, k, 32, 64);
     d.num_key_value_heads = std::max<int64_t>(1, (qwen ? 4 : 8) / k);
     // query heads: a multiple of the kv heads
     d.num_attention_heads = std::max<int64_t>(1, 32 / k) / d.num_key_value_heads * d.num_key_value_heads;
     d.num_attention_heads = std::max(d.num_attention_heads, d.num_key_value_heads);
-    d.head_dim = scaled(128, k, 16, 16);
-    d.intermediate_size = qwen ? scaled(6144, k, 32, 64) : 0;  // Qwen3: dense layers (none unless configured)
-    d.moe_intermediate_size = scaled(qwen ? 768 : 14336, k, 32, 32);
+    d.head_dim = scaled_dim(128, k, 16, 16);
+    d.intermediate_size = qwen ? scaled_dim(6144, k, 32, 64) : 0;  // Qwen3: dense layers (none unless configured)
+    d.moe_intermediate_size = scaled_dim(qwen ? 768 : 14336, k, 32, 32);
     d.vocab_size = synth_vocab_size(o);
     d.n_routed_experts = o.experts;
     d.num_experts_per_tok = std::min<int64_t>(qwen ? 8 : 2, o.experts);

@@ -15,12 +15,6 @@ namespace sluice::synth {
 
 namespace {
 
-int64_t scaled(int64_t x, int64_t k, int64_t mult, int64_t min_value) {
-    int64_t v = (x + k - 1) / k;
-    v = (v + mult - 1) / mult * mult;
-    return std::max(v, min_value);
-}
-
 // 0-based: MLA on every 4th layer (3, 7, ...) and on the last; for 27 layers this is the release's 1-based
 // full_attn_layers [4, 8, 12, 16, 20, 24, 27].
 bool is_mla_layer(int64_t l, int64_t n_layers) { return (l + 1) % 4 == 0 || l == n_layers - 1; }
@@ -30,15 +24,15 @@ bool is_mla_layer(int64_t l, int64_t n_layers) { return (l + 1) % 4 == 0 || l ==
 SynthDims kimi_linear_dims(const SynthOptions& o) {
     const int64_t k = o.scale_down;
     SynthDims d{};
-    d.hidden_size = scaled(2304, k, 32, 64);
+    d.hidden_size = scaled_dim(2304, k, 32, 64);
     d.num_attention_heads = std::max<int64_t>(1, 32 / k);
     d.q_lora_rank = 0;  // the release has no q-LoRA (q_lora_rank null)
-    d.kv_lora_rank = scaled(512, k, 32, 32);
-    d.qk_nope_head_dim = scaled(128, k, 16, 16);
-    d.qk_rope_head_dim = scaled(64, k, 8, 8);
-    d.v_head_dim = scaled(128, k, 16, 16);
-    d.intermediate_size = scaled(9216, k, 32, 64);
-    d.moe_intermediate_size = scaled(1024, k, 32, 32);
+    d.kv_lora_rank = scaled_dim(512, k, 32, 32);
+    d.qk_nope_head_dim = scaled_dim(128, k, 16, 16);
+    d.qk_rope_head_dim = scaled_dim(64, k, 8, 8);
+    d.v_head_dim = scaled_dim(128, k, 16, 16);
+    d.intermediate_size = scaled_dim(9216, k, 32, 64);
+    d.moe_intermediate_size = scaled_dim(1024, k, 32, 32);
     d.vocab_size = synth_vocab_size(o);
     d.n_routed_experts = o.experts;
     d.num_experts_per_tok = std::min<int64_t>(8, o.experts);
@@ -48,7 +42,7 @@ SynthDims kimi_linear_dims(const SynthOptions& o) {
     d.num_hidden_layers = o.layers;
     d.first_k_dense_replace = std::min<int64_t>(1, std::max<int64_t>(o.layers - 1, 0));
     d.linear_num_heads = std::max<int64_t>(1, 32 / k);
-    d.linear_head_dim = scaled(128, k, 16, 16);
+    d.linear_head_dim = scaled_dim(128, k, 16, 16);
     return d;
 }
 

@@ -2,6 +2,7 @@
 // every model lays out quantized Linears the same way. Internal to src/models/synth*.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -12,6 +13,13 @@
 #include "models/synth_tokenizer.h"
 
 namespace sluice::synth {
+
+// A dimension scaled down by k: x / k rounded up to a multiple of `mult`, at least `min_value`.
+inline int64_t scaled_dim(int64_t x, int64_t k, int64_t mult, int64_t min_value) {
+    int64_t v = (x + k - 1) / k;
+    v = (v + mult - 1) / mult * mult;
+    return std::max(v, min_value);
+}
 
 // Every synthesized model's vocabulary: the synthetic tokenizer's, so that every id the head can produce decodes to
 // text, unless --vocab-size asks for more rows (e.g. the real model's, for its embedding and head bytes).

@@ -76,7 +76,7 @@ struct DraftModel::Seq {
 };
 
 DraftModel::DraftModel(std::unique_ptr<Model> model, int64_t prefill_chunk)
-    : model_(std::move(model)), chunk_(prefill_chunk) {
+    : model_(std::move(model)), ctx_(make_exec_context(*model_)), chunk_(prefill_chunk) {
     SLUICE_CHECK(model_, "draft model: none given");
     SLUICE_CHECK(chunk_ > 0, "draft model: prefill chunk must be > 0, got ", chunk_);
 }
@@ -106,7 +106,7 @@ void DraftModel::feed(Seq& s, std::span<const int32_t> tokens) {
         b.clear();
         const int64_t pos0 = s.state->n_past();
         for (size_t i = i0; i < i1; ++i) b.add(tokens[i], pos0 + int64_t(i - i0), 0, i + 1 == tokens.size());
-        model_->forward(b, seqs, s.logits);
+        model_->forward(*ctx_, b, seqs, s.logits);
         ++stats_.forward_passes;
     }
     stats_.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/draft.h"
 
 namespace sluice {
@@ -66,6 +67,7 @@ private:
     std::vector<int32_t> draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens);
     void feed(Seq& s, std::span<const int32_t> tokens);  // appends tokens, logits of the last into s.logits
     std::unique_ptr<Model> model_;
+    std::unique_ptr<ExecContext> ctx_;  // the draft's passes run in their own context (its planned threads, rows)
     int64_t chunk_;
     DraftModelStats stats_;
 };

@@ -33,7 +33,8 @@ const char* to_string(FinishReason r) {
     return "";
 }
 
-Engine::Engine(Model& model, const EngineOptions& options) : model_(model), opt_(options) {
+Engine::Engine(Model& model, const EngineOptions& options)
+    : model_(model), ctx_(make_exec_context(model)), opt_(options) {
     SLUICE_CHECK(opt_.max_batch_rows >= 1, "EngineOptions::max_batch_rows must be >= 1, got ", opt_.max_batch_rows);
     SLUICE_CHECK(opt_.max_sequences >= 1, "EngineOptions::max_sequences must be >= 1, got ", opt_.max_sequences);
     SLUICE_CHECK(opt_.max_context_tokens >= 2, "EngineOptions::max_context_tokens must be >= 2, got ",
@@ -433,7 +434,7 @@ void Engine::schedule(Pass& p) {
 bool Engine::run(Pass& p) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
-        model_.forward(p.batch, p.seqs, p.logits);
+        model_.forward(*ctx_, p.batch, p.seqs, p.logits);
     } catch (const std::exception& e) {
         // the states of these sequences are in an unknown state: end them all, keep serving the others
         for (Request* r : p.in_batch)

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/draft.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/sampler.h"
@@ -178,10 +179,12 @@ public:
     static constexpr int64_t kMinSharedPrefillTokens = 32;
     const EngineOptions& options() const { return opt_; }
     Model& model() { return model_; }
+    ExecContext& exec_context() { return *ctx_; }
 
 private:
     struct Request;
     Model& model_;
+    std::unique_ptr<ExecContext> ctx_;  // what the passes run in (make_exec_context: the model's threads, rows)
     EngineOptions opt_;
     mutable std::mutex mu_;
     std::condition_variable cv_;

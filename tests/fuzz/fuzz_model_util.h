@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/batch.h"
 
 namespace sluice::fuzz {
@@ -41,7 +42,7 @@ inline void load_and_run_one_token(const std::string& dir) {
         batch.add(int32_t(1 % model->info().vocab_size), 0, 0, true);
         SequenceState* seqs[] = {seq.get()};
         std::vector<float> logits;
-        model->forward(batch, seqs, logits);
+        model->forward(*make_exec_context(*model), batch, seqs, logits);
     } catch (const Error&) {
     }
 }

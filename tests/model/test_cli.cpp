@@ -13,6 +13,7 @@
 #include "../support/st_builder.h"
 #include "core/npy.h"
 #include "ops/cuda/backend.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 
@@ -21,14 +22,7 @@ const std::string kFixture = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/dsv3
 
 // stdout only, or with with_stderr stdout and stderr together.
 std::string run(const std::string& args, int* status = nullptr, bool with_stderr = false) {
-    std::string cmd = std::string(SLUICE_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
-    int s = p ? pclose(p) : -1;
-    if (status) *status = WEXITSTATUS(s);
-    return out;
+    return test::run_command(std::string(SLUICE_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"), status);
 }
 
 nlohmann::json ref() {

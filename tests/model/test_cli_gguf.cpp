@@ -9,19 +9,14 @@
 #include <sstream>
 
 #include "../support/st_builder.h"
+#include "../support/test_util.h"
 
 namespace {
 const std::string kDir = std::string(SLUICE_TEST_DATA_DIR) + "/gguf";
 
 std::string run(const std::string& args, int* status, bool with_stderr = false) {
-    std::string cmd = std::string(SLUICE_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
-    const int s = p ? pclose(p) : -1;
-    *status = WEXITSTATUS(s);
-    return out;
+    return sluice::test::run_command(std::string(SLUICE_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null"),
+                                     status);
 }
 }  // namespace
 

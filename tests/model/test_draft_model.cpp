@@ -20,6 +20,7 @@
 #include "../support/fixtures.h"
 #include "../support/reference_decode.h"
 #include "../support/st_builder.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
@@ -74,14 +75,7 @@ nlohmann::json last_json_line(const std::string& out) {
 }
 
 std::string run_cli(const std::string& args, int* status) {
-    const std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    while (p && fgets(buf.data(), int(buf.size()), p)) out += buf.data();
-    const int s = p ? pclose(p) : -1;
-    *status = WEXITSTATUS(s);
-    return out;
+    return test::run_command(std::string(SLUICE_BINARY) + " " + args + " 2>&1", status);
 }
 
 // A copy of the shipped draft's folder with one file rewritten by `edit`.

@@ -74,7 +74,7 @@ std::unique_ptr<SequenceState> prefill(Model& m, std::span<const int32_t> ids) {
     Batch b;
     std::vector<float> logits;
     for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, i + 1 == ids.size());
-    m.forward(b, seqs, logits);
+    m.forward(*make_exec_context(m), b, seqs, logits);
     return seq;
 }
 
@@ -247,7 +247,7 @@ TEST(DSpark, LastLayerTapReproducesTheLogits) {
     Batch b;
     for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, true);
     std::vector<float> logits;
-    model->forward(b, seqs, logits);
+    model->forward(*make_exec_context(*model), b, seqs, logits);
     Checkpoint ck(dirs().target.string());
     const std::string g = "language_model.model.";
     const auto embed = load_f32(ck, g + "embed_tokens.weight", {V, d});

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "../support/reference_decode.h"
@@ -470,8 +471,10 @@ TEST_F(EngineTest, EosEndsWithStopOnlyWhenAsked) {
         EosModel(Model& model, int32_t eos) : m(model), i(model.info()) { i.eos_token_ids = {eos}; }
         const ModelInfo& info() const override { return i; }
         std::unique_ptr<SequenceState> new_sequence() const override { return m.new_sequence(); }
-        void forward(const Batch& b, std::span<SequenceState* const> s, std::vector<float>& l) override {
-            m.forward(b, s, l);
+        ExecOptions exec_options() const override { return m.exec_options(); }
+        uint64_t activation_bytes(int64_t rows) const override { return m.activation_bytes(rows); }
+        void forward(ExecContext& c, const Batch& b, std::span<SequenceState* const> s, std::vector<float>& l) override {
+            m.forward(c, b, s, l);
         }
     } eos_model(*model, full[k]);
     Engine engine(eos_model, {});
@@ -513,11 +516,12 @@ TEST_F(EngineTest, PenaltiesMatchAHandComputation) {
     auto by_hand = [&](float frequency, float presence) {
         std::vector<int32_t> out;
         auto seq = model->new_sequence();
+        auto ctx = make_exec_context(*model);
         SequenceState* seqs[] = {seq.get()};
         Batch b;
         for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int64_t(i), 0, i + 1 == prompt.size());
         std::vector<float> logits;
-        model->forward(b, seqs, logits);
+        model->forward(*ctx, b, seqs, logits);
         std::map<int32_t, int> counts;
         for (int64_t step = 0; step < n_new; ++step) {
             std::vector<float> adj(logits.begin(), logits.begin() + V);
@@ -527,7 +531,7 @@ TEST_F(EngineTest, PenaltiesMatchAHandComputation) {
             ++counts[id];
             b.clear();
             b.add(id, int64_t(prompt.size()) + step, 0, true);
-            model->forward(b, seqs, logits);
+            model->forward(*ctx, b, seqs, logits);
         }
         return out;
     };
@@ -556,9 +560,12 @@ class FlakyModel : public Model {
     explicit FlakyModel(Model& m) : m_(m) {}
     const ModelInfo& info() const override { return m_.info(); }
     std::unique_ptr<SequenceState> new_sequence() const override { return m_.new_sequence(); }
-    void forward(const Batch& b, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    ExecOptions exec_options() const override { return m_.exec_options(); }
+    uint64_t activation_bytes(int64_t rows) const override { return m_.activation_bytes(rows); }
+    void forward(ExecContext& ctx, const Batch& b, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         if (calls++ == fail_at) throw Error("expert read failed: /ssd/experts.bin offset 4096: EIO");
-        m_.forward(b, seqs, logits);
+        m_.forward(ctx, b, seqs, logits);
     }
     Model& m_;
     int calls = 0, fail_at = -1;
@@ -691,13 +698,14 @@ TEST(EngineMemoryPlan, SnapshotsReserved) {
     const uint64_t with = plan("kimi_linear_noqlora", 20).first;
     // a real snapshot with 20 journaled rows: what it adds to a sequence's bytes
     auto seq = model->new_sequence();
+    auto ctx = make_exec_context(*model);
     const auto ids = fixture_ids("kimi_linear_noqlora");
     const auto run = [&](size_t from, size_t n) {
         Batch b;
         for (size_t i = 0; i < n; ++i) b.add(ids[(from + i) % ids.size()], seq->n_past() + int64_t(i), 0, i + 1 == n);
         std::vector<float> logits;
         SequenceState* s = seq.get();
-        model->forward(b, std::span<SequenceState* const>(&s, 1), logits);
+        model->forward(*ctx, b, std::span<SequenceState* const>(&s, 1), logits);
     };
     run(0, 4);
     const uint64_t before = seq->size_bytes();

@@ -11,8 +11,10 @@
 
 #include "core/npy.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/generate.h"
 #include "../support/fixtures.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
@@ -42,15 +44,7 @@ Fixture load_fixture(const std::string& dir) {
     return f;
 }
 
-// max |a - b| / max |b|, the relative error the project quotes.
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        num = std::max(num, std::fabs(double(a[i]) - ref[i]));
-        den = std::max(den, std::fabs(double(ref[i])));
-    }
-    return num / den;
-}
+using test::rel_error;
 
 class FixtureTest : public ::testing::TestWithParam<std::string> {};
 
@@ -102,6 +96,7 @@ TEST_P(FixtureTest, BatchedSequencesAreBitIdentical) {
     auto alone_b = prompt_logits(*model, f.ids_b, 4096);
 
     auto sa = model->new_sequence(), sb = model->new_sequence();
+    auto ctx = make_exec_context(*model);
     SequenceState* seqs[] = {sa.get(), sb.get()};
     Batch batch;
     std::vector<std::pair<int, size_t>> order;  // (seq, position) of each logits row
@@ -116,7 +111,7 @@ TEST_P(FixtureTest, BatchedSequencesAreBitIdentical) {
         }
     }
     std::vector<float> logits;
-    model->forward(batch, seqs, logits);
+    model->forward(*ctx, batch, seqs, logits);
     for (size_t r = 0; r < order.size(); ++r) {
         const auto& alone = order[r].first == 0 ? alone_a : alone_b;
         const float* want = alone.data() + order[r].second * size_t(V);
@@ -141,7 +136,7 @@ TEST_P(FixtureTest, BatchedSequencesAreBitIdentical) {
         Batch d;
         d.add(next_a, int64_t(f.ids.size() + step), 0, true);
         d.add(next_b, int64_t(f.ids_b.size() + step), 1, true);
-        model->forward(d, seqs, logits);
+        model->forward(*ctx, d, seqs, logits);
         next_a = argmax_row(0);
         next_b = argmax_row(1);
     }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "formats/safetensors.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/generate.h"
 
 using namespace sluice;
@@ -238,7 +239,7 @@ TEST(ModelErrors, TokenOutsideVocabulary) {
     for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, true);
     std::vector<float> logits;
     try {
-        model->forward(b, seqs, logits);
+        model->forward(*make_exec_context(*model), b, seqs, logits);
         FAIL();
     } catch (const Error& e) {
         EXPECT_CONTAINS(e.what(), "token id 256 at batch row 2 is outside the vocabulary [0, 256)");
@@ -253,7 +254,7 @@ TEST(ModelErrors, RowsMustContinueTheCache) {
     b.add(1, 5, 0, true);
     std::vector<float> logits;
     try {
-        model->forward(b, seqs, logits);
+        model->forward(*make_exec_context(*model), b, seqs, logits);
         FAIL();
     } catch (const Error& e) {
         EXPECT_CONTAINS(e.what(), "expected position 0, got 5");

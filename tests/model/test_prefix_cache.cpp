@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "state/state_file.h"
@@ -214,7 +215,7 @@ TEST_P(PrefixCacheTest, TurnBoundariesAndBlocks) {
         Batch b;
         for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int64_t(i), 0, i + 1 == prompt.size());
         std::vector<float> logits;
-        model->forward(b, seqs, logits);
+        model->forward(*make_exec_context(*model), b, seqs, logits);
         return logits;
     };
     const auto run = [&](Engine& e, const std::vector<int32_t>& prompt, std::vector<int64_t> points, bool check) {

@@ -13,6 +13,7 @@
 #include "formats/hf_config.h"
 #include "models/expert_setup.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "../support/fixtures.h"
 
 // Counts heap allocations of at least g_min_bytes while g_counting is set (any thread).
@@ -54,12 +55,12 @@ using test::fixture_name;
 class FixtureScratch : public ::testing::TestWithParam<std::string> {};
 
 // One pass of `rows` rows of sequence `s` from position `from` (the last row wants logits).
-void run_pass(Model& m, SequenceState* s, int64_t from, int64_t rows, std::vector<float>& logits) {
+void run_pass(Model& m, ExecContext& ctx, SequenceState* s, int64_t from, int64_t rows, std::vector<float>& logits) {
     Batch b;
     const int64_t vocab = m.info().vocab_size;
     for (int64_t i = 0; i < rows; ++i) b.add(int32_t((7 * (from + i) + 3) % vocab), from + i, 0, i + 1 == rows);
     SequenceState* seqs[] = {s};
-    m.forward(b, seqs, logits);
+    m.forward(ctx, b, seqs, logits);
 }
 
 TEST_P(FixtureScratch, HighWaterIsTheReservedFormula) {
@@ -70,8 +71,8 @@ TEST_P(FixtureScratch, HighWaterIsTheReservedFormula) {
     lo.max_pass_rows = kRows;
     lo.memory_budget_bytes = uint64_t(1) << 30;  // experts stream: the look-ahead routing runs too
     auto model = load_model(dir, lo);
-    const ScratchArena* arena = model->scratch_arena();
-    ASSERT_NE(arena, nullptr);
+    auto ctx = make_exec_context(*model);  // what the engine makes: the planned threads, an arena for kRows
+    const ScratchArena* arena = &ctx->arena();
     const uint64_t want = model->activation_bytes(kRows);
     ASSERT_GT(want, 0u);
     // reserved once, in the plan and in the arena
@@ -84,20 +85,20 @@ TEST_P(FixtureScratch, HighWaterIsTheReservedFormula) {
 
     auto seq = model->new_sequence();
     std::vector<float> logits;
-    run_pass(*model, seq.get(), 0, kRows, logits);
+    run_pass(*model, *ctx, seq.get(), 0, kRows, logits);
     EXPECT_EQ(arena->high_water_bytes(), want) << "the formula and what the blocks carve disagree";
     EXPECT_EQ(arena->overflow_allocations(), 0u);
     EXPECT_EQ(arena->used_bytes(), 0u);
     // smaller passes stay within it; the formula is exact for them too
     for (int64_t r : {1, 5}) {
         auto s2 = model->new_sequence();
-        run_pass(*model, s2.get(), 0, r, logits);
+        run_pass(*model, *ctx, s2.get(), 0, r, logits);
         EXPECT_EQ(arena->high_water_bytes(), want);
         EXPECT_EQ(arena->overflow_allocations(), 0u);
     }
     // a pass past the plan still runs (from the heap), and says so
     auto s3 = model->new_sequence();
-    run_pass(*model, s3.get(), 0, kRows + 3, logits);
+    run_pass(*model, *ctx, s3.get(), 0, kRows + 3, logits);
     EXPECT_GT(arena->overflow_allocations(), 0u);
     EXPECT_EQ(arena->high_water_bytes(), model->activation_bytes(kRows + 3));
 }
@@ -111,25 +112,26 @@ TEST_P(FixtureScratch, PassAllocatesNoActivations) {
     lo.n_threads = 1;
     lo.max_pass_rows = kRows;
     auto model = load_model(dir, lo);
+    auto ctx = make_exec_context(*model);
     std::vector<float> logits;
     // warm: another sequence runs the same two passes first, so the ops' per-thread scratch (attention's score
     // rows grow with the context) has the size the measured pass needs; then this sequence's first cache page
     auto other = model->new_sequence();
-    run_pass(*model, other.get(), 0, kRows / 2, logits);
-    run_pass(*model, other.get(), kRows / 2, kRows / 2, logits);
+    run_pass(*model, *ctx, other.get(), 0, kRows / 2, logits);
+    run_pass(*model, *ctx, other.get(), kRows / 2, kRows / 2, logits);
     auto seq = model->new_sequence();
-    run_pass(*model, seq.get(), 0, kRows / 2, logits);
+    run_pass(*model, *ctx, seq.get(), 0, kRows / 2, logits);
     // an activation buffer is at least rows x hidden floats; nothing that large may come from the heap
     g_min_bytes = uint64_t(kRows / 2) * uint64_t(model->info().hidden_size) * sizeof(float);
     g_large = 0;
     g_all = 0;
     g_largest = 0;
     g_counting = true;
-    run_pass(*model, seq.get(), kRows / 2, kRows / 2, logits);
+    run_pass(*model, *ctx, seq.get(), kRows / 2, kRows / 2, logits);
     g_counting = false;
     EXPECT_EQ(g_large.load(), 0u) << "heap allocations of >= " << g_min_bytes.load() << " bytes in a pass (largest "
                                    << g_largest.load() << ")";
-    EXPECT_EQ(model->scratch_arena()->overflow_allocations(), 0u);
+    EXPECT_EQ(ctx->arena().overflow_allocations(), 0u);
     RecordProperty("small_allocations", std::to_string(g_all.load()));
 }
 

@@ -10,6 +10,7 @@
 
 #include "models/forward_common.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -108,7 +109,8 @@ public:
     }
     const ModelInfo& info() const override { return info_; }
     std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
-    void forward(const Batch& batch, std::span<SequenceState* const> seqs, std::vector<float>& logits) override {
+    void forward(ExecContext&, const Batch& batch, std::span<SequenceState* const> seqs,
+                 std::vector<float>& logits) override {
         const auto rows_of = group_rows(batch, seqs, V, layout_.get());
         append_rows(batch, seqs, rows_of);
         logits.clear();

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "state/state_file.h"
 #include "../support/fixtures.h"
 
@@ -27,7 +28,7 @@ std::vector<float> run(Model& m, SequenceState& seq, std::span<const int32_t> id
     for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], seq.n_past() + int64_t(i), 0, true);
     SequenceState* seqs[] = {&seq};
     std::vector<float> logits;
-    m.forward(b, seqs, logits);
+    m.forward(*make_exec_context(m), b, seqs, logits);
     return logits;
 }
 

@@ -22,6 +22,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "../support/st_builder.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
@@ -49,14 +50,7 @@ Reference load_reference(const std::string& name) {
     return r;
 }
 
-double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        num = std::max(num, std::fabs(double(a[i]) - ref[i]));
-        den = std::max(den, std::fabs(double(ref[i])));
-    }
-    return num / den;
-}
+using test::rel_error;
 
 std::vector<int> argmax_rows(const std::vector<float>& v, int64_t V) {
     std::vector<int> out;

@@ -24,34 +24,16 @@
 #include "core/stable_memory.h"
 #include "core/thread_pool.h"
 #include "ops/cuda/backend.h"
-#include "ops/kda.h"
 #include "ops/mla_ops.h"
 #include "ops/moe_ops.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 #include "ops/rope.h"
+#include "harness_util.h"
 
 using namespace sluice;
 
 namespace {
-
-int g_passed = 0, g_failed = 0;
-
-void report(bool ok, const std::string& what) {
-    if (ok) {
-        ++g_passed;
-    } else {
-        ++g_failed;
-        std::printf("FAIL %s\n", what.c_str());
-    }
-}
-
-std::vector<float> random_vec(int64_t n, std::mt19937& rng, float scale = 1.0f) {
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (auto& x : v) x = d(rng);
-    return v;
-}
 
 const WeightFormat kFormats[] = {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16,
                                  WeightFormat::FP8_E4M3_B128, WeightFormat::MXFP4, WeightFormat::INT4_G32};
@@ -85,7 +67,6 @@ bool check_against_ref(const Weight& w, const std::vector<float>& x, int64_t n, 
     return true;
 }
 
-bool same_bits(const float* a, const float* b, int64_t count) { return std::memcmp(a, b, size_t(count) * 4) == 0; }
 
 void check_backend(const char* name, const MatmulFn& mm, std::mt19937& rng) {
     for (auto f : kFormats) {
@@ -478,81 +459,6 @@ void check_rope(const char* name, std::mt19937& rng) {
         }
 }
 
-// ---- KDA's gated delta rule (recurrent and chunked forms) against its float64 twin; CPU only for now ----
-
-void check_kda(const char* name, std::mt19937& rng) {
-    struct K {
-        int64_t T, D, chunk, stride;
-        float max_decay;
-    };
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::uniform_real_distribution<float> u01(0.0f, 1.0f);
-    for (const K& c : {K{300, 32, 64, 32, 0.5f}, K{200, 128, 64, 384, 0.3f}, K{257, 16, 64, 48, 5.0f},
-                       K{1, 64, 64, 64, 1.0f}, K{70, 128, 16, 128, 2.0f}}) {
-        // rows at `stride` (the block interleaves q|k|v), q and k L2-normalised, decays mostly slow
-        std::vector<float> q(static_cast<size_t>(c.T * c.stride)), k(q.size()), v(q.size()), g(q.size()),
-            beta(static_cast<size_t>(c.T));
-        for (int64_t t = 0; t < c.T; ++t) {
-            double nq = 0, nk = 0;
-            for (int64_t d = 0; d < c.D; ++d) {
-                const size_t i = size_t(t * c.stride + d);
-                q[i] = nd(rng), k[i] = nd(rng), v[i] = nd(rng);
-                g[i] = -c.max_decay * std::pow(u01(rng), 3.0f);
-                nq += double(q[i]) * q[i], nk += double(k[i]) * k[i];
-            }
-            for (int64_t d = 0; d < c.D; ++d) {
-                const size_t i = size_t(t * c.stride + d);
-                q[i] = float(q[i] / std::sqrt(nq) / std::sqrt(double(c.D)));
-                k[i] = float(k[i] / std::sqrt(nk));
-            }
-            beta[size_t(t)] = 0.05f + 0.9f * u01(rng);
-        }
-        std::vector<float> S0 = random_vec(c.D * c.D, rng, 0.3f);  // a state left by earlier rows
-        std::vector<double> S64(S0.begin(), S0.end()), o64(static_cast<size_t>(c.T * c.D));
-        const KdaHeadIo io{q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr, c.stride, 1};
-        ops::ref::kda_delta_rule(io, c.T, c.D, S64.data(), o64.data());
-        auto rel = [&](const std::vector<float>& o, const std::vector<float>& S) {
-            double num = 0, den = 0, snum = 0, sden = 0;
-            for (int64_t t = 0; t < c.T; ++t)
-                for (int64_t d = 0; d < c.D; ++d) {
-                    const double got = o[size_t(t * c.stride + d)], want = o64[size_t(t * c.D + d)];
-                    num = std::max(num, std::isfinite(got) ? std::fabs(got - want) : INFINITY);
-                    den = std::max(den, std::fabs(want));
-                }
-            for (size_t i = 0; i < S.size(); ++i) {
-                snum = std::max(snum, std::fabs(double(S[i]) - S64[i]));
-                sden = std::max(sden, std::fabs(S64[i]));
-            }
-            return std::max(num / den, snum / sden);
-        };
-        const std::string what = cat(name, " kda T=", c.T, " D=", c.D, " chunk ", c.chunk, " stride ", c.stride);
-        for (bool chunked : {false, true}) {
-            std::vector<float> o(q.size(), std::nanf("")), S = S0;
-            KdaHeadIo w = io;
-            w.o = o.data();
-            if (chunked)
-                kda_chunked(w, c.T, c.D, c.chunk, S.data());
-            else
-                kda_recurrent(w, c.T, c.D, S.data());
-            const double e = rel(o, S);
-            report(e <= 1e-5, cat(what, chunked ? " chunked" : " recurrent", " vs reference: relative error ", e));
-            if (!chunked && c.T > 1) {  // rows in two calls: the bits of one call (what a rollback's replay relies on)
-                std::vector<float> o2(q.size(), std::nanf("")), S2 = S0;
-                const int64_t cut = c.T / 3;
-                KdaHeadIo a = io, b = io;
-                a.o = o2.data();
-                b.q += cut * c.stride, b.k += cut * c.stride, b.v += cut * c.stride, b.g += cut * c.stride;
-                b.beta += cut, b.o = o2.data() + cut * c.stride;
-                kda_recurrent(a, cut, c.D, S2.data());
-                kda_recurrent(b, c.T - cut, c.D, S2.data());
-                bool same = same_bits(S2.data(), S.data(), c.D * c.D);
-                for (int64_t t = 0; t < c.T; ++t) same = same && same_bits(o2.data() + t * c.stride, o.data() + t * c.stride, c.D);
-                report(same, what + ": the recurrent form in two calls gives other bits than in one");
-            }
-        }
-    }
-}
-
 // ---- --perf: the CUDA kernels against the card's own limits ----
 
 double hbm_copy_gbps() {
@@ -765,6 +671,8 @@ int main(int argc, char** argv) {
             check_mla_ops(name.c_str(), pool, rng);
             check_rope(name.c_str(), rng);
             check_kda(name.c_str(), rng);
+            check_kda_block_ops(name.c_str(), pool, rng);
+            check_elementwise(name.c_str(), rng);
         }
         if (only.empty() || only == "cuda") {
             if (cuda_ok) {

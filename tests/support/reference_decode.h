@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "runtime/sampler.h"
 
 namespace sluice::test {
@@ -25,6 +26,7 @@ inline ReferenceResult reference_generate(Model& model, std::span<const int32_t>
     const size_t V = size_t(info.vocab_size);
     Sampler sampler(sampling);
     auto seq = model.new_sequence();
+    auto ctx = make_exec_context(model);
     SequenceState* seqs[] = {seq.get()};
     std::vector<float> logits;
     Batch b;
@@ -32,7 +34,7 @@ inline ReferenceResult reference_generate(Model& model, std::span<const int32_t>
         b.clear();
         const size_t i1 = std::min(prompt.size(), i0 + size_t(chunk));
         for (size_t i = i0; i < i1; ++i) b.add(prompt[i], int64_t(i), 0, i + 1 == prompt.size());
-        model.forward(b, seqs, logits);
+        model.forward(*ctx, b, seqs, logits);
     }
     ReferenceResult r{{}, "length"};
     int64_t pos = int64_t(prompt.size());
@@ -47,7 +49,7 @@ inline ReferenceResult reference_generate(Model& model, std::span<const int32_t>
         if (step + 1 == max_new_tokens) break;
         b.clear();
         b.add(id, pos++, 0, true);
-        model.forward(b, seqs, logits);
+        model.forward(*ctx, b, seqs, logits);
     }
     return r;
 }

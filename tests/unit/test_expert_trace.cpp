@@ -13,23 +13,12 @@
 #include "models/model.h"
 #include "models/synth.h"
 #include "runtime/generate.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-void spit(const fs::path& p, const std::string& bytes) {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    f << bytes;
-}
 
 TraceHeader sample_header() {
     TraceHeader h;
@@ -101,10 +90,10 @@ TEST(ExpertTraceFile, EveryTruncationIsAnError) {
     const fs::path dir = test::scratch_dir("trace_cut");
     const std::string path = (dir / "t.trace").string();
     write_sample(path);
-    const std::string whole = slurp(path);
+    const std::string whole = test::read_bytes(path);
     const std::string cut_path = (dir / "cut.trace").string();
     for (size_t n = 0; n < whole.size(); ++n) {
-        spit(cut_path, whole.substr(0, n));
+        test::write_bytes(cut_path, whole.substr(0, n));
         const std::string err = error_of(cut_path);
         EXPECT_NE(err.find("truncated"), std::string::npos) << "cut at " << n << " of " << whole.size() << ": " << err;
     }
@@ -115,10 +104,10 @@ TEST(ExpertTraceFile, DamagedFilesAreErrors) {
     const fs::path dir = test::scratch_dir("trace_bad");
     const std::string path = (dir / "t.trace").string();
     write_sample(path);
-    const std::string whole = slurp(path);
+    const std::string whole = test::read_bytes(path);
     const std::string bad = (dir / "bad.trace").string();
     auto expect_error = [&](const std::string& bytes, const std::string& words) {
-        spit(bad, bytes);
+        test::write_bytes(bad, bytes);
         const std::string err = error_of(bad);
         EXPECT_NE(err.find(words), std::string::npos) << "wanted '" << words << "', got '" << err << "'";
     };
@@ -165,15 +154,8 @@ TEST(ExpertTraceFile, AnotherModelIsAnError) {
 
 TEST(ExpertTraceRun, RecordsEveryLayerOfEveryPassAsTheCacheSawIt) {
     const fs::path dir = test::scratch_dir("trace_run");
-    SynthOptions o;
-    o.like = "kimi-k2";
-    o.layers = 4;
-    o.experts = 32;
-    o.scale_down = 32;
-    o.vocab_size = 512;
+    SynthOptions o = test::small_k2_options((dir / "model").string(), 4, 32, 32);
     o.seed = 5;
-    o.out_dir = (dir / "model").string();
-    o.sync = false;
     synth_checkpoint(o);
     const std::vector<int32_t> prompt = {1, 7, 300, 42, 42, 9, 128, 255, 3, 77, 500, 64};
     GenerateOptions g;
@@ -241,14 +223,7 @@ TEST(ExpertTraceRun, RecordsEveryLayerOfEveryPassAsTheCacheSawIt) {
 
 TEST(ExpertTraceRun, ResidentExpertsCannotBeTraced) {
     const fs::path dir = test::scratch_dir("trace_resident");
-    SynthOptions o;
-    o.like = "kimi-k2";
-    o.layers = 2;
-    o.experts = 8;
-    o.scale_down = 64;
-    o.vocab_size = 512;
-    o.out_dir = (dir / "model").string();
-    o.sync = false;
+    const SynthOptions o = test::small_k2_options((dir / "model").string(), 2, 8, 64);
     synth_checkpoint(o);
     LoadOptions opt{.n_threads = 1};
     opt.streaming.trace_path = (dir / "t.trace").string();

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "ops/ops.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 using nlohmann::json;
@@ -141,14 +142,7 @@ TEST(Gguf, DequantisesBitExactlyLikeGgufPy) {
 
 TEST(Gguf, WeightViewsAndTypes) {
     GgufFile f = GgufFile::open(kDir + "/basic.gguf");
-    const auto err = [&](const char* name) {
-        try {
-            f.weight(*f.tensor(name));
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
-        return std::string();
-    };
+    const auto err = [&](const char* name) { return test::error_of([&] { f.weight(*f.tensor(name)); }); };
     EXPECT_NE(err("q5_k.weight").find("tensor 'q5_k.weight': ggml type Q5_K is not supported"), std::string::npos);
     EXPECT_NE(err("cube.weight").find("tensor 'cube.weight': has 3 dims [4, 3, 2, 1]"), std::string::npos);
     EXPECT_EQ(f.weight(*f.tensor("norm.weight")).rows, 1);
@@ -175,14 +169,7 @@ TEST(Gguf, TypedGettersNameTheKey) {
     EXPECT_TRUE(f.get_bool("test.bool_true"));
     EXPECT_EQ(f.get_array("test.arr_string").strings[3], "\xe2\x96\x81the");
     EXPECT_EQ(f.get_array("test.arr_nested").arrays[1].array->at(2).as_i64(), 5);
-    const auto err = [&](auto fn) {
-        try {
-            fn();
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
-        return std::string();
-    };
+    const auto err = [](auto fn) { return test::error_of(fn); };
     EXPECT_NE(err([&] { f.get_u32("test.i32"); }).find("basic.gguf: key 'test.i32': is i32, want u32"),
               std::string::npos);
     EXPECT_NE(err([&] { f.get_string("test.u8"); }).find("key 'test.u8': is u8, want string"), std::string::npos);

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 
@@ -189,14 +190,7 @@ TEST(GgufErrors, UnknownGgmlTypeWhenSizeIsNeeded) {
     GgufFile f = GgufFile::open(path);
     const GgufTensorInfo& t = *f.tensor("q5_k.weight");
     EXPECT_FALSE(t.nbytes.has_value());
-    const auto err = [&](auto fn) {
-        try {
-            fn();
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
-        return std::string();
-    };
+    const auto err = [](auto fn) { return test::error_of(fn); };
     EXPECT_NE(
         err([&] {
             f.tensor_bytes(t);

@@ -9,19 +9,13 @@
 
 #include "models/blocks/kda.h"
 #include "ops/kda.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 
 namespace {
 
-double rel_error(const std::vector<float>& a, const std::vector<double>& ref) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        num = std::max(num, std::fabs(double(a[i]) - ref[i]));
-        den = std::max(den, std::fabs(ref[i]));
-    }
-    return num / den;
-}
+using test::rel_error;
 std::vector<double> to_f64(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 struct HeadInputs {

@@ -14,6 +14,7 @@
 #include "models/model.h"
 #include "models/synth.h"
 #include "runtime/generate.h"
+#include "../support/test_util.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
@@ -21,18 +22,6 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path temp_dir(const std::string& name) { return test::scratch_dir("usage_" + name); }
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-
-void spit(const fs::path& p, const std::string& text) {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    f << text;
-}
 
 UsageStats sample_stats() {
     UsageStats s;
@@ -150,15 +139,8 @@ class UsagePinning : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         dir_ = new fs::path(temp_dir("model"));
-        SynthOptions o;
-        o.like = "kimi-k2";
-        o.layers = 4;
-        o.experts = 32;
-        o.scale_down = 32;
-        o.vocab_size = 512;
+        SynthOptions o = test::small_k2_options(dir_->string(), 4, 32, 32);
         o.seed = 11;
-        o.out_dir = dir_->string();
-        o.sync = false;
         synth_checkpoint(o);
     }
     static void TearDownTestSuite() {
@@ -242,7 +224,7 @@ TEST_F(UsagePinning, ForeignOrDamagedFilesAreIgnoredWithOneWarning) {
         auto m = load(good);
         prompt_logits(*m, prompt_, 8);
     }
-    const std::string text = slurp(good);
+    const std::string text = test::read_bytes(good);
     auto resident = load_model(dir_->string(), {.n_threads = 2});
     const auto want = prompt_logits(*resident, prompt_, 8);
     UsageStats foreign = read_usage_stats(good);
@@ -262,7 +244,7 @@ TEST_F(UsagePinning, ForeignOrDamagedFilesAreIgnoredWithOneWarning) {
     };
     for (const auto& [name, contents, reason] : cases) {
         const std::string path = usage_path(name + ".json");
-        spit(path, contents);
+        test::write_bytes(path, contents);
         testing::internal::CaptureStderr();
         auto m = load(path);
         const std::string err = testing::internal::GetCapturedStderr();

@@ -4,16 +4,14 @@
 
 #include "core/error.h"
 #include "models/blocks/row_runs.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
 
 namespace {
 void add_bias(float* y, int64_t n, const std::vector<float>& b) {
-    if (b.empty()) return;
-    const int64_t w = int64_t(b.size());
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < w; ++j) y[i * w + j] += b[size_t(j)];
+    if (!b.empty()) ops::add_bias(y, b.data(), n, int64_t(b.size()));
 }
 }  // namespace
 

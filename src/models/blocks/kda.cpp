@@ -4,46 +4,11 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/elementwise.h"
+#include "ops/kda_ops.h"
 #include "ops/ops.h"
 
 namespace sluice {
-
-namespace {
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-}  // namespace
-
-namespace {
-
-// Causal depthwise conv over one sequence's rows with its carried taps, then SiLU. raw/out: rows at stride `ld`.
-// Channels are independent, so they are split over the pool (no bit depends on the split).
-void short_conv(const std::vector<float>& weight, int64_t P, int64_t K, float* taps, const float* raw, int64_t m,
-                int64_t ld, float* out, ThreadPool& pool) {
-    pool.parallel_for(P, [&](int64_t c0, int64_t c1) {
-        std::vector<float> win(static_cast<size_t>(K));
-        for (int64_t ch = c0; ch < c1; ++ch) {
-            float* tp = taps + ch * (K - 1);
-            const float* wc = weight.data() + ch * K;
-            for (int64_t j = 0; j < m; ++j) {
-                std::copy_n(tp, K - 1, win.data());
-                win[size_t(K - 1)] = raw[j * ld + ch];
-                float s = 0;
-                for (int64_t i = 0; i < K; ++i) s += wc[i] * win[size_t(i)];
-                out[j * ld + ch] = silu(s);
-                std::copy_n(win.data() + 1, K - 1, tp);
-            }
-        }
-    }, 64);
-}
-
-void l2_normalise(float* x, int64_t D, float scale) {
-    float ss = 0;
-    for (int64_t d = 0; d < D; ++d) ss += x[d] * x[d];
-    const float inv = 1.0f / std::sqrt(ss + 1e-6f);
-    for (int64_t d = 0; d < D; ++d) x[d] = x[d] * inv * scale;
-}
-
-}  // namespace
 
 uint64_t kda_scratch_bytes(const KdaConfig& c, int64_t n) {
     using A = ScratchArena;
@@ -78,24 +43,8 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
         }
         ops::matmul(w.b_proj, x, n, beta, pool);
     }
-    for (int64_t i = 0; i < n * H; ++i) beta[i] = sigmoid(beta[i]);
-    // the elementwise loops below are split over the pool by rows: each element's arithmetic is unchanged
-    pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i)
-            for (int64_t h = 0; h < H; ++h) {
-                const float a = std::exp(w.A_log[size_t(h)]);
-                for (int64_t d = 0; d < D; ++d) {
-                    const size_t j = size_t(i * P + h * D + d);
-                    const float u = f[j] + w.dt_bias[size_t(h * D + d)];
-                    if (c.gate_lower_bound < 0) {
-                        g[j] = c.gate_lower_bound * sigmoid(a * u);
-                    } else {
-                        const float sp = u > 20.0f ? u : std::log(1.0f + std::exp(u));
-                        g[j] = -a * sp;
-                    }
-                }
-            }
-    });
+    ops::sigmoid(beta, n * H, beta);
+    ops::kda_decay_gate(f, w.A_log.data(), w.dt_bias.data(), n, H, D, c.gate_lower_bound, g, pool);
 
     const float scale = 1.0f / std::sqrt(float(D));
     // one sequence's rows gathered (for at most n rows): raw q|k|v and their conv [m, 3P]; g and o at the same
@@ -117,15 +66,11 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
         }
         for (int p = 0; p < 3; ++p) {
             const auto& cw = p == 0 ? w.q_conv : p == 1 ? w.k_conv : w.v_conv;
-            short_conv(cw, P, K, s.state->conv.data() + p * P * (K - 1), sraw + p * P, m, 3 * P, sq + p * P, pool);
+            ops::kda_short_conv(cw.data(), P, K, s.state->conv.data() + p * P * (K - 1), sraw + p * P, m, 3 * P,
+                                sq + p * P, pool);
         }
-        pool.parallel_for(m, [&](int64_t j0, int64_t j1) {
-            for (int64_t j = j0; j < j1; ++j)
-                for (int64_t h = 0; h < H; ++h) {
-                    l2_normalise(sq + j * 3 * P + h * D, D, scale);
-                    l2_normalise(sq + j * 3 * P + P + h * D, D, 1.0f);
-                }
-        });
+        ops::l2_norm_heads(sq, m, H, D, 3 * P, scale, pool);
+        ops::l2_norm_heads(sq + P, m, H, D, 3 * P, 1.0f, pool);
         if (s.state->journaling) {
             // what a rollback replays (state/caches.h): raw q|k|v, then k, v, g, beta
             KdaState& st = *s.state;
@@ -155,15 +100,7 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
     }
 
     // gated RMSNorm per head, then o_proj
-    pool.parallel_for(n, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i)
-            for (int64_t h = 0; h < H; ++h) {
-                float* oh = o + i * P + h * D;
-                ops::rms_norm(oh, w.o_norm.data(), 1, D, c.norm_eps, oh);
-                const float* gt = gate + i * P + h * D;
-                for (int64_t d = 0; d < D; ++d) oh[d] *= sigmoid(gt[d]);
-            }
-    });
+    ops::kda_output_gate(gate, w.o_norm.data(), n, H, D, c.norm_eps, o, pool);
     ops::matmul(w.o_proj, o, n, out, pool);
 }
 

@@ -35,6 +35,15 @@ struct MlaConfig {
     int64_t cache_width() const { return kv_lora_rank + qk_rope_head_dim; }
 };
 
+// The MLA shape of a DeepSeek-V3-style config (DeepSeek-V3, Kimi), fields under the hub's names; the scale, RoPE and
+// gate settings are the caller's.
+template <typename Config>
+MlaConfig mla_shape(const Config& c) {
+    return {.hidden_size = c.hidden_size, .n_heads = c.num_attention_heads, .q_lora_rank = c.q_lora_rank,
+            .kv_lora_rank = c.kv_lora_rank, .qk_nope_head_dim = c.qk_nope_head_dim,
+            .qk_rope_head_dim = c.qk_rope_head_dim, .v_head_dim = c.v_head_dim};
+}
+
 struct MlaWeights {
     Weight q_proj;                  // [H*qk_head_dim, hidden] when q_lora_rank == 0
     Weight q_a_proj;                // [q_lora_rank, hidden]

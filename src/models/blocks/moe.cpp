@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -137,8 +138,7 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
         if (while_reading) while_reading();
         if (shared) swiglu_forward(*shared, x, n, s, pool, arena, act);
     });
-    if (shared)
-        for (int64_t i = 0; i < n * hidden; ++i) out[i] += s[size_t(i)];
+    if (shared) ops::add(out, s, n * hidden, out);
 }
 
 void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,

@@ -51,6 +51,14 @@ struct RouterParams {
     float routed_scaling_factor = 1.0f;
 };
 
+// The sigmoid router of a DeepSeek-V3-style config (DeepSeek-V3, Kimi): its fields under the hub's names.
+template <typename Config>
+RouterParams sigmoid_router_params(const Config& c) {
+    return {.n_experts = c.n_routed_experts, .top_k = c.num_experts_per_tok, .n_group = c.n_group,
+            .topk_group = c.topk_group, .norm_topk_prob = c.norm_topk_prob,
+            .routed_scaling_factor = float(c.routed_scaling_factor)};
+}
+
 struct Routing {
     int64_t top_k = 0;
     std::vector<int32_t> experts;  // [n, top_k] ascending expert id within each row

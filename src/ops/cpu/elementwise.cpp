@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "ops/cpu/simd.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice::ops {
@@ -23,6 +24,19 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
         const float g = gate[i];
         out[i] = g / (1.0f + std::exp(-g)) * up[i];
     }
+}
+
+void add(const float* a, const float* b, int64_t count, float* out) {
+    for (int64_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
+}
+
+void add_bias(float* y, const float* bias, int64_t n, int64_t width) {
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < width; ++j) y[i * width + j] += bias[j];
+}
+
+void sigmoid(const float* x, int64_t count, float* y) {
+    for (int64_t i = 0; i < count; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
 }
 
 }  // namespace sluice::ops

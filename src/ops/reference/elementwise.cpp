@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice::ops::ref {
@@ -19,6 +20,19 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
         const float g = gate[i];
         out[i] = g / (1.0f + std::exp(-g)) * up[i];
     }
+}
+
+void add(const float* a, const float* b, int64_t count, float* out) {
+    for (int64_t i = 0; i < count; ++i) out[i] = float(double(a[i]) + double(b[i]));
+}
+
+void add_bias(float* y, const float* bias, int64_t n, int64_t width) {
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < width; ++j) y[i * width + j] = float(double(y[i * width + j]) + double(bias[j]));
+}
+
+void sigmoid(const float* x, int64_t count, float* y) {
+    for (int64_t i = 0; i < count; ++i) y[i] = float(1.0 / (1.0 + std::exp(-double(x[i]))));
 }
 
 }  // namespace sluice::ops::ref

@@ -1,0 +1,39 @@
+// What the op harness's files share (tests/ops): the pass/fail tally, random inputs, and bit comparison.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+inline int g_passed = 0, g_failed = 0;
+
+inline void report(bool ok, const std::string& what) {
+    if (ok) {
+        ++g_passed;
+    } else {
+        ++g_failed;
+        std::printf("FAIL %s\n", what.c_str());
+    }
+}
+
+inline std::vector<float> random_vec(int64_t n, std::mt19937& rng, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+inline bool same_bits(const float* a, const float* b, int64_t count) {
+    return std::memcmp(a, b, size_t(count) * 4) == 0;
+}
+
+// tests/ops/block_op_checks.cpp: KDA's delta rule and the KDA block's elementwise ops; the residual add, bias add
+// and sigmoid
+void check_kda(const char* name, std::mt19937& rng);
+void check_kda_block_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);
+void check_elementwise(const char* name, std::mt19937& rng);
