@@ -1,11 +1,10 @@
 // Chooses the CPU kernel path at run time (cpuid on x86, HWCAP on AArch64, or SLUICE_CPU_PATH / set_cpu_path) and
-// runs ops::matmul and
-// ops::dequantize_row on it. Threads take the output rows in ranges of whole kRowBlock blocks (whichever thread
-// is free takes the next range); every output element is computed by one thread in a fixed order that does not
-// depend on the range, so y is the same for any thread count or split.
+// runs ops::matmul and ops::dequantize_row on it. Threads take the output rows in ranges of whole kRowBlock blocks
+// (whichever thread is free takes the next range); every output element is computed by one thread in a fixed order
+// that does not depend on the range, so y is the same for any thread count or split.
 #include <atomic>
-#include <iterator>
 #include <cstdlib>
+#include <iterator>
 #include <vector>
 
 #include "core/cpu_features.h"
