@@ -7,6 +7,9 @@ packages=(
     nlohmann-json3-dev libcli11-dev liburing-dev libxxhash-dev libpcre2-dev zlib1g-dev
     libgtest-dev libgmock-dev libbenchmark-dev
     clang-14 libclang-rt-14-dev python3-venv
+    # The arm64 cross build (the `arm64` preset; docs/arm64.md): Debian's aarch64 toolchain, qemu-user to run its
+    # tests, and the arm64 builds of the libraries the tests link (multiarch: needs the arm64 architecture added).
+    g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libxxhash-dev:arm64 zlib1g-dev:arm64
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -18,6 +21,10 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if ! { dpkg --print-architecture; dpkg --print-foreign-architectures; } | grep -qx arm64; then
+    echo "install-deps: adding the arm64 architecture (multiarch) for the cross build's libraries"
+    $SUDO dpkg --add-architecture arm64
+fi
 echo "install-deps: installing ${missing[*]}"
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

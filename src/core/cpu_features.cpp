@@ -1,6 +1,6 @@
 // cpuid/xgetbv probing for CpuFeatures. Leaf 1 gives fma/f16c/osxsave, leaf 7 gives avx2/avx512*/amx,
 // leaf 7 sub-leaf 1 gives avx512_bf16; XCR0 says whether the OS saves ymm (bits 1-2), zmm (bits 5-7) and AMX
-// tiles (bits 17-18).
+// tiles (bits 17-18). On AArch64 Linux the HWCAP words from getauxval.
 #include "core/cpu_features.h"
 
 #include <cstdint>
@@ -8,6 +8,16 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define SLUICE_X86 1
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+// The bits from <asm/hwcap.h>, spelled here so an older header does not hide them.
+#define SLUICE_HWCAP_ASIMD (1UL << 1)
+#define SLUICE_HWCAP_ASIMDHP (1UL << 10)
+#define SLUICE_HWCAP_ASIMDDP (1UL << 20)
+#define SLUICE_HWCAP_SVE (1UL << 22)
+#define SLUICE_HWCAP2_I8MM (1UL << 13)
+#define SLUICE_HWCAP2_BF16 (1UL << 14)
 #endif
 
 namespace sluice {
@@ -53,6 +63,16 @@ CpuFeatures detect() {
     unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
     __cpuid_count(7, 1, a1, b1, c1, d1);
     if (os_zmm) f.avx512_bf16 = (a1 >> 5) & 1;
+#elif defined(__aarch64__) && defined(__linux__)
+    const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    f.asimd = hw & SLUICE_HWCAP_ASIMD;
+    f.asimdhp = hw & SLUICE_HWCAP_ASIMDHP;
+    f.asimddp = hw & SLUICE_HWCAP_ASIMDDP;
+    f.sve = hw & SLUICE_HWCAP_SVE;
+    f.i8mm = hw2 & SLUICE_HWCAP2_I8MM;
+    f.bf16 = hw2 & SLUICE_HWCAP2_BF16;
+#elif defined(__aarch64__)
+    f.asimd = true;  // every AArch64 ABI (Apple's, Windows') requires Advanced SIMD
 #endif
     return f;
 }
@@ -77,6 +97,12 @@ std::string CpuFeatures::describe() const {
     add(avx512_vnni, "avx512_vnni");
     add(avx512_vbmi, "avx512_vbmi");
     add(amx_bf16, "amx_bf16");
+    add(asimd, "asimd");
+    add(asimdhp, "asimdhp");
+    add(asimddp, "asimddp");
+    add(bf16, "bf16");
+    add(i8mm, "i8mm");
+    add(sve, "sve");
     return s.empty() ? "none" : s;
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/os_io.h"
 #include "io/read_engine.h"
 
 namespace sluice::io {
@@ -29,7 +30,11 @@ void log_once(const std::string& message) {
 // Opens path with O_DIRECT and proves a 4 KiB read works. Returns the fd, or -1 with *direct_refused set when
 // the filesystem refuses direct I/O (EINVAL at open or read), or -1 with *error set on any other failure.
 int open_direct(const std::string& path, bool* direct_refused, std::string* error) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (!k_have_o_direct) {  // this OS has none: every file is read buffered
+        *direct_refused = true;
+        return -1;
+    }
+    int fd = ::open(path.c_str(), O_RDONLY | k_open_direct | O_CLOEXEC);
     if (fd < 0) {
         if (errno == EINVAL)
             *direct_refused = true;
@@ -88,8 +93,9 @@ DirectReader::DirectReader(std::vector<std::string> paths, ReaderOptions options
             fds_[i] = open_direct(paths_[i], &refused, &open_errors_[i]);
             if (refused) {
                 direct_ = false;
-                fallback_reason_ = cat("O_DIRECT refused for '", paths_[i],
-                                       "' (EINVAL: the filesystem, e.g. tmpfs, has no direct I/O)");
+                fallback_reason_ = k_have_o_direct ? cat("O_DIRECT refused for '", paths_[i],
+                                                         "' (EINVAL: the filesystem, e.g. tmpfs, has no direct I/O)")
+                                                   : std::string("this system has no O_DIRECT");
             }
         }
         if (!direct_) {

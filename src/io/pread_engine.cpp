@@ -8,6 +8,7 @@
 #include <deque>
 #include <thread>
 
+#include "io/os_io.h"
 #include "io/read_engine.h"
 
 namespace sluice::io {
@@ -60,7 +61,7 @@ class PreadEngine final : public ReadEngine {
                 uint64_t start = op->file_offset;
                 ssize_t n = ::pread(fd, op->dest, op->length, off_t(start));
                 int64_t result = n < 0 ? -int64_t(errno) : int64_t(n);
-                if (!direct_ && n > 0) ::posix_fadvise(fd, off_t(start), off_t(n), POSIX_FADV_DONTNEED);
+                if (!direct_ && n > 0) drop_from_page_cache(fd, off_t(start), off_t(n));
                 step = on_result(*op, result);
             } while (step == Step::Again);
             finish_op(op);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "io/os_io.h"
 
 namespace sluice::io {
 
@@ -222,7 +223,7 @@ bool evict_from_page_cache(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
     ::fdatasync(fd);
-    bool ok = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+    bool ok = drop_from_page_cache(fd, 0, 0);
     ::close(fd);
     return ok;
 }

@@ -18,6 +18,7 @@
 #include "core/thread_pool.h"
 #include "experts/packed_store.h"
 #include "formats/checkpoint.h"
+#include "io/os_io.h"
 #include "models/model.h"
 
 namespace sluice {
@@ -44,8 +45,8 @@ void pwrite_all(int fd, const uint8_t* p, uint64_t n, uint64_t offset, const std
     while (n > 0) {
         const ssize_t w = ::pwrite(fd, p, size_t(std::min<uint64_t>(n, uint64_t(1) << 30)), off_t(offset));
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && errno == EINVAL && (::fcntl(fd, F_GETFL) & O_DIRECT)) {
-            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT);
+        if (w < 0 && errno == EINVAL && io::k_have_o_direct && (::fcntl(fd, F_GETFL) & io::k_open_direct)) {
+            ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~io::k_open_direct);
             continue;
         }
         SLUICE_CHECK(w > 0, path, ": write at offset ", offset, " failed: ", w < 0 ? std::strerror(errno) : "no space");
@@ -178,7 +179,7 @@ PackResult pack_experts(const PackOptions& o) {
         out.final_paths.push_back((fs::path(dirs[d]) / name).string());
         out.tmp_paths.push_back(out.final_paths.back() + ".tmp");
         const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
-        int fd = ::open(out.tmp_paths.back().c_str(), flags | O_DIRECT, 0644);
+        int fd = ::open(out.tmp_paths.back().c_str(), flags | io::k_open_direct, 0644);
         if (fd < 0 && errno == EINVAL) fd = ::open(out.tmp_paths.back().c_str(), flags, 0644);
         SLUICE_CHECK(fd >= 0, out.tmp_paths.back(), ": cannot create: ", std::strerror(errno));
         out.fds.push_back(fd);

@@ -25,14 +25,19 @@ struct AttentionParams {
 
 namespace ops {
 
-// CPU kernel paths. The active one is the best the CPU supports unless SLUICE_CPU_PATH=portable|avx2|avx512|amx
+// CPU kernel paths. The active one is the best the CPU supports unless SLUICE_CPU_PATH=portable|avx2|avx512|amx|neon
 // names another (read on first use) or set_cpu_path() overrides it; tests use this to run every path. Amx is
-// Avx512 with AMX-BF16 tile products for BF16/MXFP4/INT4 weights (exact: see ops/cpu/x86/amx_matmul.cpp).
-enum class CpuPath : uint8_t { Portable, Avx2, Avx512, Amx };
+// Avx512 with AMX-BF16 tile products for BF16/MXFP4/INT4 weights (exact: see ops/cpu/x86/amx_matmul.cpp). Neon
+// (AArch64 builds, ops/cpu/arm) gives the portable path's bits exactly (cpu_path_matches_portable).
+enum class CpuPath : uint8_t { Portable, Avx2, Avx512, Amx, Neon };
 std::string_view cpu_path_name(CpuPath p);
-std::optional<CpuPath> cpu_path_from_name(std::string_view name);
+std::optional<CpuPath> cpu_path_from_name(std::string_view name);  // any path's name, built here or not
 bool cpu_path_available(CpuPath p);
 std::vector<CpuPath> available_cpu_paths();  // portable first, best last
+// Whether the path's matmul and dequantize_row give the portable path's bits for every input (the op harness
+// checks it): Portable and Neon. The x86 paths fuse multiply-adds the portable path (x86-64's baseline) cannot,
+// and meet the reference within a bound instead.
+bool cpu_path_matches_portable(CpuPath p);
 CpuPath cpu_path();
 void set_cpu_path(CpuPath p);  // throws sluice::Error if the CPU lacks it
 // Where ops::matmul and ops::attention run. Cpu by default; SLUICE_DEVICE=cpu|cuda|auto (read on first use) or

@@ -3,16 +3,20 @@
 // the MoE ops (routing, gated activations, combine), MLA's absorption, RoPE's rotation and KDA's delta rule on the CPU,
 // where they run (the CPU's active path, and CUDA when a device is usable), against the ops::ref oracle
 // over odd and real shapes, with fresh random inputs per check and a NaN-poisoned output (every element must be
-// written); then the properties exactness rests on: a row's bits do not depend on the other rows of the batch, and
-// on CUDA a kept device copy gives the same bits as a per-call copy.
+// written); then the properties exactness rests on: a row's bits do not depend on the other rows of the batch, on
+// CUDA a kept device copy gives the same bits as a per-call copy, and a CPU path that promises the portable path's
+// bits (NEON) gives them: every format and shape, and every F16/BF16 bit pattern, FP8 code and E8M0 scale.
 //   op_harness            checks; exit 1 on the first failure, "N passed, 0 failed" at the end
 //   op_harness --perf     also times the CUDA kernels against the card's measured limits (HBM copy rate, pinned
 //                         host-to-device rate) and prints one table
 //   op_harness --backend cpu|cuda   only that backend
+//   op_harness --small    only the matmul shapes up to 8M multiply-adds (11 of the 15, the odd ones all kept), for
+//                         an emulator such as qemu-user, where the largest take minutes
 // (tests/unit/test_ops.cpp holds the per-CPU-path checks of every op; this program is where backends meet.)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -34,6 +38,8 @@
 using namespace sluice;
 
 namespace {
+
+int64_t g_max_work = INT64_MAX;  // --small: matmul shapes with rows * cols * n above this are skipped
 
 const WeightFormat kFormats[] = {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16,
                                  WeightFormat::FP8_E4M3_B128, WeightFormat::MXFP4, WeightFormat::INT4_G32};
@@ -72,6 +78,7 @@ void check_backend(const char* name, const MatmulFn& mm, std::mt19937& rng) {
     for (auto f : kFormats) {
         for (const auto& s : kShapes) {
             if (f == WeightFormat::F32 && s.rows * s.cols > 300 * 2048) continue;  // the oracle is slow; shape-only
+            if (s.rows * s.cols * s.n > g_max_work) continue;
             const int64_t block = f == WeightFormat::FP8_E4M3_B128 ? 1 : weight_block_cols(f);
             if (s.cols % block != 0) continue;  // 80, 200: ragged widths, for the formats that allow them
             const auto wf = random_vec(s.rows * s.cols, rng, 0.05f);
@@ -104,6 +111,109 @@ void check_backend(const char* name, const MatmulFn& mm, std::mt19937& rng) {
             report(invariant, what + ": a row's bits depend on the rest of the batch");
         }
     }
+}
+
+// ---- CPU paths that promise the portable path's bits (ops::cpu_path_matches_portable: NEON) ----
+
+// Outputs equal bit for bit, NaN for NaN (a NaN's payload is whichever NaN operand an add happened to take first,
+// which the compiler may order either way in either path).
+bool same_values(const float* a, const float* b, int64_t count, std::string& why) {
+    for (int64_t i = 0; i < count; ++i) {
+        if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+        if (std::memcmp(a + i, b + i, 4) != 0) {
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "%a vs portable %a", double(a[i]), double(b[i]));
+            why = cat("element ", i, ": ", buf);
+            return false;
+        }
+    }
+    return true;
+}
+
+struct PathBits {
+    ThreadPool& pool;
+    ops::CpuPath path;
+    std::string name;
+
+    // The same matmul and every dequantised row on `path` and on the portable path: the same bits (dequantised
+    // rows: NaN payloads too, each value being a single operation's result).
+    void compare(const Weight& w, const std::vector<float>& x, int64_t n, const std::string& what) const {
+        auto run = [&](ops::CpuPath p, std::vector<float>& y, std::vector<float>& rows) {
+            ops::set_cpu_path(p);
+            y.assign(size_t(n * w.rows), std::nanf(""));
+            ops::matmul(w, x.data(), n, y.data(), pool);
+            rows.assign(size_t(w.rows * w.cols), 0.0f);
+            for (int64_t r = 0; r < w.rows; ++r) ops::dequantize_row(w, r, rows.data() + r * w.cols);
+        };
+        std::vector<float> y, rows, y_port, rows_port;
+        run(path, y, rows);
+        run(ops::CpuPath::Portable, y_port, rows_port);
+        std::string why;
+        report(same_values(y.data(), y_port.data(), n * w.rows, why), cat(name, " ", what, " matmul: ", why));
+        const bool rows_same = same_bits(rows.data(), rows_port.data(), w.rows * w.cols);
+        report(rows_same, cat(name, " ", what, ": a dequantised row differs from the portable path's"));
+    }
+};
+
+void check_portable_bits(ThreadPool& pool, std::mt19937& rng) {
+    const ops::CpuPath saved = ops::cpu_path();
+    for (ops::CpuPath path : ops::available_cpu_paths()) {
+        if (path == ops::CpuPath::Portable || !ops::cpu_path_matches_portable(path)) continue;
+        const PathBits pb{pool, path, cat("cpu/", ops::cpu_path_name(path), " vs cpu/portable")};
+        // Every format on check_backend's shapes (the gguf formats where their 32/256-column blocks fit).
+        const WeightFormat formats[] = {WeightFormat::F32,   WeightFormat::F16,  WeightFormat::BF16,
+                                        WeightFormat::FP8_E4M3_B128, WeightFormat::MXFP4, WeightFormat::INT4_G32,
+                                        WeightFormat::Q8_0,  WeightFormat::Q4_K, WeightFormat::Q6_K,
+                                        WeightFormat::MXFP4_GGML};
+        for (auto f : formats) {
+            for (const auto& s : kShapes) {
+                const int64_t block = f == WeightFormat::FP8_E4M3_B128 ? 1 : weight_block_cols(f);
+                if (s.cols % block != 0 || s.rows * s.cols * s.n > g_max_work) continue;
+                const auto wf = random_vec(s.rows * s.cols, rng, 0.05f);
+                const QuantizedWeight q = quantize(wf.data(), s.rows, s.cols, f);
+                pb.compare(q.view(), random_vec(s.n * s.cols, rng), s.n,
+                           cat(weight_format_name(f), " ", s.rows, "x", s.cols, " n=", s.n));
+            }
+        }
+        // Every 16-bit pattern as F16 and BF16 weights: NaNs (signalling ones too), infinities, subnormals.
+        for (auto f : {WeightFormat::F16, WeightFormat::BF16}) {
+            QuantizedWeight q{f, 2048, 40, std::vector<uint8_t>(2048 * 40 * 2), {}};
+            for (size_t i = 0; i < q.data.size() / 2; ++i) {
+                const uint16_t v = uint16_t(i < 65536 ? i : rng());
+                std::memcpy(q.data.data() + 2 * i, &v, 2);
+            }
+            pb.compare(q.view(), random_vec(3 * 40, rng), 3, cat(weight_format_name(f), " every bit pattern"));
+        }
+        // Every FP8 code, with scales across the f32 range (zero, subnormal, huge, infinite, NaN).
+        {
+            const float scales[] = {1.0f, 0.0f, -0.0f, 1e-40f, 3e38f, -2.5f, INFINITY, std::nanf(""), 1e-3f};
+            const int64_t rows = 9 * 128, cols = 300;  // 9 row tiles, 3 column tiles (the last one ragged)
+            QuantizedWeight q{WeightFormat::FP8_E4M3_B128, rows, cols, std::vector<uint8_t>(size_t(rows * cols)),
+                              std::vector<uint8_t>(9 * 3 * 4)};
+            for (size_t i = 0; i < q.data.size(); ++i) q.data[i] = uint8_t(i);
+            for (int t = 0; t < 27; ++t) std::memcpy(q.scales.data() + 4 * t, &scales[(t / 3 + t) % 9], 4);
+            pb.compare(q.view(), random_vec(2 * cols, rng), 2, "FP8_E4M3_B128 every code, odd scales");
+        }
+        // Every E8M0 scale (MXFP4, ggml MXFP4) and bf16 scales across the range (INT4_G32) with random codes.
+        {
+            QuantizedWeight mx{WeightFormat::MXFP4, 8, 1024, std::vector<uint8_t>(8 * 512), std::vector<uint8_t>(256)};
+            for (auto& b : mx.data) b = uint8_t(rng());
+            for (int i = 0; i < 256; ++i) mx.scales[size_t(i)] = uint8_t(i);
+            pb.compare(mx.view(), random_vec(3 * 1024, rng), 3, "MXFP4 every scale");
+            QuantizedWeight gg{WeightFormat::MXFP4_GGML, 8, 1024, std::vector<uint8_t>(8 * 32 * 17), {}};
+            for (size_t i = 0; i < gg.data.size(); ++i) gg.data[i] = i % 17 == 0 ? uint8_t(i / 17) : uint8_t(rng());
+            pb.compare(gg.view(), random_vec(3 * 1024, rng), 3, "MXFP4_GGML every scale");
+            QuantizedWeight i4{WeightFormat::INT4_G32, 64, 4096, std::vector<uint8_t>(64 * 2048),
+                               std::vector<uint8_t>(64 * 128 * 2)};
+            for (auto& b : i4.data) b = uint8_t(rng());
+            for (size_t i = 0; i < i4.scales.size() / 2; ++i) {  // every exponent, both signs, random mantissas
+                const uint16_t v = uint16_t((i & 0xFF) << 7 | (rng() & 0x7F) | (i & 0x100 ? 0x8000 : 0));
+                std::memcpy(i4.scales.data() + 2 * i, &v, 2);
+            }
+            pb.compare(i4.view(), random_vec(2 * 4096, rng), 2, "INT4_G32 scales across the bf16 range");
+        }
+    }
+    ops::set_cpu_path(saved);
 }
 
 // On CUDA: a weight inside a stable range is kept on the device; its product must equal the per-call copy's.
@@ -645,8 +755,10 @@ int main(int argc, char** argv) {
             want_perf = true;
         } else if (a == "--backend" && i + 1 < argc) {
             only = argv[++i];
+        } else if (a == "--small") {
+            g_max_work = int64_t(8) << 20;
         } else {
-            std::fprintf(stderr, "usage: op_harness [--perf] [--backend cpu|cuda]\n");
+            std::fprintf(stderr, "usage: op_harness [--perf] [--backend cpu|cuda] [--small]\n");
             return 2;
         }
     }
@@ -673,6 +785,7 @@ int main(int argc, char** argv) {
             check_kda(name.c_str(), rng);
             check_kda_block_ops(name.c_str(), pool, rng);
             check_elementwise(name.c_str(), rng);
+            check_portable_bits(pool, rng);
         }
         if (only.empty() || only == "cuda") {
             if (cuda_ok) {

@@ -47,9 +47,14 @@ void attention(const AttentionParams& p, const float* q, int64_t n_rows, const i
     const int64_t group = p.n_heads / p.n_kv_heads, dk = p.head_dim_k, dv = p.head_dim_v;
     const int64_t per_kv = n_rows * group;  // pairs are numbered kv head major, then row, then head in the group
     // the same bits on every path (avx512_attention.cpp): only the speed differs
+#if defined(SLUICE_CPU_X86)
     const bool wide = cpu_path() == CpuPath::Avx512 || cpu_path() == CpuPath::Amx;
     const auto dots = wide ? cpu::avx512::attention_dots : portable_dots;
     const auto axpys = wide ? cpu::avx512::attention_axpys : portable_axpys;
+#else
+    const auto dots = portable_dots;
+    const auto axpys = portable_axpys;
+#endif
     pool.parallel_for(n_rows * p.n_heads, [&](int64_t b, int64_t e) {
         // per thread, kept between calls: they grow with the context, then stop allocating
         thread_local std::vector<float> s, acc;

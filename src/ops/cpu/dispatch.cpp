@@ -1,9 +1,10 @@
-// Chooses the CPU kernel path at run time (cpuid, or SLUICE_CPU_PATH / set_cpu_path) and runs ops::matmul and
-// ops::dequantize_row on it. Threads take the output rows in ranges of whole kRowBlock blocks (whichever thread
-// is free takes the next range); every output element is computed by one thread in a fixed order that does not
-// depend on the range, so y is the same for any thread count or split.
+// Chooses the CPU kernel path at run time (cpuid on x86, HWCAP on AArch64, or SLUICE_CPU_PATH / set_cpu_path) and
+// runs ops::matmul and ops::dequantize_row on it. Threads take the output rows in ranges of whole kRowBlock blocks
+// (whichever thread is free takes the next range); every output element is computed by one thread in a fixed order
+// that does not depend on the range, so y is the same for any thread count or split.
 #include <atomic>
 #include <cstdlib>
+#include <iterator>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -24,21 +25,42 @@ constexpr int kUnset = -1;
 constexpr int64_t kMinDynamicBlocks = 256 / cpu::kRowBlock;  // 256 rows
 std::atomic<int> g_path{kUnset};
 
+// The paths this build has, portable first, best last; a CPU has a prefix of them (cpu_path_available).
+#if defined(SLUICE_CPU_X86)
+constexpr CpuPath kBuiltPaths[] = {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Amx};
+#elif defined(SLUICE_CPU_ARM64)
+constexpr CpuPath kBuiltPaths[] = {CpuPath::Portable, CpuPath::Neon};
+#else
+constexpr CpuPath kBuiltPaths[] = {CpuPath::Portable};
+#endif
+constexpr CpuPath kAllPaths[] = {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Amx, CpuPath::Neon};
+
 CpuPath best_path() {
     const auto& f = cpu_features();
+#if defined(SLUICE_CPU_X86)
     if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c) {
         if (f.avx512_bf16 && f.avx512_vbmi && cpu::amx::enable(f.amx_bf16)) return CpuPath::Amx;
         return CpuPath::Avx512;
     }
     if (f.avx2 && f.fma && f.f16c) return CpuPath::Avx2;
+#elif defined(SLUICE_CPU_ARM64)
+    if (f.asimd) return CpuPath::Neon;
+#endif
+    (void)f;
     return CpuPath::Portable;
+}
+
+int built_index(CpuPath p) {
+    for (size_t i = 0; i < std::size(kBuiltPaths); ++i)
+        if (kBuiltPaths[i] == p) return int(i);
+    return -1;
 }
 
 CpuPath initial_path() {
     const char* env = std::getenv("SLUICE_CPU_PATH");
     if (!env || !*env) return best_path();
     const auto p = cpu_path_from_name(env);
-    SLUICE_CHECK(p.has_value(), "SLUICE_CPU_PATH=", env, ": expected portable, avx2, avx512 or amx");
+    SLUICE_CHECK(p.has_value(), "SLUICE_CPU_PATH=", env, ": expected portable, avx2, avx512, amx or neon");
     SLUICE_CHECK(cpu_path_available(*p), "SLUICE_CPU_PATH=", env, ": this CPU lacks it (has ",
                  cpu_features().describe(), ")");
     return *p;
@@ -51,10 +73,14 @@ struct PathFns {
 
 PathFns path_fns(CpuPath p) {
     switch (p) {
+#if defined(SLUICE_CPU_X86)
         case CpuPath::Amx: return {cpu::amx::matmul_rows, cpu::avx512::dequantize_range};
         case CpuPath::Avx512: return {cpu::avx512::matmul_rows, cpu::avx512::dequantize_range};
         case CpuPath::Avx2: return {cpu::avx2::matmul_rows, cpu::avx2::dequantize_range};
-        case CpuPath::Portable: break;
+#elif defined(SLUICE_CPU_ARM64)
+        case CpuPath::Neon: return {cpu::neon::matmul_rows, cpu::neon::dequantize_range};
+#endif
+        default: break;  // set_cpu_path admits only this build's paths
     }
     return {cpu::portable::matmul_rows, cpu::portable::dequantize_range};
 }
@@ -67,24 +93,30 @@ std::string_view cpu_path_name(CpuPath p) {
         case CpuPath::Avx2: return "avx2";
         case CpuPath::Avx512: return "avx512";
         case CpuPath::Amx: return "amx";
+        case CpuPath::Neon: return "neon";
     }
     return "?";
 }
 
 std::optional<CpuPath> cpu_path_from_name(std::string_view name) {
-    for (CpuPath p : {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Amx})
+    for (CpuPath p : kAllPaths)
         if (cpu_path_name(p) == name) return p;
     return std::nullopt;
 }
 
-bool cpu_path_available(CpuPath p) { return int(p) <= int(best_path()); }
+bool cpu_path_available(CpuPath p) {
+    const int i = built_index(p);
+    return i >= 0 && i <= built_index(best_path());
+}
 
 std::vector<CpuPath> available_cpu_paths() {
     std::vector<CpuPath> out;
-    for (CpuPath p : {CpuPath::Portable, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Amx})
+    for (CpuPath p : kBuiltPaths)
         if (cpu_path_available(p)) out.push_back(p);
     return out;
 }
+
+bool cpu_path_matches_portable(CpuPath p) { return p == CpuPath::Portable || p == CpuPath::Neon; }
 
 CpuPath cpu_path() {
     int p = g_path.load(std::memory_order_relaxed);
@@ -104,10 +136,14 @@ void set_cpu_path(CpuPath p) {
 
 double fma_probe(int64_t iterations) {
     switch (cpu_path()) {
+#if defined(SLUICE_CPU_X86)
         case CpuPath::Amx:
         case CpuPath::Avx512: return cpu::avx512::fma_probe(iterations);
         case CpuPath::Avx2: return cpu::avx2::fma_probe(iterations);
-        case CpuPath::Portable: break;
+#elif defined(SLUICE_CPU_ARM64)
+        case CpuPath::Neon: return cpu::neon::fma_probe(iterations);
+#endif
+        default: break;
     }
     float acc[16] = {};
     for (int64_t i = 0; i < iterations; ++i)

@@ -71,4 +71,10 @@ bool covers(const Weight& w);  // BF16 (cols % 32 == 0), MXFP4, INT4_G32; others
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 }  // namespace amx
 
+namespace neon {  // AArch64 Advanced SIMD (arm/neon_matmul.cpp): every weight format, the portable path's bits
+void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
+void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
+double fma_probe(int64_t iterations);  // f32 FMAs on one core; returns the flops done
+}  // namespace neon
+
 }  // namespace sluice::ops::cpu
