@@ -29,7 +29,7 @@ inline std::vector<float> random_vec(int64_t n, std::mt19937& rng, float scale =
 }
 
 inline bool same_bits(const float* a, const float* b, int64_t count) {
-    return std::memcmp(a, b, size_t(count) * 4) == 0;
+    return count == 0 || std::memcmp(a, b, size_t(count) * 4) == 0;  // empty vectors may have null data()
 }
 
 // tests/ops/block_op_checks.cpp: KDA's delta rule and the KDA block's elementwise ops; the residual add, bias add
