@@ -9,8 +9,12 @@ bash scripts/install-deps.sh
 bash scripts/python-env.sh ||
     echo "test: could not install the Python packages; the OpenAIClient, EvalEndpoints and LmEvalHarness tests will be skipped"
 cmake --preset release >/dev/null
+start=$SECONDS
 cmake --build --preset release -j "$(nproc)"
+echo "== release build: $((SECONDS - start)) s"
+start=$SECONDS
 ctest --preset release -j "$(nproc)"
+echo "== release tests: $((SECONDS - start)) s"
 
 if command -v aarch64-linux-gnu-g++ >/dev/null && command -v qemu-aarch64 >/dev/null; then
     echo "== arm64: op harness and fixture tests cross-built for AArch64, run under qemu-user (NEON and portable paths)"
