@@ -8,6 +8,7 @@
 #   SLUICE_CMAKE_ARGS=...    extra configure arguments (e.g. -DCMAKE_PREFIX_PATH=... for headers kept elsewhere)
 #   SLUICE_GPU_CHECK_OUT=DIR logs and the table (default build/gpu-check)
 #   SLUICE_BENCH_SLICE=0     skip the K3-slice benchmark (it writes a 2.4 GB model to build/gpu-check)
+#   SLUICE_BENCH_LONG=1      also a 4096-token prefill chunk of the slice on CUDA (--memory 40G --ctx 8192)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${SLUICE_GPU_CHECK_OUT:-build/gpu-check}
@@ -60,6 +61,10 @@ if [ "${SLUICE_BENCH_SLICE:-1}" = 1 ]; then
                 --prompt-tokens 512 --chunk 512 || fail=1
         done
     done
+    if [ "${SLUICE_BENCH_LONG:-0}" = 1 ]; then
+        step bench_40G_cuda_4096 "$B/sluice" bench -m "$slice" --device cuda --memory 40G --ctx 8192 --tokens 2 \
+            --prompt-tokens 4096 --chunk 4096 || fail=1
+    fi
 fi
 
 echo
@@ -70,7 +75,7 @@ echo
 echo "== K3 slice (bench, same run)"
 for f in "$out"/bench_*.log; do
     echo "-- $(basename "$f" .log)"
-    grep -hE "^ *(prefill|decode|reads|device)" "$f"
+    grep -hE "^ *(prefill|decode|reads|device|blocks)" "$f"
 done
 echo
 echo "== gpu-check: $(cat "$out/gpu.txt")"

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "common.h"
 #include "core/error.h"
+#include "core/phase_times.h"
 #include "experts/residency.h"
 #include "io/read_probe.h"
 #include "models/model.h"
@@ -156,6 +157,7 @@ void register_bench(CLI::App& app) {
         const SpineStreamStats sp0 = spine_stats();
         const bool on_cuda = ops::backend() == ops::Backend::Cuda;
         const cuda::Stats g0 = on_cuda ? cuda::stats() : cuda::Stats{};
+        const auto ph0 = phase_times::snapshot_ms();
         // one request through the engine, like every other client: the prompt in --chunk rows per pass, then
         // `tokens` decode passes (the first token comes from the prefill's last pass)
         Engine engine(*model, {.max_batch_rows = a->chunk, .max_sequences = 1,
@@ -176,6 +178,7 @@ void register_bench(CLI::App& app) {
         const SpineStreamStats sp1 = spine_stats();
         auto io1 = s->stats();
         const cuda::Stats g1 = on_cuda ? cuda::stats() : cuda::Stats{};
+        const auto ph1 = phase_times::snapshot_ms();
         auto c1 = s->cache().total_stats();
         // decode
         const int64_t gen0 = engine.stats().generated_tokens;
@@ -186,6 +189,7 @@ void register_bench(CLI::App& app) {
         const SpineStreamStats sp2 = spine_stats();
         auto io2 = s->stats();
         const cuda::Stats g2 = on_cuda ? cuda::stats() : cuda::Stats{};
+        const auto ph2 = phase_times::snapshot_ms();
         auto c2 = s->cache().total_stats();
         const uint64_t rss = peak_rss_bytes();
         const io::ReadProbeResult raw_after = io::measure_read_gbps(po);
@@ -286,6 +290,27 @@ void register_bench(CLI::App& app) {
                          g1.kernel_ms - g0.kernel_ms, (g2.place_ms - g1.place_ms) / double(a->tokens),
                          (g2.activation_copy_ms - g1.activation_copy_ms) / double(a->tokens),
                          (g2.kernel_ms - g1.kernel_ms) / double(a->tokens));
+        {  // host wall time of the blocks (core/phase_times.h): where a pass spends what the device lines do not show
+            auto f1 = [](double v) {
+                char b[32];
+                std::snprintf(b, sizeof b, "%.1f", v);
+                return std::string(b);
+            };
+            std::string pre, dec;
+            for (int i = 0; i < phase_times::kCount; ++i) {
+                const double p = ph1[size_t(i)] - ph0[size_t(i)], d = (ph2[size_t(i)] - ph1[size_t(i)]) / double(a->tokens);
+                if (p <= 0 && d <= 0) continue;
+                const char* nm = phase_times::name(phase_times::Phase(i));
+                pre += std::string(pre.empty() ? "" : ", ") + nm + " " + f1(p);
+                dec += std::string(dec.empty() ? "" : ", ") + nm + " " + f1(d);
+            }
+            std::fprintf(stderr, "  blocks  prefill ms: %s (of %.1f); decode ms per token: %s (of %.1f)\n", pre.c_str(),
+                         prefill_ms, dec.c_str(), decode_ms / double(a->tokens));
+        }
+        if (on_cuda)
+            std::fprintf(stderr, "  device  KDA delta rule on the card: %.1f ms of the prefill (%llu calls), %.2f per decoded token\n",
+                         g1.kda_ms - g0.kda_ms, (unsigned long long)(g1.kda_calls - g0.kda_calls),
+                         (g2.kda_ms - g1.kda_ms) / double(a->tokens));
         const UsagePinStats pins = s->pin_stats();
         const int64_t B = a->m.parallel;
         double par_tok_per_s = 0, par_bytes_per_token = 0;

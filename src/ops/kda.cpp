@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
+#include "ops/cuda/backend.h"
+#include "ops/ops.h"
 
 namespace sluice {
 
@@ -131,3 +134,27 @@ void kda_chunked(const KdaHeadIo& io, int64_t T, int64_t D, int64_t chunk, float
 }
 
 }  // namespace sluice
+
+namespace sluice::ops {
+
+void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, ThreadPool* pool) {
+    if (backend() == Backend::Cuda && cuda::kda_supports(D)) {
+        cuda::kda_recurrent(io.q, io.k, io.v, io.g, io.beta, io.o, io.stride, io.beta_stride, heads, T, D, S);
+        return;
+    }
+    std::vector<float> scratch;  // the output a replay discards: one head's rows at a time
+    if (!io.o) scratch.resize(size_t(T * io.stride));
+    auto run = [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) {
+            KdaHeadIo one{io.q + h * D, io.k + h * D, io.v + h * D, io.g + h * D, io.beta + h,
+                          io.o ? io.o + h * D : scratch.data() + h * D, io.stride, io.beta_stride};
+            kda_recurrent(one, T, D, S + h * D * D);
+        }
+    };
+    if (pool)
+        pool->parallel_for(heads, run);
+    else
+        run(0, heads);
+}
+
+}  // namespace sluice::ops

@@ -21,6 +21,19 @@ void kda_chunked(const KdaHeadIo& io, int64_t T, int64_t D, int64_t chunk, float
 
 }  // namespace sluice
 
+namespace sluice {
+class ThreadPool;
+}
+
+namespace sluice::ops {
+// The recurrent form for `heads` heads of one sequence at once: head h's q/k/v/g/o columns at h * D of each row,
+// its beta at io.beta + h, its state at S + h * D * D; io.o may be null (a replay needs only the state). On the card
+// under the CUDA backend when cuda::kda_supports(D) (a property of the layer alone, so a layer's rows never change
+// side), else kda_recurrent per head over the pool's threads (pool null: the calling thread). Either way a
+// sequence's rows give the same bits in one call as split over several.
+void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, ThreadPool* pool);
+}  // namespace sluice::ops
+
 namespace sluice::ops::ref {
 // The reference twin (ops/reference/kda.cpp): S_t = diag(exp g_t) S_{t-1}; S_t += beta_t k_t (v_t - S_t^T k_t)^T;
 // o_t = S_t^T q_t, in double precision (state and outputs). Reads io's q, k, v, g, beta and strides; not io.o.

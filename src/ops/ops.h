@@ -42,7 +42,8 @@ CpuPath cpu_path();
 void set_cpu_path(CpuPath p);  // throws sluice::Error if the CPU lacks it
 // Where ops::matmul and ops::attention run. Cpu by default; SLUICE_DEVICE=cpu|cuda|auto (read on first use) or
 // select_backend() (the CLI's --device) picks another. On Cuda every weight matmul and every attention whose head
-// sizes fit the kernel's tiles run on the card (ops/cuda/backend.h); the other ops stay on the CPU for now.
+// sizes fit the kernel's tiles run on the card (ops/cuda/backend.h), and KDA's delta rule (ops/kda.h
+// kda_recurrent_heads); the other ops stay on the CPU for now.
 enum class Backend : uint8_t { Cpu, Cuda };
 std::string_view backend_name(Backend b);
 Backend backend();

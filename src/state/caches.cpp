@@ -77,13 +77,9 @@ void KdaState::replay(int64_t rows) {
         }
     // the delta rule, row by row as the forward pass ran it (its output is not needed: o goes to scratch)
     if (rows > 0) {
-        std::vector<float> o(size_t(rows * W));
-        for (int64_t h = 0; h < H; ++h) {
-            const float* base = journal.data() + h * D;
-            KdaHeadIo io{base + 3 * P, base + 3 * P, base + 4 * P, base + 5 * P, journal.data() + 6 * P + h,
-                         o.data(), W, W};
-            kda_recurrent(io, rows, D, state.data() + h * D * D);
-        }
+        const float* base = journal.data();
+        const KdaHeadIo io{base + 3 * P, base + 3 * P, base + 4 * P, base + 5 * P, base + 6 * P, nullptr, W, W};
+        ops::kda_recurrent_heads(io, H, rows, D, state.data(), nullptr);
     }
     journal.resize(size_t(rows * W));
 }

@@ -44,76 +44,100 @@ bool rows_alone_match(int64_t n, int64_t width, const std::vector<float>& whole,
 
 }  // namespace
 
-// ---- KDA's gated delta rule (recurrent and chunked forms) against its float64 twin; CPU only for now ----
+// ---- KDA's gated delta rule (recurrent and chunked forms) against its float64 twin ----
 
-void check_kda(const char* name, std::mt19937& rng) {
+// `heads` heads side by side in rows of `stride` (the block interleaves q|k|v), q and k L2-normalised, decays mostly
+// slow. The recurrent form runs through `recurrent` (the CPU's per-head loop, or the CUDA kernel); the chunked form
+// (CPU only) per head when `chunked_too`.
+void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, std::mt19937& rng) {
     struct K {
-        int64_t T, D, chunk, stride;
+        int64_t T, D, heads, chunk, stride;
         float max_decay;
     };
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::uniform_real_distribution<float> u01(0.0f, 1.0f);
-    for (const K& c : {K{300, 32, 64, 32, 0.5f}, K{200, 128, 64, 384, 0.3f}, K{257, 16, 64, 48, 5.0f},
-                       K{1, 64, 64, 64, 1.0f}, K{70, 128, 16, 128, 2.0f}}) {
-        // rows at `stride` (the block interleaves q|k|v), q and k L2-normalised, decays mostly slow
+    for (const K& c : {K{300, 32, 1, 64, 32, 0.5f}, K{200, 128, 3, 64, 3 * 128 + 8, 0.3f}, K{257, 16, 3, 64, 48, 5.0f},
+                       K{1, 64, 2, 64, 128, 1.0f}, K{70, 128, 1, 16, 128, 2.0f}, K{33, 40, 2, 16, 81, 1.0f},
+                       K{2100, 128, 4, 64, 3 * 512, 0.2f}}) {
+        if (c.T * c.heads * c.D * c.D > g_max_work) continue;
+        const int64_t H = c.heads, D = c.D;
         std::vector<float> q(static_cast<size_t>(c.T * c.stride)), k(q.size()), v(q.size()), g(q.size()),
-            beta(static_cast<size_t>(c.T));
-        for (int64_t t = 0; t < c.T; ++t) {
-            double nq = 0, nk = 0;
-            for (int64_t d = 0; d < c.D; ++d) {
-                const size_t i = size_t(t * c.stride + d);
-                q[i] = nd(rng), k[i] = nd(rng), v[i] = nd(rng);
-                g[i] = -c.max_decay * std::pow(u01(rng), 3.0f);
-                nq += double(q[i]) * q[i], nk += double(k[i]) * k[i];
+            beta(static_cast<size_t>(c.T * H));
+        for (int64_t t = 0; t < c.T; ++t)
+            for (int64_t h = 0; h < H; ++h) {
+                double nq = 0, nk = 0;
+                for (int64_t d = 0; d < D; ++d) {
+                    const size_t i = size_t(t * c.stride + h * D + d);
+                    q[i] = nd(rng), k[i] = nd(rng), v[i] = nd(rng);
+                    g[i] = -c.max_decay * std::pow(u01(rng), 3.0f);
+                    nq += double(q[i]) * q[i], nk += double(k[i]) * k[i];
+                }
+                for (int64_t d = 0; d < D; ++d) {
+                    const size_t i = size_t(t * c.stride + h * D + d);
+                    q[i] = float(q[i] / std::sqrt(nq) / std::sqrt(double(D)));
+                    k[i] = float(k[i] / std::sqrt(nk));
+                }
+                beta[size_t(t * H + h)] = 0.05f + 0.9f * u01(rng);
             }
-            for (int64_t d = 0; d < c.D; ++d) {
-                const size_t i = size_t(t * c.stride + d);
-                q[i] = float(q[i] / std::sqrt(nq) / std::sqrt(double(c.D)));
-                k[i] = float(k[i] / std::sqrt(nk));
-            }
-            beta[size_t(t)] = 0.05f + 0.9f * u01(rng);
+        std::vector<float> S0 = random_vec(H * D * D, rng, 0.3f);  // a state left by earlier rows
+        std::vector<double> S64(S0.begin(), S0.end()), o64(static_cast<size_t>(c.T * H * D));
+        const KdaHeadIo io{q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr, c.stride, H};
+        for (int64_t h = 0; h < H; ++h) {
+            std::vector<double> oh(static_cast<size_t>(c.T * D));
+            const KdaHeadIo one{io.q + h * D, io.k + h * D, io.v + h * D, io.g + h * D, io.beta + h, nullptr, c.stride, H};
+            ops::ref::kda_delta_rule(one, c.T, D, S64.data() + h * D * D, oh.data());
+            for (int64_t t = 0; t < c.T; ++t)
+                std::copy_n(oh.data() + t * D, D, o64.data() + (t * H + h) * D);
         }
-        std::vector<float> S0 = random_vec(c.D * c.D, rng, 0.3f);  // a state left by earlier rows
-        std::vector<double> S64(S0.begin(), S0.end()), o64(static_cast<size_t>(c.T * c.D));
-        const KdaHeadIo io{q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr, c.stride, 1};
-        ops::ref::kda_delta_rule(io, c.T, c.D, S64.data(), o64.data());
         auto rel = [&](const std::vector<float>& o, const std::vector<float>& S) {
             double num = 0, den = 0, snum = 0, sden = 0;
             for (int64_t t = 0; t < c.T; ++t)
-                for (int64_t d = 0; d < c.D; ++d) {
-                    const double got = o[size_t(t * c.stride + d)], want = o64[size_t(t * c.D + d)];
+                for (int64_t d = 0; d < H * D; ++d) {
+                    const double got = o[size_t(t * c.stride + d)], want = o64[size_t(t * H * D + d)];
                     num = std::max(num, std::isfinite(got) ? std::fabs(got - want) : INFINITY);
                     den = std::max(den, std::fabs(want));
                 }
             for (size_t i = 0; i < S.size(); ++i) {
-                snum = std::max(snum, std::fabs(double(S[i]) - S64[i]));
+                snum = std::max(snum, std::isfinite(S[i]) ? std::fabs(double(S[i]) - S64[i]) : INFINITY);
                 sden = std::max(sden, std::fabs(S64[i]));
             }
             return std::max(num / den, snum / sden);
         };
-        const std::string what = cat(name, " kda T=", c.T, " D=", c.D, " chunk ", c.chunk, " stride ", c.stride);
+        const std::string what = cat(name, " kda T=", c.T, " D=", D, " heads ", H, " chunk ", c.chunk, " stride ",
+                                     c.stride);
         for (bool chunked : {false, true}) {
+            if (chunked && !chunked_too) continue;
             std::vector<float> o(q.size(), std::nanf("")), S = S0;
             KdaHeadIo w = io;
             w.o = o.data();
-            if (chunked)
-                kda_chunked(w, c.T, c.D, c.chunk, S.data());
-            else
-                kda_recurrent(w, c.T, c.D, S.data());
+            if (chunked) {
+                for (int64_t h = 0; h < H; ++h) {
+                    KdaHeadIo one{io.q + h * D, io.k + h * D, io.v + h * D, io.g + h * D, io.beta + h, o.data() + h * D,
+                                  c.stride, H};
+                    kda_chunked(one, c.T, D, c.chunk, S.data() + h * D * D);
+                }
+            } else {
+                recurrent(w, H, c.T, D, S.data());
+            }
             const double e = rel(o, S);
             report(e <= 1e-5, cat(what, chunked ? " chunked" : " recurrent", " vs reference: relative error ", e));
-            if (!chunked && c.T > 1) {  // rows in two calls: the bits of one call (what a rollback's replay relies on)
-                std::vector<float> o2(q.size(), std::nanf("")), S2 = S0;
+            if (!chunked && c.T > 1) {
+                // rows in two calls (what a rollback's replay relies on), and a call without outputs (a replay's):
+                // the bits of one call
+                std::vector<float> o2(q.size(), std::nanf("")), S2 = S0, S3 = S0;
                 const int64_t cut = c.T / 3;
                 KdaHeadIo a = io, b = io;
                 a.o = o2.data();
                 b.q += cut * c.stride, b.k += cut * c.stride, b.v += cut * c.stride, b.g += cut * c.stride;
-                b.beta += cut, b.o = o2.data() + cut * c.stride;
-                kda_recurrent(a, cut, c.D, S2.data());
-                kda_recurrent(b, c.T - cut, c.D, S2.data());
-                bool same = same_bits(S2.data(), S.data(), c.D * c.D);
-                for (int64_t t = 0; t < c.T; ++t) same = same && same_bits(o2.data() + t * c.stride, o.data() + t * c.stride, c.D);
+                b.beta += cut * H, b.o = o2.data() + cut * c.stride;
+                recurrent(a, H, cut, D, S2.data());
+                recurrent(b, H, c.T - cut, D, S2.data());
+                bool same = same_bits(S2.data(), S.data(), H * D * D);
+                for (int64_t t = 0; t < c.T; ++t)
+                    same = same && same_bits(o2.data() + t * c.stride, o.data() + t * c.stride, H * D);
                 report(same, what + ": the recurrent form in two calls gives other bits than in one");
+                recurrent(io, H, c.T, D, S3.data());
+                report(same_bits(S3.data(), S.data(), H * D * D), what + ": without outputs, other state bits");
             }
         }
     }

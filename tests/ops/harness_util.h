@@ -4,13 +4,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "ops/kda.h"
 
 inline int g_passed = 0, g_failed = 0;
+extern int64_t g_max_work;  // op_harness.cpp: --small (under an emulator) skips work above this
 
 inline void report(bool ok, const std::string& what) {
     if (ok) {
@@ -34,6 +37,8 @@ inline bool same_bits(const float* a, const float* b, int64_t count) {
 
 // tests/ops/block_op_checks.cpp: KDA's delta rule and the KDA block's elementwise ops; the residual add, bias add
 // and sigmoid
-void check_kda(const char* name, std::mt19937& rng);
+// The recurrent delta rule for `heads` heads of one sequence (ops::kda_recurrent_heads's contract).
+using KdaFn = std::function<void(const sluice::KdaHeadIo&, int64_t heads, int64_t T, int64_t D, float* S)>;
+void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, std::mt19937& rng);
 void check_kda_block_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);
 void check_elementwise(const char* name, std::mt19937& rng);

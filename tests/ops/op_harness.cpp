@@ -37,9 +37,9 @@
 
 using namespace sluice;
 
-namespace {
-
 int64_t g_max_work = INT64_MAX;  // --small: matmul shapes with rows * cols * n above this are skipped
+
+namespace {
 
 const WeightFormat kFormats[] = {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16,
                                  WeightFormat::FP8_E4M3_B128, WeightFormat::MXFP4, WeightFormat::INT4_G32};
@@ -782,7 +782,9 @@ int main(int argc, char** argv) {
             check_moe_ops(name.c_str(), pool, rng);
             check_mla_ops(name.c_str(), pool, rng);
             check_rope(name.c_str(), rng);
-            check_kda(name.c_str(), rng);
+            check_kda(name.c_str(), [&](const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S) {
+                ops::kda_recurrent_heads(io, heads, T, D, S, &pool);
+            }, true, rng);
             check_kda_block_ops(name.c_str(), pool, rng);
             check_elementwise(name.c_str(), rng);
             check_portable_bits(pool, rng);
@@ -795,6 +797,9 @@ int main(int argc, char** argv) {
                 check_nan_scales("cuda", [](const Weight& w, const float* x, int64_t n, float* y) {
                     cuda::matmul(w, x, n, y);
                 }, rng);
+                check_kda("cuda", [](const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S) {
+                    cuda::kda_recurrent(io.q, io.k, io.v, io.g, io.beta, io.o, io.stride, io.beta_stride, heads, T, D, S);
+                }, false, rng);
                 check_cuda_stable_copy(rng);
                 check_cuda_content_keyed_slot(rng);
                 check_attention("cuda", [](const AttentionParams& p, const float* q, int64_t n, const int64_t* pos,

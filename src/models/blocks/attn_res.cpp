@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/phase_times.h"
+
 namespace sluice {
 
 void attn_res(const float* running, const std::vector<const float*>& blocks, const AttnResWeights& w, int64_t n,
               int64_t d, float eps, float* out) {
+    phase_times::Scope timed(phase_times::kAttnRes);
     const size_t J = blocks.size() + 1;
     std::vector<const float*> cand(J);
     std::vector<float> logit(J);

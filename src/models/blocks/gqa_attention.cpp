@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/phase_times.h"
 #include "models/blocks/row_runs.h"
 #include "ops/elementwise.h"
 #include "ops/ops.h"
@@ -24,6 +25,7 @@ uint64_t gqa_scratch_bytes(const GqaConfig& c, int64_t n) {
 void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, const float* x, int64_t n,
                  const int64_t* positions, std::span<const GqaSeqRows> seqs, float* out, ThreadPool& pool,
                  ScratchArena& arena) {
+    phase_times::Scope timed(phase_times::kGqa);
     const int64_t H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, qw = c.q_width(), kw = c.kv_width();
     SLUICE_ASSERT(H > 0 && G > 0 && H % G == 0 && D > 0, "gqa: bad head configuration");
     ScratchArena::Scope scope(arena);

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/phase_times.h"
 #include "ops/elementwise.h"
+#include "ops/kda.h"
 #include "ops/kda_ops.h"
 #include "ops/ops.h"
 
@@ -20,6 +22,7 @@ uint64_t kda_scratch_bytes(const KdaConfig& c, int64_t n) {
 
 void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, const std::vector<KdaSeqRows>& seqs,
                  float* out, ThreadPool& pool, ScratchArena& arena, KdaForm form) {
+    phase_times::Scope timed(phase_times::kKda);
     const int64_t H = c.n_heads, D = c.head_dim, P = c.proj_dim(), K = c.conv_kernel;
     const int64_t nP = n * P;
     ScratchArena::Scope scope(arena);
@@ -85,17 +88,20 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
                 std::copy_n(sb + j * H, H, row + 6 * P);
             }
         }
-        pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
-            // q/k/v interleaved per row ([q|k|v] of width 3P); g and o in 3P-strided rows too
-            for (int64_t h = h0; h < h1; ++h) {
-                KdaHeadIo io{sq + h * D, sq + P + h * D, sq + 2 * P + h * D, sg + h * D, sb + h, so + h * D, 3 * P, H};
-                float* S = s.state->state.data() + h * D * D;
-                if (form == KdaForm::Chunked && m > 1)
-                    kda_chunked(io, m, D, c.chunk_size, S);
-                else
-                    kda_recurrent(io, m, D, S);
-            }
-        });
+        // q/k/v interleaved per row ([q|k|v] of width 3P); g and o in 3P-strided rows too
+        const KdaHeadIo io{sq, sq + P, sq + 2 * P, sg, sb, so, 3 * P, H};
+        float* S = s.state->state.data();
+        phase_times::Scope rule_timed(phase_times::kKdaDeltaRule);
+        if (form == KdaForm::Chunked && m > 1)
+            pool.parallel_for(H, [&](int64_t h0, int64_t h1) {
+                for (int64_t h = h0; h < h1; ++h) {
+                    const int64_t at = h * D;
+                    KdaHeadIo one{sq + at, sq + P + at, sq + 2 * P + at, sg + at, sb + h, so + at, 3 * P, H};
+                    kda_chunked(one, m, D, c.chunk_size, S + at * D);
+                }
+            });
+        else
+            ops::kda_recurrent_heads(io, H, m, D, S, &pool);
         for (int64_t j = 0; j < m; ++j) std::copy_n(so + j * 3 * P, P, o + s.rows[size_t(j)] * P);
     }
 

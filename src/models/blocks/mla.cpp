@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/phase_times.h"
 #include "models/blocks/row_runs.h"
 #include "ops/mla_ops.h"
 #include "ops/ops.h"
@@ -23,6 +24,7 @@ uint64_t mla_scratch_bytes(const MlaConfig& c, int64_t n) {
 void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, const float* x, int64_t n,
                  const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ThreadPool& pool,
                  ScratchArena& arena, const int64_t* attend_to) {
+    phase_times::Scope timed(phase_times::kMla);
     const int64_t H = c.n_heads, dqk = c.qk_head_dim(), nope = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
     const int64_t r_kv = c.kv_lora_rank, cw = c.cache_width(), dv = c.v_head_dim;
     SLUICE_ASSERT(c.output_gate == (w.g_proj.rows > 0), "MLA: output gate configured ", c.output_gate,

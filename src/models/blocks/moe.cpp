@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/phase_times.h"
 #include "ops/elementwise.h"
 #include "ops/ops.h"
 
@@ -50,6 +51,7 @@ uint64_t moe_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, int64_t int
 namespace {
 Routing route_with(const ops::RouterSpec& spec, const Weight& gate, const float* bias, const float* x, int64_t n,
                    ThreadPool& pool, ScratchArena& arena) {
+    phase_times::Scope timed(phase_times::kRoute);
     ScratchArena::Scope scope(arena);
     float* logits = arena.f32(n * spec.n_experts);
     ops::matmul(gate, x, n, logits, pool);
@@ -89,6 +91,7 @@ Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x,
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
                       const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
                       MoeStats* stats, const std::function<void()>& while_reading) {
+    phase_times::Scope timed(phase_times::kMoe);
     const int64_t K = routing.top_k;
     // union of experts -> the (row, slot) pairs that use each
     std::map<int32_t, std::vector<int64_t>> users;  // expert -> slots (row * K + k)

@@ -3,7 +3,8 @@
 //
 // What runs on the card today: every weight matmul and attention (ops::matmul and ops::attention dispatch here when
 // ops::backend() is Cuda), checked against their reference twins by tests/ops/op_harness.cpp. Norms, routing, the
-// MLA absorption and the KDA recurrence stay on the CPU for now; activations go up and results come back per call.
+// MLA absorption and KDA's elementwise ops stay on the CPU for now (KDA's delta rule runs here: kda_recurrent);
+// activations go up and results come back per call.
 //
 // Exactness: the weights of BF16, MXFP4, INT4 and FP8 are exact bf16 values (FP8's per-tile scale is applied to each
 // 128-column chunk's partial sum), and each f32 activation is split into three bf16 parts hi + mid + lo that sum to
@@ -73,6 +74,14 @@ bool attention_supports(const AttentionShape& a, const Rows& k, const Rows& v);
 void attention(const AttentionShape& a, const float* q, int64_t n_rows, const int64_t* pos, const Rows& k,
                const Rows& v, float* out);
 
+// KDA's gated delta rule, recurrent form (ops/kda.h), for `heads` heads of one sequence over T rows in host memory:
+// head h's q, k, v, g of row t at q + t * stride + h * D (and so on), beta at beta + t * beta_stride + h, its state
+// [D, D] (k-major) at S + h * D * D, read and updated; o strided like q, or null (a replay needs only the state).
+// Token by token with every sum in a fixed order: a sequence's rows give the same bits in one call as over several.
+bool kda_supports(int64_t D);  // head sizes up to 128 (the state is held in registers)
+void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, float* o,
+                   int64_t stride, int64_t beta_stride, int64_t heads, int64_t T, int64_t D, float* S);
+
 // Page-locks host memory that weights are read into (the expert cache, read staging, spine slots), so copies from it
 // run at the link's full rate instead of through the driver's small pageable bounce buffer. false (and nothing
 // changes) when the driver refuses, e.g. over the locked-memory limit.
@@ -92,6 +101,8 @@ struct Stats {
     uint64_t attention_calls = 0;
     uint64_t attention_kv_bytes = 0;            // keys and values copied up (part of h2d_bytes)
     double attention_ms = 0;                    // host time inside attention calls
+    uint64_t kda_calls = 0;
+    double kda_ms = 0;                          // host time inside KDA delta-rule calls
 };
 Stats stats();
 void reset_stats();

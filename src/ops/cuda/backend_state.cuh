@@ -95,7 +95,8 @@ public:
     void set_budget(uint64_t b) { budget_bytes_ = b; }
 
     uint64_t workspace_bytes() const {
-        return x_.bytes + xs_.bytes + y_.bytes + part_.bytes + transient_.bytes + attn_kv_.bytes + attn_io_.bytes;
+        return x_.bytes + xs_.bytes + y_.bytes + part_.bytes + transient_.bytes + attn_kv_.bytes + attn_io_.bytes +
+               kda_.bytes;
     }
 
     // Grows a work buffer within the budget, evicting kept weight copies for room; when the work buffers alone would
@@ -148,6 +149,7 @@ public:
 
     DeviceBuffer x_, xs_, y_, part_, transient_;
     DeviceBuffer attn_kv_, attn_io_;  // attention (attention.cu): the keys and values; queries, positions, outputs
+    DeviceBuffer kda_;                // KDA's delta rule (kda.cu): a piece of rows and the heads' state
 
     // Host ranges page-locked by pin_host (start -> bytes); the caller holds mu.
     std::map<uintptr_t, uint64_t> pinned_ranges;

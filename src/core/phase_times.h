@@ -1,0 +1,31 @@
+// Wall time of a forward pass's blocks, summed over calls since the process started (`bench` prints the prefill's
+// and the decode's share): where a pass spends time that the GPU timeline and the read counters do not show, e.g.
+// the host work around each op. Each block's entry point holds a Scope; a scope inside another (the KDA delta rule
+// inside the KDA block) is counted in both. Relaxed atomics: cheap, and exact once the pass has returned.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+
+namespace sluice::phase_times {
+
+enum Phase : int { kMla, kGqa, kKda, kKdaDeltaRule, kRoute, kMoe, kAttnRes, kCount };
+const char* name(Phase p);
+
+void add(Phase p, double ms);
+std::array<double, kCount> snapshot_ms();
+
+class Scope {
+public:
+    explicit Scope(Phase p) : p_(p), start_(std::chrono::steady_clock::now()) {}
+    ~Scope() { add(p_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count()); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+private:
+    Phase p_;
+    std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace sluice::phase_times
