@@ -22,8 +22,8 @@ void matmul(const Weight&, const float*, int64_t, float*) { off(); }
 bool attention_supports(const AttentionShape&, const Rows&, const Rows&) { return false; }
 void attention(const AttentionShape&, const float*, int64_t, const int64_t*, const Rows&, const Rows&, float*) { off(); }
 bool kda_supports(int64_t) { return false; }
-void kda_recurrent(const float*, const float*, const float*, const float*, const float*, float*, int64_t, int64_t,
-                   int64_t, int64_t, int64_t, float*) { off(); }
+void kda_recurrent(const float*, const float*, const float*, const float*, int64_t, const float*, float*, int64_t,
+                   int64_t, int64_t, int64_t, int64_t, float*) { off(); }
 bool pin_host(void*, uint64_t) { return false; }
 void unpin_host(void*) {}
 Stats stats() { return {}; }

@@ -47,9 +47,10 @@ bool rows_alone_match(int64_t n, int64_t width, const std::vector<float>& whole,
 // ---- KDA's gated delta rule (recurrent and chunked forms) against its float64 twin ----
 
 // `heads` heads side by side in rows of `stride` (the block interleaves q|k|v), q and k L2-normalised, decays mostly
-// slow. The recurrent form runs through `recurrent` (the CPU's per-head loop, or the CUDA kernel); the chunked form
+// slow. The recurrent form runs through `recurrent` (ops::kda_recurrent_heads on the backend under test); with
+// `like_cpu` its state and outputs must have the bits of the CPU's per-head loop (kda_recurrent). The chunked form
 // (CPU only) per head when `chunked_too`.
-void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, std::mt19937& rng) {
+void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, bool like_cpu, std::mt19937& rng) {
     struct K {
         int64_t T, D, heads, chunk, stride;
         float max_decay;
@@ -58,7 +59,7 @@ void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, std::
     std::uniform_real_distribution<float> u01(0.0f, 1.0f);
     for (const K& c : {K{300, 32, 1, 64, 32, 0.5f}, K{200, 128, 3, 64, 3 * 128 + 8, 0.3f}, K{257, 16, 3, 64, 48, 5.0f},
                        K{1, 64, 2, 64, 128, 1.0f}, K{70, 128, 1, 16, 128, 2.0f}, K{33, 40, 2, 16, 81, 1.0f},
-                       K{2100, 128, 4, 64, 3 * 512, 0.2f}}) {
+                       K{2100, 128, 4, 64, 3 * 512, 0.2f}, K{100, 64, 5, 16, 3 * 320, 0.5f}}) {
         if (c.T * c.heads * c.D * c.D > g_max_work) continue;
         const int64_t H = c.heads, D = c.D;
         std::vector<float> q(static_cast<size_t>(c.T * c.stride)), k(q.size()), v(q.size()), g(q.size()),
@@ -121,6 +122,18 @@ void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, std::
             }
             const double e = rel(o, S);
             report(e <= 1e-5, cat(what, chunked ? " chunked" : " recurrent", " vs reference: relative error ", e));
+            if (!chunked && like_cpu) {  // the CPU loop, head by head: the same bits
+                std::vector<float> oc(q.size(), std::nanf("")), Sc = S0;
+                for (int64_t h = 0; h < H; ++h) {
+                    KdaHeadIo one{io.q + h * D, io.k + h * D, io.v + h * D, io.g + h * D, io.beta + h,
+                                  oc.data() + h * D, c.stride, H};
+                    kda_recurrent(one, c.T, D, Sc.data() + h * D * D);
+                }
+                bool same = same_bits(Sc.data(), S.data(), H * D * D);
+                for (int64_t t = 0; t < c.T; ++t)
+                    same = same && same_bits(oc.data() + t * c.stride, o.data() + t * c.stride, H * D);
+                report(same, what + ": other bits than the CPU's loop");
+            }
             if (!chunked && c.T > 1) {
                 // rows in two calls (what a rollback's replay relies on), and a call without outputs (a replay's):
                 // the bits of one call

@@ -39,6 +39,6 @@ inline bool same_bits(const float* a, const float* b, int64_t count) {
 // and sigmoid
 // The recurrent delta rule for `heads` heads of one sequence (ops::kda_recurrent_heads's contract).
 using KdaFn = std::function<void(const sluice::KdaHeadIo&, int64_t heads, int64_t T, int64_t D, float* S)>;
-void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, std::mt19937& rng);
+void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, bool like_cpu, std::mt19937& rng);
 void check_kda_block_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);
 void check_elementwise(const char* name, std::mt19937& rng);

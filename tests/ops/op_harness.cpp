@@ -784,7 +784,7 @@ int main(int argc, char** argv) {
             check_rope(name.c_str(), rng);
             check_kda(name.c_str(), [&](const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S) {
                 ops::kda_recurrent_heads(io, heads, T, D, S, &pool);
-            }, true, rng);
+            }, true, true, rng);
             check_kda_block_ops(name.c_str(), pool, rng);
             check_elementwise(name.c_str(), rng);
             check_portable_bits(pool, rng);
@@ -797,9 +797,13 @@ int main(int argc, char** argv) {
                 check_nan_scales("cuda", [](const Weight& w, const float* x, int64_t n, float* y) {
                     cuda::matmul(w, x, n, y);
                 }, rng);
-                check_kda("cuda", [](const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S) {
-                    cuda::kda_recurrent(io.q, io.k, io.v, io.g, io.beta, io.o, io.stride, io.beta_stride, heads, T, D, S);
-                }, false, rng);
+                // through the dispatch (calls of kKdaCudaMinRows rows and more go to the card, the decays computed on
+                // the host): the CPU loop's bits either way, a sequence's rows split across the two sides included
+                check_kda("cuda", [&](const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S) {
+                    ops::set_backend(ops::Backend::Cuda);
+                    ops::kda_recurrent_heads(io, heads, T, D, S, &pool);
+                    ops::set_backend(ops::Backend::Cpu);
+                }, false, true, rng);
                 check_cuda_stable_copy(rng);
                 check_cuda_content_keyed_slot(rng);
                 check_attention("cuda", [](const AttentionParams& p, const float* q, int64_t n, const int64_t* pos,

@@ -75,12 +75,13 @@ void attention(const AttentionShape& a, const float* q, int64_t n_rows, const in
                const Rows& v, float* out);
 
 // KDA's gated delta rule, recurrent form (ops/kda.h), for `heads` heads of one sequence over T rows in host memory:
-// head h's q, k, v, g of row t at q + t * stride + h * D (and so on), beta at beta + t * beta_stride + h, its state
-// [D, D] (k-major) at S + h * D * D, read and updated; o strided like q, or null (a replay needs only the state).
-// Token by token with every sum in a fixed order: a sequence's rows give the same bits in one call as over several.
-bool kda_supports(int64_t D);  // head sizes up to 128 (the state is held in registers)
-void kda_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta, float* o,
-                   int64_t stride, int64_t beta_stride, int64_t heads, int64_t T, int64_t D, float* S);
+// head h's q, k, v of row t at q + t * stride + h * D (and so on), its decays exp(g) at decay + t * decay_stride +
+// h * D, beta at beta + t * beta_stride + h, its state [D, D] (k-major) at S + h * D * D, read and updated; o strided
+// like q, or null (a replay needs only the state). The same bits as the CPU's kda_recurrent given the same exp(g).
+bool kda_supports(int64_t D);  // head sizes up to 128 (a thread holds a state column in registers)
+void kda_recurrent(const float* q, const float* k, const float* v, const float* decay, int64_t decay_stride,
+                   const float* beta, float* o, int64_t stride, int64_t beta_stride, int64_t heads, int64_t T, int64_t D,
+                   float* S);
 
 // Page-locks host memory that weights are read into (the expert cache, read staging, spine slots), so copies from it
 // run at the link's full rate instead of through the driver's small pageable bounce buffer. false (and nothing
