@@ -143,17 +143,17 @@ void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t 
         static thread_local std::vector<float> decay;
         const int64_t W = heads * D;
         decay.resize(size_t(T * W));
+        float* dst = decay.data();  // the pool's threads have their own (empty) thread_local vectors
         auto fill = [&](int64_t t0, int64_t t1) {
             for (int64_t t = t0; t < t1; ++t)
                 for (int64_t h = 0; h < heads; ++h)
-                    for (int64_t d = 0; d < D; ++d)
-                        decay[size_t(t * W + h * D + d)] = std::exp(io.g[t * io.stride + h * D + d]);
+                    for (int64_t d = 0; d < D; ++d) dst[t * W + h * D + d] = std::exp(io.g[t * io.stride + h * D + d]);
         };
         if (pool)
             pool->parallel_for(T, fill);
         else
             fill(0, T);
-        cuda::kda_recurrent(io.q, io.k, io.v, decay.data(), W, io.beta, io.o, io.stride, io.beta_stride, heads, T, D, S);
+        cuda::kda_recurrent(io.q, io.k, io.v, dst, W, io.beta, io.o, io.stride, io.beta_stride, heads, T, D, S);
         return;
     }
     std::vector<float> scratch;  // the output a replay discards: one head's rows at a time
