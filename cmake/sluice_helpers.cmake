@@ -17,15 +17,27 @@ function(sluice_target_defaults target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${SLUICE_WARNINGS}>)
 endfunction()
 
+# What every test file is compiled with: the library's headers and definitions, gtest, the data paths. The test
+# files' own code is scaffolding around calls into the library (which the preset optimises): at -O1 they compile in
+# about two thirds of -O3's time, most of a clean build being the tests.
+function(sluice_test_settings target)
+    sluice_target_defaults(${target})
+    target_link_libraries(${target} PRIVATE sluice_lib GTest::gtest GTest::gtest_main nlohmann_json::nlohmann_json)
+    target_compile_definitions(${target} PRIVATE
+        SLUICE_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
+        SLUICE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+        SLUICE_BINARY="$<TARGET_FILE:sluice>")
+    target_compile_options(${target} PRIVATE $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
+endfunction()
+
 # sluice_add_test(name SOURCES a.cpp b.cpp [LABELS unit])
 function(sluice_add_test name)
     cmake_parse_arguments(T "" "" "SOURCES;LABELS" ${ARGN})
     add_executable(${name} ${T_SOURCES})
-    sluice_target_defaults(${name})
-    target_link_libraries(${name} PRIVATE sluice_lib GTest::gtest GTest::gtest_main)
-    target_compile_definitions(${name} PRIVATE
-        SLUICE_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data"
-        SLUICE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-        SLUICE_BINARY="$<TARGET_FILE:sluice>")
+    sluice_test_settings(${name})
+    # the precompiled gtest, nlohmann/json and standard headers (tests/CMakeLists.txt), parsed once for all tests
+    if (TARGET sluice_test_pch)
+        target_precompile_headers(${name} REUSE_FROM sluice_test_pch)
+    endif()
     gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" DISCOVERY_TIMEOUT 60)
 endfunction()
