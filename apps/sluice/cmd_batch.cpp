@@ -114,7 +114,7 @@ void register_batch(CLI::App& app) {
         a->b.speculative_tokens = a->e.speculative;
         if (draft) a->b.make_drafter = [d = draft.get()] { return d->drafter(); };
         a->b.draft_gate = a->e.draft_gate == "on";
-        if (draft) a->b.draft_bytes_per_token = pass_bytes_per_token(draft->model().info());
+        if (draft) a->b.draft_bytes_per_token = pass_bytes_per_token(draft->model(), *model);
         if (dspark) a->b.make_drafter = [d = dspark.get()] { return d->drafter(); };
         Engine engine(*model, eo);
         a->b.resume = !a->restart;

@@ -199,7 +199,7 @@ void register_generate(CLI::App& app) {
             SpeculativeOptions so;
             so.draft_tokens = a->speculative;
             so.gate = a->draft_gate == "on";
-            if (draft) so.draft_bytes_per_token = pass_bytes_per_token(draft->model().info());
+            if (draft) so.draft_bytes_per_token = pass_bytes_per_token(draft->model(), *model);
             if (draft) so.drafter = draft->drafter();
             if (dspark) so.drafter = dspark->drafter();
             r = generate_speculative(*model, prompt_ids, opt, so, &spec_stats, on_token);

@@ -180,7 +180,7 @@ void register_serve(CLI::App& app) {
         so.speculative_tokens = a->e.speculative;
         if (draft) so.make_drafter = [d = draft.get()] { return d->drafter(); };
         so.draft_gate = a->e.draft_gate == "on";
-        if (draft) so.draft_bytes_per_token = pass_bytes_per_token(draft->model().info());
+        if (draft) so.draft_bytes_per_token = pass_bytes_per_token(draft->model(), *model);
         if (dspark) so.make_drafter = [d = dspark.get()] { return d->drafter(); };
         so.request_timeout_s = a->timeout_s;
         so.ping_interval_s = a->ping_s;

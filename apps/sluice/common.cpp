@@ -10,6 +10,7 @@
 #include "experts/residency.h"
 #include "ops/cuda/backend.h"
 #include "ops/ops.h"
+#include "runtime/draft_gate.h"
 
 namespace sluice::cli {
 
@@ -139,9 +140,8 @@ void add_engine_args(CLI::App* sub, EngineArgs& a) {
         ->capture_default_str();
 }
 
-double pass_bytes_per_token(const ModelInfo& info) {
-    return double(info.spine_bytes) +
-           double(info.n_moe_layers) * double(info.num_experts_per_tok) * double(info.expert_bytes);
+double pass_bytes_per_token(const Model& draft, const Model& target) {
+    return draft_pass_bytes(draft, ram_byte_weight(target));
 }
 
 DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const std::string& draft_memory,

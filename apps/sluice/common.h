@@ -67,9 +67,9 @@ struct DraftPlan {
     LoadOptions load;   // the draft's options (its budget share; the target's reader, policy and sequences)
     bool dspark = false;
 };
-// Bytes one decode pass of `info`'s model reads (the spine, and top-k experts per MoE layer): a draft model's cost
-// per drafted token, for the speculative gate.
-double pass_bytes_per_token(const ModelInfo& info);
+// A draft model's cost per drafted token for the speculative gate, in the target's drive bytes (one decode pass:
+// the spine and top-k experts per MoE layer, RAM-held bytes weighed as runtime/draft_gate.h says).
+double pass_bytes_per_token(const Model& draft, const Model& target);
 
 DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const std::string& draft_memory,
                      int64_t speculative);

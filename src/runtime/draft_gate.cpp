@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/model.h"
 
 namespace sluice {
 
@@ -18,6 +19,36 @@ double DraftCost::pass_bytes(int64_t rows) const {
         experts = double(n_moe_layers) * expert_bytes * double(n_experts) * (1.0 - std::pow(miss, double(rows)));
     }
     return spine_bytes + experts + draft_bytes_per_token * double(rows - 1);
+}
+
+namespace {
+bool experts_stream(const Model& m) {
+    const ResidencyPlan* plan = m.residency();
+    return plan && double(plan->expert_cache_bytes) < double(m.info().routed_expert_bytes_total);
+}
+// every byte of the spine, with the streamed layers' at 1 and the resident rest at ram_weight
+double spine_cost(const Model& m, double ram_weight) {
+    const ResidencyPlan* plan = m.residency();
+    const double spine = double(m.info().spine_bytes);
+    const double streamed = plan ? std::min(spine, double(plan->spine_streamed_bytes)) : 0.0;
+    return streamed + ram_weight * (spine - streamed);
+}
+}  // namespace
+
+double ram_byte_weight(const Model& target) { return experts_stream(target) ? kRamByteWeight : 1.0; }
+
+DraftCost draft_cost(const Model& target, double draft_bytes_per_token) {
+    const ModelInfo& info = target.info();
+    DraftCost c{spine_cost(target, ram_byte_weight(target)), double(info.expert_bytes), info.n_moe_layers,
+                info.n_routed_experts, info.num_experts_per_tok, draft_bytes_per_token};
+    if (c.pass_bytes(1) <= 0) c.spine_bytes = 1;  // a model that reports no bytes: drafts cost nothing
+    return c;
+}
+
+double draft_pass_bytes(const Model& draft, double ram_weight) {
+    const ModelInfo& info = draft.info();
+    const double experts = double(info.n_moe_layers) * double(info.num_experts_per_tok) * double(info.expert_bytes);
+    return spine_cost(draft, ram_weight) + (experts_stream(draft) ? 1.0 : ram_weight) * experts;
 }
 
 DraftGate::DraftGate(DraftCost cost, int64_t max_drafts, double min_gain, int64_t probe_after)

@@ -16,6 +16,11 @@
 // Everything the gate sees is the request's own history and the model's configuration — never timings or what else
 // is in the batch — so a seeded sampled request draws the same tokens however it is batched (its random draws
 // depend on how many drafts were verified).
+//
+// Bytes are weighed by where they come from (draft_cost): when the target's routed experts stream from the drive
+// (its residency plan cannot cache them all), decode is bound by the drive, and a byte read from RAM (the resident
+// spine, a draft model held in memory) costs kRamByteWeight of one read from the drive; when nothing streams, every
+// byte counts alike (decode is then bound by memory bandwidth).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +35,20 @@ struct DraftCost {
     // Bytes a pass of `rows` rows reads under independent routing, drafting included for rows - 1 drafts.
     double pass_bytes(int64_t rows) const;
 };
+
+class Model;
+
+// RAM bytes against drive bytes while the experts stream: an assumed ratio (~100 GB/s of memory against a 7 GB/s
+// NVMe drive; ~34 against ~2 on the CI-class machine).
+inline constexpr double kRamByteWeight = 1.0 / 16;
+// kRamByteWeight when the target's routed experts stream from the drive, else 1.
+double ram_byte_weight(const Model& target);
+// The target's pass cost in drive bytes: its streamed spine layers count fully, the resident spine at
+// ram_byte_weight(target), each routed expert fully (a miss is read from the drive; cache hits are not assumed).
+DraftCost draft_cost(const Model& target, double draft_bytes_per_token);
+// A draft model's bytes per drafted token in the same unit: what it streams counts fully, what it holds in RAM at
+// ram_weight (the target's ram_byte_weight).
+double draft_pass_bytes(const Model& draft, double ram_weight);
 
 class DraftGate {
 public:

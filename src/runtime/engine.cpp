@@ -121,10 +121,7 @@ std::unique_ptr<Engine::Request> Engine::make_request(RequestParams params, Toke
     if (r->p.draft_tokens > 0 && r->p.draft_gate) {
         SLUICE_CHECK(std::isfinite(r->p.draft_bytes_per_token) && r->p.draft_bytes_per_token >= 0,
                      "request: draft_bytes_per_token must be a finite number >= 0");
-        DraftCost cost{double(info.spine_bytes), double(info.expert_bytes), info.n_moe_layers, info.n_routed_experts,
-                       info.num_experts_per_tok, r->p.draft_bytes_per_token};
-        if (cost.pass_bytes(1) <= 0) cost.spine_bytes = 1;  // a model that reports no bytes: drafts cost nothing
-        r->gate.emplace(cost, r->p.draft_tokens);
+        r->gate.emplace(draft_cost(model_, r->p.draft_bytes_per_token), r->p.draft_tokens);
     }
     return r;
 }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/model.h"
+#include "runtime/draft_gate.h"
 #include "runtime/engine.h"
 #include "../support/reference_decode.h"
 
@@ -120,4 +121,34 @@ TEST_F(DraftGateEngine, SampledTokensDoNotDependOnTheBatch) {
     ASSERT_EQ(alone.ids.size(), 64u);
     EXPECT_EQ(together.ids, alone.ids);
     EXPECT_GT(alone.stats.gate_off_steps, 0);
+}
+
+// Where the bytes come from (draft_cost): held in RAM with nothing streaming, every byte counts alike; under a budget
+// that streams the experts, the resident spine costs kRamByteWeight of a drive byte, so the union of the drafts'
+// experts weighs more against it and the same acceptance buys less.
+TEST(DraftCostTest, RamBytesWeighLessWhenTheExpertsStream) {
+    auto held = load_model(kFixture, {.n_threads = 1});
+    const ModelInfo& info = held->info();
+    const DraftCost all = draft_cost(*held, 0);
+    EXPECT_EQ(ram_byte_weight(*held), 1.0);
+    EXPECT_DOUBLE_EQ(all.spine_bytes, double(info.spine_bytes));
+    EXPECT_DOUBLE_EQ(all.expert_bytes, double(info.expert_bytes));
+
+    LoadOptions lo{.n_threads = 1};
+    lo.memory_budget_bytes = info.spine_bytes + info.routed_expert_bytes_total + (uint64_t(64) << 20);
+    const uint64_t other = lo.memory_budget_bytes - load_model(kFixture, lo)->residency()->expert_cache_bytes;
+    lo.memory_budget_bytes = other + info.routed_expert_bytes_total / 2;  // room for half the experts: they stream
+    auto streamed = load_model(kFixture, lo);
+    ASSERT_NE(streamed->residency(), nullptr);
+    ASSERT_LT(streamed->residency()->expert_cache_bytes, info.routed_expert_bytes_total);
+    EXPECT_EQ(ram_byte_weight(*streamed), kRamByteWeight);
+    const DraftCost drive = draft_cost(*streamed, 0);
+    EXPECT_DOUBLE_EQ(drive.spine_bytes, kRamByteWeight * double(info.spine_bytes));  // no spine layer streams here
+    EXPECT_DOUBLE_EQ(drive.expert_bytes, double(info.expert_bytes));
+    DraftGate g_all(all, 4), g_drive(drive, 4);
+    EXPECT_LT(g_drive.gain(2), g_all.gain(2));
+    // a draft model held in RAM costs the same fraction of its bytes
+    EXPECT_DOUBLE_EQ(draft_pass_bytes(*held, kRamByteWeight),
+                     kRamByteWeight * (double(info.spine_bytes) + double(info.n_moe_layers * info.num_experts_per_tok) *
+                                                                     double(info.expert_bytes)));
 }
