@@ -111,12 +111,18 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
     float* y_slots = arena.f32(n * K * hidden);
     float* xs = arena.f32(n * hidden);  // one expert's rows: at most n (a row picks an expert once)
     float* ys = arena.f32(n * hidden);
+    // a prefill chunk's gather and scatter are tens of MB an expert: split over the pool (copies: bits unchanged)
+    const int64_t min_rows = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, hidden));
     source.fetch(layer, experts, [&](size_t i, const ExpertWeights& w) {
         const auto& slots = users[experts[i]];
         const int64_t m = int64_t(slots.size());
-        for (int64_t j = 0; j < m; ++j) std::copy_n(x + (slots[size_t(j)] / K) * hidden, hidden, xs + j * hidden);
+        pool.parallel_for(m, [&](int64_t j0, int64_t j1) {
+            for (int64_t j = j0; j < j1; ++j) std::copy_n(x + (slots[size_t(j)] / K) * hidden, hidden, xs + j * hidden);
+        }, min_rows);
         expert_fn(experts[i], w, xs, m, ys);
-        for (int64_t j = 0; j < m; ++j) std::copy_n(ys + j * hidden, hidden, y_slots + slots[size_t(j)] * hidden);
+        pool.parallel_for(m, [&](int64_t j0, int64_t j1) {
+            for (int64_t j = j0; j < j1; ++j) std::copy_n(ys + j * hidden, hidden, y_slots + slots[size_t(j)] * hidden);
+        }, min_rows);
     }, while_reading);
 
     ops::moe_combine(y_slots, routing.weights.data(), n, K, hidden, out, pool);
