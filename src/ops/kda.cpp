@@ -139,24 +139,32 @@ namespace sluice::ops {
 
 void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, ThreadPool* pool) {
     if (backend() == Backend::Cuda && cuda::kda_supports(D) && T >= kKdaCudaMinRows) {
-        // the decays with this file's std::exp, as kda_recurrent takes them: the card's rows get the CPU's bits
+        // the decays with this file's std::exp, as kda_recurrent takes them: the card's rows get the CPU's bits. In
+        // pieces of about kDecayBytes, so the buffer stays small (a sequence's rows give the same bits split or not)
+        constexpr int64_t kDecayBytes = int64_t(16) << 20;
+        const int64_t W = heads * D, piece = std::max(kKdaCudaMinRows, kDecayBytes / (4 * W));
         static thread_local std::vector<float> decay;
-        const int64_t W = heads * D;
-        decay.resize(size_t(T * W));
+        decay.resize(size_t(std::min(T, piece) * W));
         float* dst = decay.data();  // the pool's threads have their own (empty) thread_local vectors
-        auto fill = [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t)
-                for (int64_t h = 0; h < heads; ++h)
-                    for (int64_t d = 0; d < D; ++d) dst[t * W + h * D + d] = std::exp(io.g[t * io.stride + h * D + d]);
-        };
-        if (pool)
-            pool->parallel_for(T, fill);
-        else
-            fill(0, T);
-        cuda::kda_recurrent(io.q, io.k, io.v, dst, W, io.beta, io.o, io.stride, io.beta_stride, heads, T, D, S);
+        for (int64_t t0 = 0; t0 < T; t0 += piece) {
+            const int64_t cnt = std::min(piece, T - t0);
+            auto fill = [&](int64_t r0, int64_t r1) {
+                for (int64_t r = r0; r < r1; ++r) {
+                    const float* g = io.g + (t0 + r) * io.stride;
+                    for (int64_t c = 0; c < W; ++c) dst[r * W + c] = std::exp(g[c]);
+                }
+            };
+            if (pool)
+                pool->parallel_for(cnt, fill);
+            else
+                fill(0, cnt);
+            const int64_t a = t0 * io.stride;
+            cuda::kda_recurrent(io.q + a, io.k + a, io.v + a, dst, W, io.beta + t0 * io.beta_stride,
+                                io.o ? io.o + a : nullptr, io.stride, io.beta_stride, heads, cnt, D, S);
+        }
         return;
     }
-    std::vector<float> scratch;  // the output a replay discards: one head's rows at a time
+    std::vector<float> scratch;  // the output a replay discards
     if (!io.o) scratch.resize(size_t(T * io.stride));
     auto run = [&](int64_t h0, int64_t h1) {
         for (int64_t h = h0; h < h1; ++h) {

@@ -105,7 +105,7 @@ void kda_recurrent(const float* q, const float* k, const float* v, const float* 
     float* dq = reinterpret_cast<float*>(base);
     float* dk = reinterpret_cast<float*>(base + arr);
     float* dv = reinterpret_cast<float*>(base + 2 * arr);
-    float* dg = reinterpret_cast<float*>(base + 3 * arr);
+    float* de = reinterpret_cast<float*>(base + 3 * arr);
     float* dout = reinterpret_cast<float*>(base + 4 * arr);
     float* dbeta = reinterpret_cast<float*>(base + 5 * arr);
     float* dS = reinterpret_cast<float*>(base + 5 * arr + beta_bytes);
@@ -120,10 +120,10 @@ void kda_recurrent(const float* q, const float* k, const float* v, const float* 
         up(dq, q, stride);
         up(dk, k, stride);
         up(dv, v, stride);
-        up(dg, decay, decay_stride);
+        up(de, decay, decay_stride);
         CK(cudaMemcpy2DAsync(dbeta, beta_row_bytes, beta + t0 * beta_stride, uint64_t(beta_stride) * 4, beta_row_bytes,
                              size_t(cnt), cudaMemcpyHostToDevice, st));
-        launch(KdaArgs{dq, dk, dv, dg, dbeta, o ? dout : nullptr, dS, cnt, heads, D}, st);
+        launch(KdaArgs{dq, dk, dv, de, dbeta, o ? dout : nullptr, dS, cnt, heads, D}, st);
         if (o)
             CK(cudaMemcpy2DAsync(o + t0 * stride, pitch, dout, row_bytes, row_bytes, size_t(cnt),
                                  cudaMemcpyDeviceToHost, st));
