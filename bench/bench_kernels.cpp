@@ -180,7 +180,7 @@ void BM_Matmul(benchmark::State& state, WeightFormat f) {
     std::vector<float> x(size_t(n * kCols), 0.5f), y(size_t(n * kRows));
     int i = 0;
     for (auto _ : state) {
-        ops::matmul(p.at(i), x.data(), n, y.data(), pool());
+        ops::cpu::matmul(p.at(i), x.data(), n, y.data(), pool());
         i = (i + 1) % p.count;
         benchmark::DoNotOptimize(y.data());
     }

@@ -102,7 +102,7 @@ void BM_LmHead(benchmark::State& state) {
     ThreadPool pool(t && *t ? std::atoi(t) : 2);
     std::vector<float> x(cols, 0.01f), y(rows);
     for (auto _ : state) {
-        ops::matmul(w, x.data(), 1, y.data(), pool);
+        ops::cpu::matmul(w, x.data(), 1, y.data(), pool);
         benchmark::ClobberMemory();
     }
 }

@@ -205,7 +205,6 @@ void register_bench(CLI::App& app) {
                 if (!shape.head_format.empty()) ko.formats.push_back(shape.head_format);
             }
             MachineRates rates = measure_kernel_rates(ko);
-            rates.device = std::string(ops::backend_name(ops::backend()));  // where ops::matmul ran the probe
             rates.drive_gbps = raw.gbps;
             rates.drive_method = raw.method;
             io::ReadProbeOptions lat = po;

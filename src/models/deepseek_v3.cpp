@@ -150,19 +150,19 @@ public:
             ops::rms_norm(x, L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             size_t j = 0;
             for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->latent(il);
-            mla_forward(mla_, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx.pool(), ctx.arena());
+            mla_forward(mla_, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx);
             ops::add(x, y, n * d, x);
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
             sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source, h, n, d,
-                                    y, ctx.pool(), ctx.arena());
+                                    y, ctx);
             ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx.pool(), ctx.arena(), logits);
+        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx, logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override {

@@ -137,7 +137,7 @@ std::unique_ptr<DSparkModel> DSparkModel::load(const std::string& dir, const Mod
 
 DSparkModel::DSparkModel(const std::string& dir, DSparkConfig cfg, const Model& target, int n_threads)
     : ck_(dir), cfg_(std::move(cfg)), embed_(target.token_embedding()), lm_head_(target.output_head()),
-      pool_(n_threads) {
+      ctx_(n_threads) {
     const auto& c = cfg_;
     const MlaConfig& m = c.mla;
     const int64_t d = c.hidden_size, H = m.n_heads, V = c.vocab_size, r = c.markov_rank;
@@ -176,7 +176,7 @@ DSparkModel::DSparkModel(const std::string& dir, DSparkConfig cfg, const Model& 
     const uint64_t block =
         3 * A::f32_bytes(B * d) + std::max(mla_scratch_bytes(m, B), swiglu_scratch_bytes(B, c.intermediate_size));
     const uint64_t ingest = A::f32_bytes(kIngestRows * d) + A::f32_bytes(kIngestRows * m.cache_width());
-    arena_.reserve(std::max(block, ingest));
+    ctx_.arena().reserve(std::max(block, ingest));
 }
 
 DSparkModel::Seq DSparkModel::new_seq() const {
@@ -192,13 +192,13 @@ void DSparkModel::ingest(Seq& seq, const float* taps, int64_t n) {
     const int64_t d = c.hidden_size, cw = m.cache_width(), W = c.context_width();
     for (int64_t i0 = 0; i0 < n; i0 += kIngestRows) {
         const int64_t k = std::min(kIngestRows, n - i0), pos0 = seq.rows();
-        ScratchArena::Scope scope(arena_);
-        float* x = arena_.f32(k * d);
-        float* kva = arena_.f32(k * cw);
-        ops::matmul(context_proj_, taps + i0 * W, k, x, pool_);
+        ScratchArena::Scope scope(ctx_.arena());
+        float* x = ctx_.arena().f32(k * d);
+        float* kva = ctx_.arena().f32(k * cw);
+        ops::matmul(context_proj_, taps + i0 * W, k, x, ctx_);
         ops::rms_norm(x, context_norm_.data(), k, d, float(c.rms_norm_eps), x);
         for (size_t il = 0; il < layers_.size(); ++il) {
-            ops::matmul(layers_[il].attn.kv_a_proj_with_mqa, x, k, kva, pool_);
+            ops::matmul(layers_[il].attn.kv_a_proj_with_mqa, x, k, kva, ctx_);
             for (int64_t i = 0; i < k; ++i) {
                 float* row = kva + i * cw;
                 ops::rms_norm(row, layers_[il].attn.kv_a_layernorm.data(), 1, m.kv_lora_rank, m.kv_a_eps, row);
@@ -218,15 +218,15 @@ DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_draf
     Block out;
     if (n_drafts == 0) return out;
     const int64_t L = seq.rows();
-    ScratchArena::Scope scope(arena_);
+    ScratchArena::Scope scope(ctx_.arena());
     std::vector<int64_t> pos(static_cast<size_t>(B)), last(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i) {
         pos[size_t(i)] = L + i;
         last[size_t(i)] = causal ? L + i : L + B - 1;
     }
-    float* h = arena_.f32(B * d);
-    float* t = arena_.f32(B * d);
-    float* y = arena_.f32(B * d);
+    float* h = ctx_.arena().f32(B * d);
+    float* t = ctx_.arena().f32(B * d);
+    float* y = ctx_.arena().f32(B * d);
     for (int64_t i = 0; i < B; ++i) ops::dequantize_row(*embed_, i == 0 ? anchor : int32_t(c.mask_token_id), h + i * d);
     std::vector<int64_t> all_rows(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i) all_rows[size_t(i)] = i;
@@ -234,22 +234,22 @@ DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_draf
         const Layer& Ly = layers_[il];
         ops::rms_norm(h, Ly.input_layernorm.data(), B, d, eps, t);
         const MlaSeqRows sr[] = {{all_rows, &seq.caches[il]}};
-        mla_forward(c.mla, Ly.attn, rope_, t, B, pos.data(), sr, y, pool_, arena_, last.data());
+        mla_forward(c.mla, Ly.attn, rope_, t, B, pos.data(), sr, y, ctx_, last.data());
         for (int64_t i = 0; i < B * d; ++i) h[i] += y[i];
         ops::rms_norm(h, Ly.post_attention_layernorm.data(), B, d, eps, t);
-        swiglu_forward(Ly.mlp, t, B, y, pool_, arena_);
+        swiglu_forward(Ly.mlp, t, B, y, ctx_);
         for (int64_t i = 0; i < B * d; ++i) h[i] += y[i];
     }
     seq.truncate(L);  // the block's cache rows go: only context rows stay
     // only the rows that become drafts need the head
     ops::rms_norm(h, final_norm_.data(), n_drafts, d, eps, t);
     out.logits.resize(size_t(n_drafts * V));
-    ops::matmul(*lm_head_, t, n_drafts, out.logits.data(), pool_);
+    ops::matmul(*lm_head_, t, n_drafts, out.logits.data(), ctx_);
     std::vector<float> e(static_cast<size_t>(r)), bias(static_cast<size_t>(V));
     int32_t prev = anchor;
     for (int64_t i = 0; i < n_drafts; ++i) {
         ops::dequantize_row(markov_w1_, prev, e.data());
-        ops::matmul(markov_w2_, e.data(), 1, bias.data(), pool_);
+        ops::matmul(markov_w2_, e.data(), 1, bias.data(), ctx_);
         float* row = out.logits.data() + i * V;
         for (int64_t v = 0; v < V; ++v) row[v] += bias[size_t(v)];
         if (!confidence_w_.empty()) {

@@ -20,13 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "core/scratch_arena.h"
-#include "core/thread_pool.h"
 #include "formats/checkpoint.h"
 #include "models/blocks/mla.h"
 #include "models/blocks/moe.h"
 #include "models/blocks/rope.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "state/caches.h"
 
 namespace sluice {
@@ -51,7 +50,8 @@ class DSparkModel {
 public:
     // Reads DIR (config.json, safetensors) and checks it against the target: hidden_size and target_hidden_size
     // equal the target's, vocab_size the target's, every target_layer_ids entry within the target's layers, and
-    // the target must offer its embedding and LM head. Errors name the file and field or tensor.
+    // the target must offer its embedding and LM head. Errors name the file and field or tensor. Its passes run in a
+    // context of its own: n_threads threads, on the process default backend at load (ops/exec_context.h).
     static std::unique_ptr<DSparkModel> load(const std::string& dir, const Model& target, int n_threads = 0);
 
     const DSparkConfig& config() const { return cfg_; }
@@ -93,8 +93,7 @@ private:
     std::vector<float> context_norm_, final_norm_, confidence_w_, confidence_b_;
     std::vector<Layer> layers_;
     Rope rope_;
-    ThreadPool pool_;
-    ScratchArena arena_;
+    ExecContext ctx_;  // what its passes run in: its threads, the scratch of its larger pass, the default backend
 };
 
 }  // namespace sluice

@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "core/scratch_arena.h"
-#include "core/thread_pool.h"
 #include "models/model.h"
+#include "ops/exec_context.h"
 #include "ops/weight.h"
 
 namespace sluice {
@@ -55,10 +55,10 @@ inline void append_rows(const Batch& batch, std::span<SequenceState* const> seqs
 // x[i, :d] = row batch.tokens[i] of the embedding matrix, for every row of the batch.
 void embed_rows(const Weight& embed, const Batch& batch, int64_t d, float* x);
 
-// logits[batch.n_logits(), vocab] = lm_head(rms_norm(x row)) for the rows that want logits; x is [n, d]. The
-// normed rows come from `arena` (carved for all n rows: head_scratch_bytes).
+// logits[batch.n_logits(), vocab] = lm_head(rms_norm(x row)) for the rows that want logits; x is [n, d]. Runs in
+// ctx; the normed rows come from its arena (carved for all n rows: head_scratch_bytes).
 void head_logits(const float* x, const Batch& batch, int64_t d, const std::vector<float>& norm, float eps,
-                 const Weight& lm_head, ThreadPool& pool, ScratchArena& arena, std::vector<float>& logits);
+                 const Weight& lm_head, ExecContext& ctx, std::vector<float>& logits);
 inline uint64_t head_scratch_bytes(int64_t n, int64_t d) { return ScratchArena::f32_bytes(n * d); }
 
 }  // namespace sluice

@@ -173,7 +173,7 @@ public:
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx, logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override { return activation_bytes_of(cfg_, rows); }
@@ -245,9 +245,9 @@ private:
         float* q = ctx.arena().f32(n * H * hd);
         float* k = ctx.arena().f32(n * kvw);
         float* v = ctx.arena().f32(n * kvw);
-        ops::matmul(L.q_proj, x, n, q, ctx.pool());
-        ops::matmul(L.k_proj, x, n, k, ctx.pool());
-        ops::matmul(L.v_proj, x, n, v, ctx.pool());
+        ops::matmul(L.q_proj, x, n, q, ctx);
+        ops::matmul(L.k_proj, x, n, k, ctx);
+        ops::matmul(L.v_proj, x, n, v, ctx);
         add_bias(q, L.q_bias, n);
         add_bias(k, L.k_bias, n);
         add_bias(v, L.v_bias, n);
@@ -277,10 +277,10 @@ private:
                 std::copy_n(q + r * H * hd, H * hd, qs + j * H * hd);
                 pos[j] = p;
             }
-            ops::attention(ap, qs, m, pos, cache.k.view(), cache.v.view(), os, ctx.pool());
+            ops::attention(ap, qs, m, pos, cache.k.view(), cache.v.view(), os, ctx);
             for (int64_t j = 0; j < m; ++j) std::copy_n(os + j * H * hd, H * hd, o + rows[size_t(j)] * H * hd);
         }
-        ops::matmul(L.o_proj, o, n, out, ctx.pool());
+        ops::matmul(L.o_proj, o, n, out, ctx);
         add_bias(out, L.o_bias, n);
     }
 
@@ -289,7 +289,7 @@ private:
         const int64_t E = cfg_.num_local_experts, K = cfg_.num_experts_per_tok;
         ScratchArena::Scope scope(ctx.arena());
         float* logits = ctx.arena().f32(n * E);
-        ops::matmul(L.router, x, n, logits, ctx.pool());
+        ops::matmul(L.router, x, n, logits, ctx);
         add_bias(logits, L.router_bias, n);
         Routing r;
         r.top_k = K;
@@ -321,15 +321,15 @@ private:
         auto expert = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
             SLUICE_CHECK(w.gate.rows == 2 * I && w.gate.cols == d && w.down.rows == d && w.down.cols == I, "layer ", il,
                          " expert ", e, ": weight shapes do not match hidden ", d, " / intermediate ", I);
-            ops::matmul(w.gate, xs, m, gu, ctx.pool());
+            ops::matmul(w.gate, xs, m, gu, ctx);
             ops::dequantize_row(L.gate_up_bias, e, bias_gu);
             ops::dequantize_row(L.down_bias, e, bias_d);
             ops::add_bias(gu, bias_gu, m, 2 * I);
             for (int64_t j = 0; j < m; ++j) ops::glu(act, gu + j * 2 * I, gu + j * 2 * I + 1, 2, I, hmid + j * I);
-            ops::matmul(w.down, hmid, m, ys, ctx.pool());
+            ops::matmul(w.down, hmid, m, ys, ctx);
             ops::add_bias(ys, bias_d, m, d);
         };
-        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, ctx.pool(), ctx.arena());
+        moe_forward_with(il, r, *experts_.source, expert, x, n, d, out, ctx);
     }
 
     void fill_info() {

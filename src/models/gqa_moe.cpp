@@ -128,22 +128,22 @@ public:
             ops::rms_norm(x, L.input_layernorm.data(), n, d, eps, h);
             size_t j = 0;
             for (auto& [s, rows] : rows_of) seq_rows[j++].cache = &seqs[size_t(s)]->kv(il);
-            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx.pool(), ctx.arena());
+            gqa_forward(c.attn, L.attn, rope_, h, n, batch.positions.data(), seq_rows, y, ctx);
             ops::add(x, y, n * d, x);
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_softmax(router_, L.router, h, n, ctx.pool(), ctx.arena());
-                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, ctx.pool(), ctx.arena());
+                Routing r = route_softmax(router_, L.router, h, n, ctx);
+                moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, ctx);
             } else {
-                swiglu_forward(L.mlp, h, n, y, ctx.pool(), ctx.arena());
+                swiglu_forward(L.mlp, h, n, y, ctx);
             }
             ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx, logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override { return gqa_moe_activation_bytes(cfg_, rows); }

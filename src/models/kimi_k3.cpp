@@ -147,11 +147,11 @@ public:
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx.pool(), ctx.arena());
+                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx);
             } else {
                 std::vector<KdaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h, n, sr, y, ctx.pool(), ctx.arena(), form_);
+                kda_forward(kda_, L.kda, h, n, sr, y, ctx, form_);
             }
             if (snapshot)
                 std::copy_n(y, n * d, p);
@@ -160,26 +160,25 @@ public:
             attn_res(p, blocks, L.mlp_res, n, d, eps, t);
             ops::rms_norm(t, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx.pool(), ctx.arena());
+                Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx);
                 ScratchArena::Scope layer(ctx.arena());
                 float* xl = ctx.arena().f32(n * lat);
                 float* yl = ctx.arena().f32(n * lat);
                 // while the routed experts are read: the next layer's look-ahead (this layer's experts are pinned by
                 // then), the down-projection and the shared experts
-                moe_forward(il, r, *experts_.source, nullptr, xl, n, lat, yl, ctx.pool(), ctx.arena(), nullptr, c.act, [&] {
+                moe_forward(il, r, *experts_.source, nullptr, xl, n, lat, yl, ctx, nullptr, c.act, [&] {
                     if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
                         const auto& N = layers_[size_t(il + 1)];
-                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx.pool(),
-                                         ctx.arena());
+                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx);
                     }
-                    ops::matmul(L.latent_down, h, n, xl, ctx.pool());
-                    swiglu_forward(L.shared, h, n, t, ctx.pool(), ctx.arena(), c.act);
+                    ops::matmul(L.latent_down, h, n, xl, ctx);
+                    swiglu_forward(L.shared, h, n, t, ctx, c.act);
                 });
                 if (!L.latent_norm.empty()) ops::rms_norm(yl, L.latent_norm.data(), n, lat, eps, yl);
-                ops::matmul(L.latent_up, yl, n, y, ctx.pool());
+                ops::matmul(L.latent_up, yl, n, y, ctx);
                 ops::add(y, t, n * d, y);
             } else {
-                swiglu_forward(L.mlp, h, n, y, ctx.pool(), ctx.arena(), c.act);
+                swiglu_forward(L.mlp, h, n, y, ctx, c.act);
             }
             ops::add(p, y, n * d, p);
             write_taps(il, p, batch, seqs, rows_of);
@@ -188,7 +187,7 @@ public:
         attn_res(p, blocks, out_res_, n, d, eps, t);
 
         experts_.end_layers();
-        head_logits(t, batch, d, norm_, eps, lm_head_, ctx.pool(), ctx.arena(), logits);
+        head_logits(t, batch, d, norm_, eps, lm_head_, ctx, logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override {

@@ -122,23 +122,23 @@ public:
             if (L.mla) {
                 std::vector<MlaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx.pool(), ctx.arena());
+                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx);
             } else {
                 std::vector<KdaSeqRows> sr;
                 for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h, n, sr, y, ctx.pool(), ctx.arena(), form_);
+                kda_forward(kda_, L.kda, h, n, sr, y, ctx, form_);
             }
             ops::add(x, y, n * d, x);
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
             sigmoid_moe_ffn_forward(il, L.ffn, next, experts_.streaming != nullptr, router_, *experts_.source,
-                                    h, n, d, y, ctx.pool(), ctx.arena());
+                                    h, n, d, y, ctx);
             ops::add(x, y, n * d, x);
         }
         append_rows(batch, seqs, rows_of);
 
         experts_.end_layers();
-        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx.pool(), ctx.arena(), logits);
+        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx, logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override {

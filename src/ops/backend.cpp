@@ -48,12 +48,16 @@ Backend select_backend(std::string_view name) {
     return g_backend;
 }
 
+Backend check_usable(Backend b, std::string_view what) {
+    if (b != Backend::Cuda) return b;
+    std::string why;
+    SLUICE_CHECK(cuda::usable(&why), what, ": ", why);
+    return b;
+}
+
 void set_backend(Backend b) {
     g_read_env = true;
-    if (b == Backend::Cuda) {
-        std::string why;
-        SLUICE_CHECK(cuda::usable(&why), "CUDA backend: ", why);
-    }
+    check_usable(b, "CUDA backend");
     g_backend = b;
 }
 

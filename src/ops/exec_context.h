@@ -2,7 +2,9 @@
 // scratch arena its activations are carved from (sized once, core/scratch_arena.h), and per-pass statistics.
 // One object, so that where a pass runs is chosen apart from the model's math: the runtime makes it
 // (make_exec_context in models/model.h: the Engine, a DraftModel, tests) and passes it to Model::forward; the model
-// owns no pool and no arena. The ops still read the backend from the process-wide setting (ops.h).
+// owns no pool and no arena. The dispatching ops (ops::matmul, ops::attention, ops::kda_recurrent_heads) take the
+// context and run on its backend, so two contexts in one process may run on different backends (a draft on the CPU
+// beside a target on CUDA); the process-wide setting (ops::backend(), ops.h) is only the default a new context takes.
 #pragma once
 
 #include <cstdint>
@@ -20,15 +22,19 @@ struct PassStats {
 
 class ExecContext {
 public:
-    explicit ExecContext(int n_threads) : pool_(n_threads) {}  // n_threads <= 0: all cores
+    // n_threads <= 0: all cores. backend: where the context's ops run; by default the process-wide setting at this
+    // moment (SLUICE_DEVICE, the CLI's --device). Checked here, before the pool starts: throws sluice::Error when it
+    // is Cuda and no CUDA device is usable, rather than at the pass's first matmul.
+    explicit ExecContext(int n_threads, ops::Backend backend = ops::backend())
+        : backend_(ops::check_usable(backend, "execution context on the CUDA backend")), pool_(n_threads) {}
     ExecContext(const ExecContext&) = delete;
     ExecContext& operator=(const ExecContext&) = delete;
 
     ThreadPool& pool() { return pool_; }
     ScratchArena& arena() { return arena_; }
     const ScratchArena& arena() const { return arena_; }
-    // Where ops::matmul and ops::attention run (ops.h: SLUICE_DEVICE, the CLI's --device).
-    ops::Backend backend() const { return ops::backend(); }
+    // Where ops::matmul, ops::attention and ops::kda_recurrent_heads run when given this context; fixed for its life.
+    ops::Backend backend() const { return backend_; }
     const PassStats& stats() const { return stats_; }
 
     // Counts a pass of `rows` rows; what the pass carves inside the returned scope is given back when it ends.
@@ -39,6 +45,7 @@ public:
     }
 
 private:
+    ops::Backend backend_;  // before pool_: checked before the threads start
     ThreadPool pool_;
     ScratchArena arena_;
     PassStats stats_;

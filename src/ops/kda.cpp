@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/cuda/backend.h"
+#include "ops/exec_context.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -137,8 +138,13 @@ void kda_chunked(const KdaHeadIo& io, int64_t T, int64_t D, int64_t chunk, float
 
 namespace sluice::ops {
 
-void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, ThreadPool* pool) {
-    if (backend() == Backend::Cuda && cuda::kda_supports(D) && T >= kKdaCudaMinRows) {
+void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, ExecContext& ctx) {
+    kda_recurrent_heads(io, heads, T, D, S, ctx.backend(), &ctx.pool());
+}
+
+void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, Backend backend,
+                         ThreadPool* pool) {
+    if (backend == Backend::Cuda && cuda::kda_supports(D) && T >= kKdaCudaMinRows) {
         // the decays with this file's std::exp, as kda_recurrent takes them: the card's rows get the CPU's bits. In
         // pieces of about kDecayBytes, so the buffer stays small (a sequence's rows give the same bits split or not)
         constexpr int64_t kDecayBytes = int64_t(16) << 20;

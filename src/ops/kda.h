@@ -23,17 +23,24 @@ void kda_chunked(const KdaHeadIo& io, int64_t T, int64_t D, int64_t chunk, float
 
 namespace sluice {
 class ThreadPool;
-}
+class ExecContext;
+}  // namespace sluice
 
 namespace sluice::ops {
+enum class Backend : uint8_t;  // ops/ops.h
 // The recurrent form for `heads` heads of one sequence at once: head h's q/k/v/g/o columns at h * D of each row,
 // its beta at io.beta + h, its state at S + h * D * D; io.o may be null (a replay needs only the state). On the card
 // under the CUDA backend when cuda::kda_supports(D) and the call has at least kKdaCudaMinRows rows (below that, the
 // state's copies across cost more than the rows' arithmetic: a decode step stays on the CPU), else kda_recurrent per
-// head over the pool's threads (pool null: the calling thread). Both sides give the same bits (ops/cuda/kda.cu), so
-// where a row runs never changes it: a sequence's rows give the same bits in one call as split over several.
+// head over the pool's threads. Both sides give the same bits (ops/cuda/kda.cu), so where a row runs never changes
+// it: a sequence's rows give the same bits in one call as split over several.
 constexpr int64_t kKdaCudaMinRows = 64;
-void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, ThreadPool* pool);
+// In a pass: on ctx's backend, over its pool.
+void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, ExecContext& ctx);
+// For a caller that has no context (a rollback's replay, state/caches.cpp): on `backend`, which it names, over
+// `pool` (null: the calling thread). Backend::Cpu runs on the CPU whatever the process default is.
+void kda_recurrent_heads(const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S, Backend backend,
+                         ThreadPool* pool);
 }  // namespace sluice::ops
 
 namespace sluice::ops::ref {

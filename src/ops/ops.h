@@ -1,6 +1,8 @@
 // The op set the model files call. Each op has a plain reference twin in ops::ref (ops/reference/) that is the
-// test oracle; the dispatching entry points below choose the fastest available CPU path (ops/cpu/), and a CUDA
-// backend will plug in behind the same signatures. Activations are f32, row-major, rows = token rows.
+// test oracle. The ops that have a CUDA side (matmul, attention, and ops/kda.h's kda_recurrent_heads) take the
+// ExecContext they run in (ops/exec_context.h) and dispatch on its backend; their CPU halves, ops::cpu::matmul and
+// ops::cpu::attention, take a thread pool and always run on the CPU, for code that has no context (kernel probes,
+// tests). On the CPU the fastest available path runs (ops/cpu/). Activations are f32, row-major, rows = token rows.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,8 @@
 #include "ops/weight.h"
 
 namespace sluice {
+
+class ExecContext;  // ops/exec_context.h
 
 struct AttentionParams {
     int64_t n_heads = 0;
@@ -40,17 +44,21 @@ std::vector<CpuPath> available_cpu_paths();  // portable first, best last
 bool cpu_path_matches_portable(CpuPath p);
 CpuPath cpu_path();
 void set_cpu_path(CpuPath p);  // throws sluice::Error if the CPU lacks it
-// Where ops::matmul and ops::attention run. Cpu by default; SLUICE_DEVICE=cpu|cuda|auto (read on first use) or
-// select_backend() (the CLI's --device) picks another. On Cuda every weight matmul and every attention whose head
-// sizes fit the kernel's tiles run on the card (ops/cuda/backend.h), and KDA's delta rule (ops/kda.h
-// kda_recurrent_heads); the other ops stay on the CPU for now.
+// Where the dispatching ops run: each ExecContext has its backend, chosen when it is made (ops/exec_context.h). On
+// Cuda every weight matmul and every attention whose head sizes fit the kernel's tiles run on the card
+// (ops/cuda/backend.h), and KDA's delta rule (ops/kda.h kda_recurrent_heads); the other ops stay on the CPU for now.
 enum class Backend : uint8_t { Cpu, Cuda };
 std::string_view backend_name(Backend b);
+// The process default: the backend a context takes when it is made without one (the engine's, a draft model's),
+// and what decides PinnedRegion's page-locking. Cpu unless SLUICE_DEVICE=cpu|cuda|auto (read on first use) or
+// select_backend() (the CLI's --device) picks another. Changing it does not move contexts already made.
 Backend backend();
 Backend select_backend(std::string_view name);  // "auto" (CUDA when usable), "cuda" (throws if not), "cpu"
 void set_backend(Backend b);                     // throws if Cuda is not usable
-// Host memory that weights are read into and then copied to a device: page-locked while the CUDA backend is active
-// (ops/cuda/backend.h pin_host), nothing on the CPU. Destroy it before freeing the memory.
+// Returns b; throws sluice::Error ("<what>: <why not>") when b is Cuda and no CUDA device is usable here.
+Backend check_usable(Backend b, std::string_view what);
+// Host memory that weights are read into and then copied to a device: page-locked while the process default
+// backend is Cuda (ops/cuda/backend.h pin_host), nothing on the CPU. Destroy it before freeing the memory.
 class PinnedRegion {
 public:
     PinnedRegion() = default;
@@ -70,8 +78,9 @@ private:
 // the calling thread with the active path's widest vectors; returns the flops done.
 double fma_probe(int64_t iterations);
 
-// y[n, w.rows] = x[n, w.cols] . W^T. Deterministic for a given thread count.
-void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+// y[n, w.rows] = x[n, w.cols] . W^T, on ctx's backend (the CPU side over its pool). Deterministic for a given
+// thread count.
+void matmul(const Weight& w, const float* x, int64_t n, float* y, ExecContext& ctx);
 
 // Dequantise row r of w into out[w.cols].
 void dequantize_row(const Weight& w, int64_t r, float* out);
@@ -99,14 +108,23 @@ struct RowView {
 //   k:   key t, kv head g at k.row(t) + g*head_dim_k ; v likewise with head_dim_v
 //   pos: [n_rows] position of each query row; row r sees keys t <= pos[r] (and t > pos[r]-window)
 //   out: [n_rows, n_heads, head_dim_v]
+// On ctx's backend: on Cuda where the head sizes fit the card's tiles (a property of the layer alone), else over
+// ctx's pool on the CPU.
+void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, RowView k, RowView v,
+               float* out, ExecContext& ctx);
+
+}  // namespace ops
+
+// The CPU halves of the dispatching ops: on the CPU whatever the backend (ops/cpu/dispatch.cpp, attention.cpp).
+namespace ops::cpu {
+void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& pool);
 void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, RowView k, RowView v,
                float* out, ThreadPool& pool);
 inline void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, const float* k,
                       int64_t k_stride, const float* v, int64_t v_stride, float* out, ThreadPool& pool) {
     attention(p, q, n_rows, pos, RowView::contiguous(k, k_stride), RowView::contiguous(v, v_stride), out, pool);
 }
-
-}  // namespace ops
+}  // namespace ops::cpu
 
 namespace ops::ref {
 void matmul(const Weight& w, const float* x, int64_t n, float* y);

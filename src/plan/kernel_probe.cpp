@@ -4,7 +4,7 @@
 #include <chrono>
 #include <random>
 
-#include "core/thread_pool.h"
+#include "ops/exec_context.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 
@@ -40,10 +40,11 @@ const std::vector<std::pair<std::string, WeightFormat>>& probed_formats() {
 }
 
 MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
-    ThreadPool pool(o.threads);
+    // in a context on the process default backend: where the engine's passes run (the CLI's --device)
+    ExecContext ctx(o.threads);
     MachineRates r;
-    r.device = "cpu";
-    r.threads = pool.n_threads();
+    r.device = std::string(ops::backend_name(ctx.backend()));
+    r.threads = ctx.pool().n_threads();
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const int64_t rows = o.matrix_rows, cols = o.matrix_cols;
@@ -57,7 +58,7 @@ MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
         const QuantizedWeight q = quantize(src.data(), 16, 256, WeightFormat::BF16);
         const Weight w = q.view();
         r.matmul_overhead_us =
-            1e6 * median_call_seconds([&](int64_t) { ops::matmul(w, x.data(), 1, y.data(), pool); }, o.repetitions,
+            1e6 * median_call_seconds([&](int64_t) { ops::matmul(w, x.data(), 1, y.data(), ctx); }, o.repetitions,
                                       o.seconds_per_point / 4);
     }
     for (const auto& [name, format] : probed_formats()) {
@@ -71,7 +72,7 @@ MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
         KernelRate k;
         for (int64_t n : o.row_counts) {
             const double s = median_call_seconds(
-                [&](int64_t i) { ops::matmul(copies[size_t(i) % copies.size()].view(), x.data(), n, y.data(), pool); },
+                [&](int64_t i) { ops::matmul(copies[size_t(i) % copies.size()].view(), x.data(), n, y.data(), ctx); },
                 o.repetitions, o.seconds_per_point);
             // the call's fixed cost is accounted apart (matmul_overhead_us)
             const double bytes_s = std::max(s - r.matmul_overhead_us * 1e-6, s * 0.05);

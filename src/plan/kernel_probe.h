@@ -26,8 +26,8 @@ struct KernelProbeOptions {
 
 const std::vector<std::pair<std::string, WeightFormat>>& probed_formats();  // every CPU format a checkpoint ships
 
-// Fills threads, kernels and matmul_overhead_us (drive_gbps is the caller's; device says "cpu", the caller corrects
-// it when ops::matmul runs on another backend).
+// Fills device, threads, kernels and matmul_overhead_us (drive_gbps is the caller's). ops::matmul runs in a context
+// on the process default backend (ops::backend(): the CLI's --device), which `device` names.
 MachineRates measure_kernel_rates(const KernelProbeOptions& options);
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "ops/kda.h"
+#include "ops/ops.h"
 
 namespace sluice {
 
@@ -75,11 +76,14 @@ void KdaState::replay(int64_t rows) {
                 tp[K - 2] = raw[ch];
             }
         }
-    // the delta rule, row by row as the forward pass ran it (its output is not needed: o goes to scratch)
+    // the delta rule, row by row as the forward pass ran it (its output is not needed: o goes to scratch). A replay
+    // runs outside any pass (SequenceState::truncate, from the engine, the prefix cache, drafters), so no context is
+    // at hand: it takes the process default backend, on the calling thread. Either side gives the same bits
+    // (ops/kda.h), so which one the pass ran on does not matter to the state, only to the time.
     if (rows > 0) {
         const float* base = journal.data();
         const KdaHeadIo io{base + 3 * P, base + 3 * P, base + 4 * P, base + 5 * P, base + 6 * P, nullptr, W, W};
-        ops::kda_recurrent_heads(io, H, rows, D, state.data(), nullptr);
+        ops::kda_recurrent_heads(io, H, rows, D, state.data(), ops::backend(), nullptr);
     }
     journal.resize(size_t(rows * W));
 }

@@ -47,9 +47,9 @@ bool rows_alone_match(int64_t n, int64_t width, const std::vector<float>& whole,
 // ---- KDA's gated delta rule (recurrent and chunked forms) against its float64 twin ----
 
 // `heads` heads side by side in rows of `stride` (the block interleaves q|k|v), q and k L2-normalised, decays mostly
-// slow. The recurrent form runs through `recurrent` (ops::kda_recurrent_heads on the backend under test); with
-// `like_cpu` its state and outputs must have the bits of the CPU's per-head loop (kda_recurrent). The chunked form
-// (CPU only) per head when `chunked_too`.
+// slow. The recurrent form runs through `recurrent` (ops::kda_recurrent_heads in a context on the backend under
+// test); with `like_cpu` its state and outputs must have the bits of the CPU's per-head loop (kda_recurrent). The
+// chunked form (CPU only) per head when `chunked_too`.
 void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, bool like_cpu, std::mt19937& rng) {
     struct K {
         int64_t T, D, heads, chunk, stride;

@@ -29,6 +29,7 @@
 #include "core/stable_memory.h"
 #include "core/thread_pool.h"
 #include "ops/cuda/backend.h"
+#include "ops/exec_context.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 #include "harness_util.h"
@@ -139,7 +140,7 @@ struct PathBits {
         auto run = [&](ops::CpuPath p, std::vector<float>& y, std::vector<float>& rows) {
             ops::set_cpu_path(p);
             y.assign(size_t(n * w.rows), std::nanf(""));
-            ops::matmul(w, x.data(), n, y.data(), pool);
+            ops::cpu::matmul(w, x.data(), n, y.data(), pool);
             rows.assign(size_t(w.rows * w.cols), 0.0f);
             for (int64_t r = 0; r < w.rows; ++r) ops::dequantize_row(w, r, rows.data() + r * w.cols);
         };
@@ -408,26 +409,28 @@ int main(int argc, char** argv) {
     }
     try {
         std::mt19937 rng(20261202);
-        ThreadPool pool(0);
         std::string why;
         const bool cuda_ok = cuda::usable(&why);
         if (only.empty() || only == "cpu") {
+            // the dispatching ops in a context on the CPU, whatever the process default (SLUICE_DEVICE) says
+            ExecContext cpu(0, ops::Backend::Cpu);
+            ThreadPool& pool = cpu.pool();
             const std::string name = cat("cpu/", ops::cpu_path_name(ops::cpu_path()));
             check_backend(name.c_str(), [&](const Weight& w, const float* x, int64_t n, float* y) {
-                ops::matmul(w, x, n, y, pool);
+                ops::matmul(w, x, n, y, cpu);
             }, rng);
             check_nan_scales(name.c_str(), [&](const Weight& w, const float* x, int64_t n, float* y) {
-                ops::matmul(w, x, n, y, pool);
+                ops::matmul(w, x, n, y, cpu);
             }, rng);
             check_attention(name.c_str(), [&](const AttentionParams& p, const float* q, int64_t n, const int64_t* pos,
                                               ops::RowView k, ops::RowView v, float* out) {
-                ops::attention(p, q, n, pos, k, v, out, pool);
+                ops::attention(p, q, n, pos, k, v, out, cpu);
             }, rng);
             check_moe_ops(name.c_str(), pool, rng);
             check_mla_ops(name.c_str(), pool, rng);
             check_rope(name.c_str(), rng);
             check_kda(name.c_str(), [&](const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S) {
-                ops::kda_recurrent_heads(io, heads, T, D, S, &pool);
+                ops::kda_recurrent_heads(io, heads, T, D, S, cpu);
             }, true, true, rng);
             check_kda_block_ops(name.c_str(), pool, rng);
             check_elementwise(name.c_str(), rng);
@@ -435,6 +438,7 @@ int main(int argc, char** argv) {
         }
         if (only.empty() || only == "cuda") {
             if (cuda_ok) {
+                ExecContext gpu(0, ops::Backend::Cuda);  // the dispatch in a context on the card
                 check_backend("cuda", [](const Weight& w, const float* x, int64_t n, float* y) {
                     cuda::matmul(w, x, n, y);
                 }, rng);
@@ -444,9 +448,7 @@ int main(int argc, char** argv) {
                 // through the dispatch (calls of kKdaCudaMinRows rows and more go to the card, the decays computed on
                 // the host): the CPU loop's bits either way, a sequence's rows split across the two sides included
                 check_kda("cuda", [&](const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S) {
-                    ops::set_backend(ops::Backend::Cuda);
-                    ops::kda_recurrent_heads(io, heads, T, D, S, &pool);
-                    ops::set_backend(ops::Backend::Cpu);
+                    ops::kda_recurrent_heads(io, heads, T, D, S, gpu);
                 }, false, true, rng);
                 check_cuda_stable_copy(rng);
                 check_cuda_content_keyed_slot(rng);

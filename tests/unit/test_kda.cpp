@@ -8,6 +8,7 @@
 #include <random>
 
 #include "models/blocks/kda.h"
+#include "ops/exec_context.h"
 #include "ops/kda.h"
 #include "../support/test_util.h"
 
@@ -144,7 +145,6 @@ TEST(KdaBlock, PiecesEqualWholeAndFormsAgree) {
     w.g_b_proj = mat(P, D, 0.3f);
     w.o_norm = vec(D, 0.2f, 1.0f);
     w.o_proj = mat(hid, P, 0.3f);
-    ThreadPool pool(2);
 
     const int64_t n = 37;
     std::vector<float> x(size_t(n * hid));
@@ -159,11 +159,11 @@ TEST(KdaBlock, PiecesEqualWholeAndFormsAgree) {
             KdaSeqRows s;
             for (int64_t r = 0; r < r1 - r0; ++r) s.rows.push_back(r);
             s.state = &st;
-            ScratchArena arena;
-            arena.reserve(kda_scratch_bytes(c, r1 - r0));
-            kda_forward(c, w, x.data() + r0 * hid, r1 - r0, {s}, out.data() + r0 * hid, pool, arena, form);
-            EXPECT_EQ(arena.high_water_bytes(), kda_scratch_bytes(c, r1 - r0));
-            EXPECT_EQ(arena.overflow_allocations(), 0u);
+            ExecContext ctx(2, ops::Backend::Cpu);  // a fresh arena per call: its high-water mark is that call's
+            ctx.arena().reserve(kda_scratch_bytes(c, r1 - r0));
+            kda_forward(c, w, x.data() + r0 * hid, r1 - r0, {s}, out.data() + r0 * hid, ctx, form);
+            EXPECT_EQ(ctx.arena().high_water_bytes(), kda_scratch_bytes(c, r1 - r0));
+            EXPECT_EQ(ctx.arena().overflow_allocations(), 0u);
             r0 = r1;
         }
         return out;

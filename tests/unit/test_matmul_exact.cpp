@@ -51,7 +51,7 @@ TEST(MatmulExact, FullMantissaActivationsWithinF32Rounding) {
         for (auto p : ops::available_cpu_paths()) {
             ops::set_cpu_path(p);
             std::vector<float> y(size_t(n * rows));
-            ops::matmul(w, x.data(), n, y.data(), pool);
+            ops::cpu::matmul(w, x.data(), n, y.data(), pool);
             for (int64_t r = 0; r < rows; ++r) {
                 ops::ref::dequantize_row(w, r, wrow.data());
                 for (int64_t i = 0; i < n; ++i) {
@@ -93,7 +93,7 @@ TEST(MatmulExact, Mxfp4ExtremeScalesMatchReference) {
     for (auto p : ops::available_cpu_paths()) {
         ops::set_cpu_path(p);
         std::vector<float> y(size_t(n * rows));
-        ops::matmul(w, x.data(), n, y.data(), pool);
+        ops::cpu::matmul(w, x.data(), n, y.data(), pool);
         for (int64_t r = 0; r < rows; ++r) {
             ops::ref::dequantize_row(w, r, wrow.data());
             for (int64_t i = 0; i < n; ++i) {
@@ -138,9 +138,9 @@ TEST(MatmulExact, Int4ExtremeScalesGiveReferenceWeights) {
     for (auto p : ops::available_cpu_paths()) {
         ops::set_cpu_path(p);
         std::vector<float> y(size_t(cols * rows)), one(static_cast<size_t>(rows));
-        ops::matmul(w, eye.data(), cols, y.data(), pool);
+        ops::cpu::matmul(w, eye.data(), cols, y.data(), pool);
         for (int64_t c = 0; c < cols; ++c) {
-            ops::matmul(w, eye.data() + c * cols, 1, one.data(), pool);
+            ops::cpu::matmul(w, eye.data() + c * cols, 1, one.data(), pool);
             for (int64_t r = 0; r < rows; ++r) {
                 const std::string at = std::string(ops::cpu_path_name(p)) + " row " + std::to_string(r) + " col " +
                                        std::to_string(c);
@@ -181,9 +181,9 @@ TEST(MatmulExact, NibbleNonFiniteScalesSameAloneAndBatched) {
         for (auto p : ops::available_cpu_paths()) {
             ops::set_cpu_path(p);
             std::vector<float> all(size_t(n * rows)), alone(static_cast<size_t>(rows));
-            ops::matmul(w, x.data(), n, all.data(), pool);
+            ops::cpu::matmul(w, x.data(), n, all.data(), pool);
             for (int64_t i = 0; i < n; ++i) {
-                ops::matmul(w, x.data() + i * cols, 1, alone.data(), pool);
+                ops::cpu::matmul(w, x.data() + i * cols, 1, alone.data(), pool);
                 for (int64_t r = 0; r < rows; ++r) {
                     const float a = alone[size_t(r)], b = all[size_t(i * rows + r)];
                     EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0)
@@ -215,14 +215,14 @@ TEST(MatmulExact, RowsBitIdenticalWhateverBatchAndThreads) {
         for (auto p : ops::available_cpu_paths()) {
             ops::set_cpu_path(p);
             std::vector<float> all(size_t(n * rows)), all1(size_t(n * rows)), sub(size_t(32 * rows));
-            ops::matmul(q.view(), x.data(), n, all.data(), two);
-            ops::matmul(q.view(), x.data(), n, all1.data(), one);
+            ops::cpu::matmul(q.view(), x.data(), n, all.data(), two);
+            ops::cpu::matmul(q.view(), x.data(), n, all1.data(), one);
             EXPECT_EQ(0, std::memcmp(all.data(), all1.data(), all.size() * 4)) << label(f, p) << " threads";
-            ops::matmul(q.view(), x.data() + 5 * cols, 32, sub.data(), two);
+            ops::cpu::matmul(q.view(), x.data() + 5 * cols, 32, sub.data(), two);
             EXPECT_EQ(0, std::memcmp(sub.data(), all.data() + 5 * rows, sub.size() * 4)) << label(f, p) << " n=32";
             for (int64_t i : {0, 4, 5, 17, 36}) {
                 std::vector<float> alone(static_cast<size_t>(rows));
-                ops::matmul(q.view(), x.data() + i * cols, 1, alone.data(), two);
+                ops::cpu::matmul(q.view(), x.data() + i * cols, 1, alone.data(), two);
                 EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + i * rows, size_t(rows) * 4))
                     << label(f, p) << " n=1 row " << i;
             }
@@ -244,9 +244,9 @@ TEST(MatmulExact, RowsBitIdenticalAcrossColumnRanges) {
         for (auto p : ops::available_cpu_paths()) {
             ops::set_cpu_path(p);
             std::vector<float> all(size_t(n * rows)), alone(static_cast<size_t>(rows));
-            ops::matmul(q.view(), x.data(), n, all.data(), two);
+            ops::cpu::matmul(q.view(), x.data(), n, all.data(), two);
             for (int64_t i : {int64_t(0), int64_t(1), int64_t(77), n - 1}) {
-                ops::matmul(q.view(), x.data() + i * cols, 1, alone.data(), two);
+                ops::cpu::matmul(q.view(), x.data() + i * cols, 1, alone.data(), two);
                 EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + i * rows, size_t(rows) * 4))
                     << label(f, p) << " n=1 row " << i;
             }

@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/cuda/backend.h"
+#include "ops/exec_context.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 #include "ops/reference/dequantize_detail.h"
@@ -64,12 +67,12 @@ std::vector<int64_t> cols_for(WeightFormat f) {
     }
 }
 
-// Checks ops::matmul on the active path against ops::ref::matmul for one weight and one x.
+// Checks ops::cpu::matmul on the active path against ops::ref::matmul for one weight and one x.
 void check_matmul(const Weight& w, const std::vector<float>& x, int64_t n, ThreadPool& pool, const char* what) {
     std::vector<float> ref(static_cast<size_t>(n * w.rows));
     ops::ref::matmul(w, x.data(), n, ref.data());
     Guarded y(n * w.rows);
-    ops::matmul(w, x.data(), n, y.data(), pool);
+    ops::cpu::matmul(w, x.data(), n, y.data(), pool);
     ASSERT_TRUE(y.guards_intact()) << what;
     std::vector<float> row(static_cast<size_t>(w.cols));
     for (int64_t r = 0; r < w.rows; ++r) {
@@ -186,12 +189,12 @@ TEST(Ops, MatmulDeterministicAcrossThreadsAndBatch) {
             ops::set_cpu_path(p);
             const std::string what = std::string(weight_format_name(f)) + " " + std::string(ops::cpu_path_name(p));
             std::vector<float> y1(static_cast<size_t>(n * rows)), y3(static_cast<size_t>(n * rows));
-            ops::matmul(q.view(), x.data(), n, y1.data(), one);
-            ops::matmul(q.view(), x.data(), n, y3.data(), three);
+            ops::cpu::matmul(q.view(), x.data(), n, y1.data(), one);
+            ops::cpu::matmul(q.view(), x.data(), n, y3.data(), three);
             EXPECT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << what;
             for (int64_t m : {1, 2, 3, 4}) {
                 std::vector<float> part(static_cast<size_t>(m * rows));
-                ops::matmul(q.view(), x.data() + 4 * cols, m, part.data(), three);
+                ops::cpu::matmul(q.view(), x.data() + 4 * cols, m, part.data(), three);
                 EXPECT_EQ(0, std::memcmp(part.data(), y1.data() + 4 * rows, size_t(m * rows) * 4)) << what << " m " << m;
             }
         }
@@ -215,7 +218,7 @@ TEST(Ops, NanScalesPoisonTheirRowsOnly) {
         for (auto p : ops::available_cpu_paths()) {
             ops::set_cpu_path(p);
             std::vector<float> y(static_cast<size_t>(2 * rows)), row(static_cast<size_t>(cols));
-            ops::matmul(c.q->view(), x.data(), 2, y.data(), pool);
+            ops::cpu::matmul(c.q->view(), x.data(), 2, y.data(), pool);
             for (int64_t i = 0; i < 2; ++i)
                 for (int64_t r = 0; r < rows; ++r)
                     EXPECT_EQ(std::isnan(y[size_t(i * rows + r)]), r == c.nan_row)
@@ -230,11 +233,11 @@ TEST(Ops, BadShapesThrow) {
     std::vector<uint8_t> bytes(1024);
     std::vector<float> x(64), y(64);
     Weight w{WeightFormat::MXFP4, 2, 33, bytes.data(), bytes.data()};
-    EXPECT_THROW(ops::matmul(w, x.data(), 1, y.data(), pool), Error);
+    EXPECT_THROW(ops::cpu::matmul(w, x.data(), 1, y.data(), pool), Error);
     w = Weight{WeightFormat::Q4_K, 1, 128, bytes.data(), nullptr};
     EXPECT_THROW(ops::dequantize_row(w, 0, y.data()), Error);
     w = Weight{WeightFormat::INT4_G32, 1, 32, bytes.data(), nullptr};
-    EXPECT_THROW(ops::matmul(w, x.data(), 1, y.data(), pool), Error);
+    EXPECT_THROW(ops::cpu::matmul(w, x.data(), 1, y.data(), pool), Error);
     w = Weight{WeightFormat::BF16, 1, 8, bytes.data(), nullptr};
     EXPECT_THROW(ops::dequantize_row(w, 1, y.data()), Error);
     EXPECT_THROW(quantize(x.data(), 1, 48, WeightFormat::Q8_0), Error);
@@ -299,8 +302,8 @@ TEST(Ops, AttentionMatchesReference) {
         const auto& pos = c.pos;
         Guarded got(s.rows * s.heads * s.dv);
         std::vector<float> want(static_cast<size_t>(s.rows * s.heads * s.dv));
-        ops::attention(p, q.data(), s.rows, pos.data(), k.data(), s.kv_heads * s.dk, v.data(), s.kv_heads * s.dv,
-                       got.data(), pool);
+        ops::cpu::attention(p, q.data(), s.rows, pos.data(), k.data(), s.kv_heads * s.dk, v.data(),
+                            s.kv_heads * s.dv, got.data(), pool);
         ops::ref::attention(p, q.data(), s.rows, pos.data(), k.data(), s.kv_heads * s.dk, v.data(),
                             s.kv_heads * s.dv, want.data());
         ASSERT_TRUE(got.guards_intact());
@@ -329,11 +332,11 @@ TEST(Ops, AttentionSameBitsOnEveryPathAndTiling) {
         for (auto path : ops::available_cpu_paths()) {
             ops::set_cpu_path(path);
             std::vector<float> all(n_out), one_by_one(n_out);
-            ops::attention(p, q.data(), s.rows, pos.data(), k.data(), s.kv_heads * s.dk, v.data(), s.kv_heads * s.dv,
-                           all.data(), pool2);
+            ops::cpu::attention(p, q.data(), s.rows, pos.data(), k.data(), s.kv_heads * s.dk, v.data(),
+                                s.kv_heads * s.dv, all.data(), pool2);
             for (int64_t r = 0; r < s.rows; ++r)
-                ops::attention(p, q.data() + r * s.heads * s.dk, 1, pos.data() + r, k.data(), s.kv_heads * s.dk,
-                               v.data(), s.kv_heads * s.dv, one_by_one.data() + size_t(r) * row_out, pool3);
+                ops::cpu::attention(p, q.data() + r * s.heads * s.dk, 1, pos.data() + r, k.data(), s.kv_heads * s.dk,
+                                    v.data(), s.kv_heads * s.dv, one_by_one.data() + size_t(r) * row_out, pool3);
             if (first.empty()) first = all;
             for (size_t i = 0; i < n_out; ++i) {
                 ASSERT_TRUE(same_bits_or_both_nan(all[i], first[i])) << ops::cpu_path_name(path) << " i " << i;
@@ -341,6 +344,65 @@ TEST(Ops, AttentionSameBitsOnEveryPathAndTiling) {
             }
         }
     }
+}
+
+// A context runs on the backend it was made with (ops/exec_context.h): by default the process setting at that moment,
+// and a later change of the setting does not move it; a CPU context's ops give the CPU halves' bits. A Cuda context
+// is checked when made: without a usable device it throws, naming why. (With a device: it is made, and a CPU
+// context beside it stays on the CPU while the process default is Cuda.)
+TEST(Ops, ExecContextRunsOnItsBackend) {
+    struct DefaultGuard {
+        ops::Backend was = ops::backend();
+        ~DefaultGuard() { ops::set_backend(was); }
+    } guard;
+    ops::set_backend(ops::Backend::Cpu);
+    ExecContext by_default(2), cpu(2, ops::Backend::Cpu);
+    EXPECT_EQ(by_default.backend(), ops::Backend::Cpu);
+    EXPECT_EQ(cpu.backend(), ops::Backend::Cpu);
+
+    const int64_t rows = 40, cols = 96, n = 3;
+    const QuantizedWeight q = quantize(random_vec(rows * cols, 11).data(), rows, cols, WeightFormat::BF16);
+    const std::vector<float> x = random_vec(n * cols, 12);
+    ThreadPool pool(2);
+    std::vector<float> want(size_t(n * rows)), got(size_t(n * rows), std::nanf(""));
+    ops::cpu::matmul(q.view(), x.data(), n, want.data(), pool);
+    const AttentionShape s{4, 2, 13, 13, 9, 3, 0, false};
+    const AttentionCase a(s);
+    const ops::RowView k = ops::RowView::contiguous(a.k.data(), s.kv_heads * s.dk);
+    const ops::RowView v = ops::RowView::contiguous(a.v.data(), s.kv_heads * s.dv);
+    std::vector<float> att_want(size_t(s.rows * s.heads * s.dv)), att_got(att_want.size(), std::nanf(""));
+    ops::cpu::attention(a.p, a.q.data(), s.rows, a.pos.data(), k, v, att_want.data(), pool);
+    std::string why;
+    const bool cuda_ok = cuda::usable(&why);
+    const auto card_calls = [&] { return cuda_ok ? cuda::stats().calls + cuda::stats().attention_calls : 0; };
+    const auto on_cpu_context = [&](ExecContext& ctx) {
+        const uint64_t before = card_calls();
+        ops::matmul(q.view(), x.data(), n, got.data(), ctx);
+        ops::attention(a.p, a.q.data(), s.rows, a.pos.data(), k, v, att_got.data(), ctx);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+        EXPECT_EQ(std::memcmp(att_got.data(), att_want.data(), att_want.size() * 4), 0);
+        EXPECT_EQ(card_calls(), before);  // nothing went to a card
+    };
+    on_cpu_context(cpu);
+
+    if (!cuda_ok) {
+        try {
+            ExecContext gpu(2, ops::Backend::Cuda);
+            ADD_FAILURE() << "a CUDA context was made without a usable device";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+        }
+        EXPECT_EQ(ops::backend(), ops::Backend::Cpu);  // the failed context left the process default alone
+        return;
+    }
+    ExecContext gpu(2, ops::Backend::Cuda);
+    EXPECT_EQ(gpu.backend(), ops::Backend::Cuda);
+    ops::set_backend(ops::Backend::Cuda);
+    EXPECT_EQ(ExecContext(2).backend(), ops::Backend::Cuda);
+    EXPECT_EQ(cpu.backend(), ops::Backend::Cpu);  // made before the change: it stays
+    on_cpu_context(cpu);
+    ExecContext cpu_beside(2, ops::Backend::Cpu);
+    on_cpu_context(cpu_beside);
 }
 
 }  // namespace

@@ -172,7 +172,7 @@ TEST(Quantize, Int4ValueIsBf16RoundedProduct) {
             std::vector<float> x(64, 0.0f);
             x[size_t(c)] = 1.0f;
             float out = 0;
-            ops::matmul(w, x.data(), 1, &out, pool);
+            ops::cpu::matmul(w, x.data(), 1, &out, pool);
             EXPECT_EQ(out, y[size_t(c)]) << ops::cpu_path_name(p) << " column " << c;
         }
     }

@@ -23,18 +23,18 @@ uint64_t gqa_scratch_bytes(const GqaConfig& c, int64_t n) {
 }
 
 void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, const float* x, int64_t n,
-                 const int64_t* positions, std::span<const GqaSeqRows> seqs, float* out, ThreadPool& pool,
-                 ScratchArena& arena) {
+                 const int64_t* positions, std::span<const GqaSeqRows> seqs, float* out, ExecContext& ctx) {
     phase_times::Scope timed(phase_times::kGqa);
+    ScratchArena& arena = ctx.arena();
     const int64_t H = c.n_heads, G = c.n_kv_heads, D = c.head_dim, qw = c.q_width(), kw = c.kv_width();
     SLUICE_ASSERT(H > 0 && G > 0 && H % G == 0 && D > 0, "gqa: bad head configuration");
     ScratchArena::Scope scope(arena);
     float* q = arena.f32(n * qw);
     float* k = arena.f32(n * kw);
     float* v = arena.f32(n * kw);
-    ops::matmul(w.q_proj, x, n, q, pool);
-    ops::matmul(w.k_proj, x, n, k, pool);
-    ops::matmul(w.v_proj, x, n, v, pool);
+    ops::matmul(w.q_proj, x, n, q, ctx);
+    ops::matmul(w.k_proj, x, n, k, ctx);
+    ops::matmul(w.v_proj, x, n, v, ctx);
     add_bias(q, n, w.q_bias);
     add_bias(k, n, w.k_bias);
     add_bias(v, n, w.v_bias);
@@ -70,9 +70,9 @@ void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, cons
     // in place, a contiguous run of a sequence's batch rows at a time (as MLA: a row depends on its own query only)
     for (const auto& s : seqs)
         for_each_run(s.rows, [&](int64_t r0, int64_t m) {
-            ops::attention(ap, q + r0 * qw, m, positions + r0, s.cache->k.view(), s.cache->v.view(), o + r0 * qw, pool);
+            ops::attention(ap, q + r0 * qw, m, positions + r0, s.cache->k.view(), s.cache->v.view(), o + r0 * qw, ctx);
         });
-    ops::matmul(w.o_proj, o, n, out, pool);
+    ops::matmul(w.o_proj, o, n, out, ctx);
     add_bias(out, n, w.o_bias);
 }
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/scratch_arena.h"
-#include "core/thread_pool.h"
+#include "ops/exec_context.h"
 #include "models/blocks/rope.h"
 #include "ops/weight.h"
 #include "state/caches.h"
@@ -47,10 +47,9 @@ struct GqaSeqRows {
 };
 
 // out[n, hidden] = attention(x[n, hidden]) at positions[n]. Writes each row's k/v at its position first, so rows of
-// one sequence in the same batch see each other causally.
+// one sequence in the same batch see each other causally. Runs in ctx (its backend and pool; scratch from its arena).
 void gqa_forward(const GqaConfig& c, const GqaWeights& w, const Rope& rope, const float* x, int64_t n,
-                 const int64_t* positions, std::span<const GqaSeqRows> seqs, float* out, ThreadPool& pool,
-                 ScratchArena& arena);
+                 const int64_t* positions, std::span<const GqaSeqRows> seqs, float* out, ExecContext& ctx);
 // What gqa_forward carves for n rows.
 uint64_t gqa_scratch_bytes(const GqaConfig& c, int64_t n);
 

@@ -21,8 +21,10 @@ uint64_t kda_scratch_bytes(const KdaConfig& c, int64_t n) {
 }
 
 void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, const std::vector<KdaSeqRows>& seqs,
-                 float* out, ThreadPool& pool, ScratchArena& arena, KdaForm form) {
+                 float* out, ExecContext& ctx, KdaForm form) {
     phase_times::Scope timed(phase_times::kKda);
+    ThreadPool& pool = ctx.pool();
+    ScratchArena& arena = ctx.arena();
     const int64_t H = c.n_heads, D = c.head_dim, P = c.proj_dim(), K = c.conv_kernel;
     const int64_t nP = n * P;
     ScratchArena::Scope scope(arena);
@@ -32,19 +34,19 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
     float* gate = arena.f32(nP);
     float* o = arena.f32(nP);
     float* beta = arena.f32(n * H);
-    for (int p = 0; p < 3; ++p) ops::matmul(p == 0 ? w.q_proj : p == 1 ? w.k_proj : w.v_proj, x, n, raw + p * nP, pool);
+    for (int p = 0; p < 3; ++p) ops::matmul(p == 0 ? w.q_proj : p == 1 ? w.k_proj : w.v_proj, x, n, raw + p * nP, ctx);
     {
         ScratchArena::Scope fa_scope(arena);
         float* fa = arena.f32(n * D);
-        ops::matmul(w.f_a_proj, x, n, fa, pool);
-        ops::matmul(w.f_b_proj, fa, n, f, pool);
+        ops::matmul(w.f_a_proj, x, n, fa, ctx);
+        ops::matmul(w.f_b_proj, fa, n, f, ctx);
         if (c.full_rank_gate) {
-            ops::matmul(w.g_proj, x, n, gate, pool);
+            ops::matmul(w.g_proj, x, n, gate, ctx);
         } else {
-            ops::matmul(w.g_a_proj, x, n, fa, pool);
-            ops::matmul(w.g_b_proj, fa, n, gate, pool);
+            ops::matmul(w.g_a_proj, x, n, fa, ctx);
+            ops::matmul(w.g_b_proj, fa, n, gate, ctx);
         }
-        ops::matmul(w.b_proj, x, n, beta, pool);
+        ops::matmul(w.b_proj, x, n, beta, ctx);
     }
     ops::sigmoid(beta, n * H, beta);
     ops::kda_decay_gate(f, w.A_log.data(), w.dt_bias.data(), n, H, D, c.gate_lower_bound, g, pool);
@@ -101,13 +103,13 @@ void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_
                 }
             });
         else
-            ops::kda_recurrent_heads(io, H, m, D, S, &pool);
+            ops::kda_recurrent_heads(io, H, m, D, S, ctx);
         for (int64_t j = 0; j < m; ++j) std::copy_n(so + j * 3 * P, P, o + s.rows[size_t(j)] * P);
     }
 
     // gated RMSNorm per head, then o_proj
     ops::kda_output_gate(gate, w.o_norm.data(), n, H, D, c.norm_eps, o, pool);
-    ops::matmul(w.o_proj, o, n, out, pool);
+    ops::matmul(w.o_proj, o, n, out, ctx);
 }
 
 }  // namespace sluice

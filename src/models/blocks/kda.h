@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/scratch_arena.h"
-#include "core/thread_pool.h"
+#include "ops/exec_context.h"
 #include "ops/weight.h"
 #include "ops/kda.h"
 #include "state/caches.h"
@@ -54,9 +54,9 @@ enum class KdaForm { Recurrent, Chunked };
 
 // out[n, hidden] = KDA(x[n, hidden]); each sequence's rows are run in order through its state. `form` chooses how
 // a sequence's rows are evaluated (Chunked: chunks of chunk_size starting at that sequence's first row).
-// Its activations come from `arena`.
+// It runs in ctx (its backend and pool); its activations come from ctx's arena.
 void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, const std::vector<KdaSeqRows>& seqs,
-                 float* out, ThreadPool& pool, ScratchArena& arena, KdaForm form);
+                 float* out, ExecContext& ctx, KdaForm form);
 // What kda_forward carves for n rows.
 uint64_t kda_scratch_bytes(const KdaConfig& c, int64_t n);
 

@@ -22,9 +22,11 @@ uint64_t mla_scratch_bytes(const MlaConfig& c, int64_t n) {
 }
 
 void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, const float* x, int64_t n,
-                 const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ThreadPool& pool,
-                 ScratchArena& arena, const int64_t* attend_to) {
+                 const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ExecContext& ctx,
+                 const int64_t* attend_to) {
     phase_times::Scope timed(phase_times::kMla);
+    ThreadPool& pool = ctx.pool();
+    ScratchArena& arena = ctx.arena();
     const int64_t H = c.n_heads, dqk = c.qk_head_dim(), nope = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
     const int64_t r_kv = c.kv_lora_rank, cw = c.cache_width(), dv = c.v_head_dim;
     SLUICE_ASSERT(c.output_gate == (w.g_proj.rows > 0), "MLA: output gate configured ", c.output_gate,
@@ -36,15 +38,15 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     if (c.q_lora_rank > 0) {
         ScratchArena::Scope qa_scope(arena);
         float* qa = arena.f32(n * c.q_lora_rank);
-        ops::matmul(w.q_a_proj, x, n, qa, pool);
+        ops::matmul(w.q_a_proj, x, n, qa, ctx);
         ops::rms_norm(qa, w.q_a_layernorm.data(), n, c.q_lora_rank, c.q_a_eps, qa);
-        ops::matmul(w.q_b_proj, qa, n, q, pool);
+        ops::matmul(w.q_b_proj, qa, n, q, ctx);
     } else {
-        ops::matmul(w.q_proj, x, n, q, pool);
+        ops::matmul(w.q_proj, x, n, q, ctx);
     }
     // latent + shared rope key [n, r_kv + dr]
     float* kva = arena.f32(n * cw);
-    ops::matmul(w.kv_a_proj_with_mqa, x, n, kva, pool);
+    ops::matmul(w.kv_a_proj_with_mqa, x, n, kva, ctx);
     for (int64_t i = 0; i < n; ++i) {
         float* row = kva + i * cw;
         ops::rms_norm(row, w.kv_a_layernorm.data(), 1, r_kv, c.kv_a_eps, row);
@@ -84,7 +86,7 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     for (const auto& s : seqs) {
         const ops::RowView cache = s.cache->data.view();
         for_each_run(s.rows, [&](int64_t r0, int64_t m) {
-            ops::attention(ap, q_cat + r0 * H * cw, m, last_key + r0, cache, cache, lat + r0 * H * r_kv, pool);
+            ops::attention(ap, q_cat + r0 * H * cw, m, last_key + r0, cache, cache, lat + r0 * H * r_kv, ctx);
         });
     }
 
@@ -92,10 +94,10 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     ops::mla_unabsorb(heads, w.kv_b_proj, lat, n, o, pool);
     if (c.output_gate) {
         float* gate = arena.f32(n * H * dv);
-        ops::matmul(w.g_proj, x, n, gate, pool);
+        ops::matmul(w.g_proj, x, n, gate, ctx);
         for (int64_t i = 0; i < n * H * dv; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
     }
-    ops::matmul(w.o_proj, o, n, out, pool);
+    ops::matmul(w.o_proj, o, n, out, ctx);
 }
 
 }  // namespace sluice

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/scratch_arena.h"
-#include "core/thread_pool.h"
+#include "ops/exec_context.h"
 #include "models/blocks/rope.h"
 #include "ops/weight.h"
 #include "state/caches.h"
@@ -64,12 +64,12 @@ struct MlaSeqRows {
 };
 
 // out[n, hidden] = MLA(x[n, hidden]). positions[n]. Writes each row's cache entry at its position first. Its
-// activations (queries, latents, absorbed queries, attended latents) come from `arena`. attend_to: null for causal
+// activations (queries, latents, absorbed queries, attended latents) come from ctx's arena. attend_to: null for causal
 // attention (row i sees cache positions <= positions[i]); else row i sees positions <= attend_to[i] (a DSpark block
 // whose rows all see the whole block: non-causal within it).
 void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, const float* x, int64_t n,
-                 const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ThreadPool& pool,
-                 ScratchArena& arena, const int64_t* attend_to = nullptr);
+                 const int64_t* positions, std::span<const MlaSeqRows> seqs, float* out, ExecContext& ctx,
+                 const int64_t* attend_to = nullptr);
 // What mla_forward carves for n rows.
 uint64_t mla_scratch_bytes(const MlaConfig& c, int64_t n);
 

@@ -14,23 +14,24 @@ namespace sluice {
 
 namespace {
 // g and u are carved for cap_rows rows (>= n), so an expert's scratch does not depend on how many rows chose it.
-void swiglu_rows(const SwigluWeights& w, const float* x, int64_t n, int64_t cap_rows, float* y, ThreadPool& pool,
-                 ScratchArena& arena, const GluActivation& act) {
+void swiglu_rows(const SwigluWeights& w, const float* x, int64_t n, int64_t cap_rows, float* y, ExecContext& ctx,
+                 const GluActivation& act) {
     const int64_t inter = w.gate.rows;
-    ScratchArena::Scope scope(arena);
-    float* g = arena.f32(cap_rows * inter);
-    float* u = arena.f32(cap_rows * inter);
-    ops::matmul(w.gate, x, n, g, pool);
-    ops::matmul(w.up, x, n, u, pool);
+    ScratchArena::Scope scope(ctx.arena());
+    float* g = ctx.arena().f32(cap_rows * inter);
+    float* u = ctx.arena().f32(cap_rows * inter);
+    ops::matmul(w.gate, x, n, g, ctx);
+    ops::matmul(w.up, x, n, u, ctx);
     // elementwise, so the split over threads changes no bit; SiTU's tanh and exp are as costly as a small matmul
-    pool.parallel_for(n * inter, [&](int64_t a, int64_t b) { ops::glu(act, g + a, u + a, 1, b - a, g + a); }, 16384);
-    ops::matmul(w.down, g, n, y, pool);
+    ctx.pool().parallel_for(n * inter, [&](int64_t a, int64_t b) { ops::glu(act, g + a, u + a, 1, b - a, g + a); },
+                            16384);
+    ops::matmul(w.down, g, n, y, ctx);
 }
 }  // namespace
 
-void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool, ScratchArena& arena,
+void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ExecContext& ctx,
                     const GluActivation& act) {
-    swiglu_rows(w, x, n, n, y, pool, arena, act);
+    swiglu_rows(w, x, n, n, y, ctx, act);
 }
 
 uint64_t swiglu_scratch_bytes(int64_t n, int64_t inter) { return 2 * ScratchArena::f32_bytes(n * inter); }
@@ -50,16 +51,16 @@ uint64_t moe_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, int64_t int
 
 namespace {
 Routing route_with(const ops::RouterSpec& spec, const Weight& gate, const float* bias, const float* x, int64_t n,
-                   ThreadPool& pool, ScratchArena& arena) {
+                   ExecContext& ctx) {
     phase_times::Scope timed(phase_times::kRoute);
-    ScratchArena::Scope scope(arena);
-    float* logits = arena.f32(n * spec.n_experts);
-    ops::matmul(gate, x, n, logits, pool);
+    ScratchArena::Scope scope(ctx.arena());
+    float* logits = ctx.arena().f32(n * spec.n_experts);
+    ops::matmul(gate, x, n, logits, ctx);
     Routing r;
     r.top_k = spec.top_k;
     r.experts.resize(size_t(n * spec.top_k));
     r.weights.resize(size_t(n * spec.top_k));
-    ops::route(spec, logits, bias, n, r.experts.data(), r.weights.data(), pool);
+    ops::route(spec, logits, bias, n, r.experts.data(), r.weights.data(), ctx.pool());
     return r;
 }
 ops::RouterSpec spec_of(const RouterParams& p, ops::RouterSpec::Scoring scoring) {
@@ -68,30 +69,30 @@ ops::RouterSpec spec_of(const RouterParams& p, ops::RouterSpec::Scoring scoring)
 }  // namespace
 
 Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
-                      int64_t n, ThreadPool& pool, ScratchArena& arena) {
+                      int64_t n, ExecContext& ctx) {
     return route_with(spec_of(p, ops::RouterSpec::Scoring::Sigmoid), gate, bias.empty() ? nullptr : bias.data(), x, n,
-                      pool, arena);
+                      ctx);
 }
 
 void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
-                      const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool,
-                      ScratchArena& arena) {
-    const Routing guess = route_sigmoid(p, gate, bias, x, n, pool, arena);
+                      const std::vector<float>& bias, const float* x, int64_t n, ExecContext& ctx) {
+    const Routing guess = route_sigmoid(p, gate, bias, x, n, ctx);
     std::vector<int32_t> experts(guess.experts);
     std::sort(experts.begin(), experts.end());
     experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
     source.prefetch(layer, experts);
 }
 
-Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool,
-                      ScratchArena& arena) {
-    return route_with(spec_of(p, ops::RouterSpec::Scoring::Softmax), gate, nullptr, x, n, pool, arena);
+Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ExecContext& ctx) {
+    return route_with(spec_of(p, ops::RouterSpec::Scoring::Softmax), gate, nullptr, x, n, ctx);
 }
 
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
-                      const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
+                      const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                       MoeStats* stats, const std::function<void()>& while_reading) {
     phase_times::Scope timed(phase_times::kMoe);
+    ThreadPool& pool = ctx.pool();
+    ScratchArena& arena = ctx.arena();
     const int64_t K = routing.top_k;
     // union of experts -> the (row, slot) pairs that use each
     std::map<int32_t, std::vector<int64_t>> users;  // expert -> slots (row * K + k)
@@ -134,32 +135,32 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
 }
 
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
-                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
+                 const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                  MoeStats* stats, const GluActivation& act, const std::function<void()>& while_reading) {
     auto swiglu = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
         SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", e,
                      ": weight shapes do not match hidden size ", hidden);
-        swiglu_rows({w.gate, w.up, w.down}, xs, m, n, ys, pool, arena, act);
+        swiglu_rows({w.gate, w.up, w.down}, xs, m, n, ys, ctx, act);
     };
-    ScratchArena::Scope scope(arena);
-    float* s = shared ? arena.f32(n * hidden) : nullptr;
-    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, pool, arena, stats, [&] {
+    ScratchArena::Scope scope(ctx.arena());
+    float* s = shared ? ctx.arena().f32(n * hidden) : nullptr;
+    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, ctx, stats, [&] {
         if (while_reading) while_reading();
-        if (shared) swiglu_forward(*shared, x, n, s, pool, arena, act);
+        if (shared) swiglu_forward(*shared, x, n, s, ctx, act);
     });
     if (shared) ops::add(out, s, n * hidden, out);
 }
 
 void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,
                              const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
-                             float* y, ThreadPool& pool, ScratchArena& arena) {
-    if (!ffn.moe) return swiglu_forward(ffn.mlp, x, n, y, pool, arena);
-    const Routing r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, pool, arena);
+                             float* y, ExecContext& ctx) {
+    if (!ffn.moe) return swiglu_forward(ffn.mlp, x, n, y, ctx);
+    const Routing r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, ctx);
     auto hint_next = [&] {
         if (look_ahead && next && next->moe)
-            prefetch_experts(source, layer + 1, p, next->router, next->router_bias, x, n, pool, arena);
+            prefetch_experts(source, layer + 1, p, next->router, next->router_bias, x, n, ctx);
     };
-    moe_forward(layer, r, source, ffn.has_shared ? &ffn.shared : nullptr, x, n, hidden, y, pool, arena, nullptr, {},
+    moe_forward(layer, r, source, ffn.has_shared ? &ffn.shared : nullptr, x, n, hidden, y, ctx, nullptr, {},
                 hint_next);
 }
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/scratch_arena.h"
-#include "core/thread_pool.h"
 #include "experts/expert_source.h"
+#include "ops/exec_context.h"
 #include "ops/moe_ops.h"
 #include "ops/weight.h"
 
@@ -26,8 +26,9 @@ struct SwigluWeights {
 // (ops::glu).
 using GluActivation = ops::GluSpec;
 
-// y[n, H] = down(act(gate x) * up x). Its gate and up activations [n, I] come from `arena`.
-void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ThreadPool& pool, ScratchArena& arena,
+// y[n, H] = down(act(gate x) * up x), in ctx (every block here runs in the ExecContext it is given: its backend and
+// pool for the ops, its arena for the scratch). Its gate and up activations [n, I] come from the arena.
+void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ExecContext& ctx,
                     const GluActivation& act = {});
 
 // The scratch each block carves from the arena for n rows (ScratchArena's rounding); each architecture's
@@ -67,18 +68,17 @@ struct Routing {
 
 // Sigmoid router with correction bias used for selection only (noaux_tc): logits = gate x in f32.
 Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
-                      int64_t n, ThreadPool& pool, ScratchArena& arena);
+                      int64_t n, ExecContext& ctx);
 
 // Look-ahead: applies the next MoE layer's router to this layer's input rows and hints the union of the experts it
 // picks to the source, so their reads overlap the current layer's compute. Never changes results.
 void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
-                      const std::vector<float>& bias, const float* x, int64_t n, ThreadPool& pool, ScratchArena& arena);
+                      const std::vector<float>& bias, const float* x, int64_t n, ExecContext& ctx);
 
 // Softmax router (Qwen3-MoE, Mixtral): probabilities = softmax(gate x) over all experts in f32; the top_k largest;
 // divided by their sum when norm_topk_prob (no epsilon), else the raw probabilities; times routed_scaling_factor.
 // n_group / topk_group are not used.
-Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ThreadPool& pool,
-                      ScratchArena& arena);
+Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ExecContext& ctx);
 
 struct MoeStats {
     uint64_t rows = 0;
@@ -92,15 +92,15 @@ using ExpertFn = std::function<void(int32_t expert, const ExpertWeights& w, cons
 // out[n, H] = sum_k w_k * expert_k(x), each expert computed by `expert_fn` (architectures whose experts are not a
 // plain gated MLP, e.g. gpt-oss's fused clamped SwiGLU with biases). while_reading runs once after the misses are
 // issued and before any expert is computed, so it may still fill x: work that needs no routed expert overlaps
-// the reads without changing any result. expert_fn may carve from `arena`, for all n rows whatever m is (so the
+// the reads without changing any result. expert_fn may carve from ctx's arena, for all n rows whatever m is (so the
 // high-water mark does not depend on the routing).
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
-                      const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
+                      const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                       MoeStats* stats = nullptr, const std::function<void()>& while_reading = {});
 
 // out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given, computed while the experts are read and added last).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
-                 const float* x, int64_t n, int64_t hidden, float* out, ThreadPool& pool, ScratchArena& arena,
+                 const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                  MoeStats* stats = nullptr, const GluActivation& act = {},
                  const std::function<void()>& while_reading = {});
 
@@ -120,7 +120,7 @@ struct SigmoidMoeFfn {
 // are pinned by then); never changes results.
 void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,
                              const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
-                             float* y, ThreadPool& pool, ScratchArena& arena);
+                             float* y, ExecContext& ctx);
 // Its scratch for n rows of a layer whose FFN is `moe` or dense (`dense_inter`), with the next layer's router
 // applied for look-ahead (look_ahead_experts > 0: its expert count).
 uint64_t sigmoid_moe_ffn_scratch_bytes(int64_t n, bool moe, const RouterParams& p, int64_t hidden, int64_t dense_inter,

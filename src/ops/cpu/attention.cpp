@@ -10,8 +10,9 @@
 #include <vector>
 
 #include "ops/cpu/kernels.h"
-#include "ops/cuda/backend.h"
 #include "ops/cpu/simd.h"
+#include "ops/cuda/backend.h"
+#include "ops/exec_context.h"
 #include "ops/ops.h"
 
 namespace sluice::ops {
@@ -37,13 +38,18 @@ struct Pair {
 }  // namespace
 
 void attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, RowView k, RowView v,
-               float* out, ThreadPool& pool) {
-    if (backend() == Backend::Cuda) {  // where the head sizes fit its tiles (a property of the layer alone)
+               float* out, ExecContext& ctx) {
+    if (ctx.backend() == Backend::Cuda) {  // where the head sizes fit its tiles (a property of the layer alone)
         const cuda::AttentionShape s{p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.scale, p.sinks, p.window};
         const cuda::Rows kr{k.pages, k.first, k.page_shift, k.stride}, vr{v.pages, v.first, v.page_shift, v.stride};
         if (cuda::attention_supports(s, kr, vr))
             return cuda::attention(s, q, n_rows, pos, kr, vr, out);
     }
+    cpu::attention(p, q, n_rows, pos, k, v, out, ctx.pool());
+}
+
+void cpu::attention(const AttentionParams& p, const float* q, int64_t n_rows, const int64_t* pos, RowView k,
+                    RowView v, float* out, ThreadPool& pool) {
     const int64_t group = p.n_heads / p.n_kv_heads, dk = p.head_dim_k, dv = p.head_dim_v;
     const int64_t per_kv = n_rows * group;  // pairs are numbered kv head major, then row, then head in the group
     // the same bits on every path (avx512_attention.cpp): only the speed differs

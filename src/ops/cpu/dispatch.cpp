@@ -1,7 +1,8 @@
 // Chooses the CPU kernel path at run time (cpuid on x86, HWCAP on AArch64, or SLUICE_CPU_PATH / set_cpu_path) and
-// runs ops::matmul and ops::dequantize_row on it. Threads take the output rows in ranges of whole kRowBlock blocks
-// (whichever thread is free takes the next range); every output element is computed by one thread in a fixed order
-// that does not depend on the range, so y is the same for any thread count or split.
+// runs ops::cpu::matmul and ops::dequantize_row on it; ops::matmul sends a context's calls here or to the card.
+// Threads take the output rows in ranges of whole kRowBlock blocks (whichever thread is free takes the next range);
+// every output element is computed by one thread in a fixed order that does not depend on the range, so y is the
+// same for any thread count or split.
 #include <atomic>
 #include <cstdlib>
 #include <iterator>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cuda/backend.h"
+#include "ops/exec_context.h"
 #include "ops/ops.h"
 
 namespace sluice::ops {
@@ -159,11 +161,22 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
     path_fns(cpu_path()).dequantize_range(w, r, 0, w.cols, out);
 }
 
-void matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+namespace {
+// Checks a matmul's arguments; false when there is nothing to compute (no rows, or a matrix of none).
+bool matmul_has_work(const Weight& w, int64_t n) {
     w.check();
     SLUICE_CHECK(n >= 0, "matmul: negative row count ", n);
-    if (n == 0 || w.rows == 0) return;
-    if (backend() == Backend::Cuda) return cuda::matmul(w, x, n, y);
+    return n > 0 && w.rows > 0;
+}
+}  // namespace
+
+void matmul(const Weight& w, const float* x, int64_t n, float* y, ExecContext& ctx) {
+    if (ctx.backend() != Backend::Cuda) return cpu::matmul(w, x, n, y, ctx.pool());
+    if (matmul_has_work(w, n)) cuda::matmul(w, x, n, y);
+}
+
+void cpu::matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+    if (!matmul_has_work(w, n)) return;
     if (w.cols == 0) {
         for (int64_t i = 0; i < n * w.rows; ++i) y[i] = 0.0f;
         return;
