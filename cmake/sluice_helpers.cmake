@@ -28,6 +28,17 @@ function(sluice_test_settings target)
         SLUICE_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
         SLUICE_BINARY="$<TARGET_FILE:sluice>")
     target_compile_options(${target} PRIVATE $<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:-O1>)
+    sluice_glue_under_sanitizers(${target})
+endfunction()
+
+# Under the sanitizers (the asan preset: CI builds everything a second time with clang's instrumentation), code whose
+# run time does not matter (tests' own files, the apps, the library's glue: src/CMakeLists.txt) compiles at -O0:
+# instrumented nlohmann/json and gtest code at -O1 take two to three times as long (usage_stats.cpp 27 s vs 11).
+# The kernels and the engine stay at the preset's -O1, so the tests' run time barely moves.
+function(sluice_glue_under_sanitizers target)
+    if (SLUICE_SANITIZE)
+        target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
+    endif()
 endfunction()
 
 # sluice_add_test(name SOURCES a.cpp b.cpp [LABELS unit])
