@@ -14,6 +14,7 @@
 #include "ops/exec_context.h"
 #include "runtime/generate.h"
 #include "../support/fixtures.h"
+#include "../support/device_env.h"
 #include "../support/test_util.h"
 
 using namespace sluice;

@@ -22,6 +22,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "../support/st_builder.h"
+#include "../support/device_env.h"
 #include "../support/test_util.h"
 
 using namespace sluice;
