@@ -32,7 +32,8 @@ function(sluice_test_settings target)
 endfunction()
 
 # Under the sanitizers (the asan preset: CI builds everything a second time with clang's instrumentation), code whose
-# run time does not matter (tests' own files, the apps, the library's glue: src/CMakeLists.txt) compiles at -O0:
+# run time does not matter (tests' own files, the apps) compiles at -O0, whole targets so that their precompiled
+# headers match (clang refuses a PCH built at another -O):
 # instrumented nlohmann/json and gtest code at -O1 take two to three times as long (usage_stats.cpp 27 s vs 11).
 # The kernels and the engine stay at the preset's -O1, so the tests' run time barely moves.
 function(sluice_glue_under_sanitizers target)
