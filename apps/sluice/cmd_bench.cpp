@@ -265,6 +265,13 @@ void register_bench(CLI::App& app) {
                          (long long)sp->first_streamed(), double(spine_dec_bytes) / 1e6 / double(a->tokens),
                          double(sp1.bytes_read - sp0.bytes_read) / 1e6 / double(a->prompt_tokens),
                          spine_dec_wait_ms / double(a->tokens), spine_raw_gbps, format_bytes(spo.extent_bytes).c_str());
+        {   // the prefill against its I/O limit: its reads (experts, streamed spine) at the raw rates probed here
+            const double pre_spine_bytes = double(sp1.bytes_read - sp0.bytes_read);
+            const double pre_io_ms = double(pre.device_bytes_read) / 1e6 / std::max(1e-9, raw.gbps) +
+                                     (spine_raw_gbps > 0 ? pre_spine_bytes / 1e6 / spine_raw_gbps : 0);
+            std::fprintf(stderr, "  limit   prefill reads need %.1f ms at the raw rate (%.2f GB): %.2f of the prefill's time\n",
+                         pre_io_ms, (double(pre.device_bytes_read) + pre_spine_bytes) / 1e9, pre_io_ms / std::max(1e-9, prefill_ms));
+        }
         if (on_cuda)  // where the time went: weight matmuls and attention on the GPU (copies and kernels), the rest
             std::fprintf(stderr,
                          "  device  cuda (%s): weight matmuls %.1f and attention %.1f of the prefill's %.1f ms (%s up, "
@@ -312,7 +319,7 @@ void register_bench(CLI::App& app) {
                          (g2.kda_ms - g1.kda_ms) / double(a->tokens));
         const UsagePinStats pins = s->pin_stats();
         const int64_t B = a->m.parallel;
-        double par_tok_per_s = 0, par_bytes_per_token = 0;
+        double par_tok_per_s = 0, par_bytes_per_token = 0, par_io_limit_tok_per_s = 0;
         if (B > 1) {
             const int64_t vocab = info.vocab_size;
             model.reset();  // cold again: the B = 1 run must not warm the cache for this one
@@ -331,18 +338,32 @@ void register_bench(CLI::App& app) {
             }
             while (engine.stats().prompt_tokens < B * a->prompt_tokens) engine.step();  // prefills, first tokens
             const auto pio0 = model->streaming()->stats();
+            const SpineStreamer* psp = model->spine_streamer();
+            const SpineStreamStats psp0 = psp ? psp->stats() : SpineStreamStats{};
             const int64_t gen0 = engine.stats().generated_tokens;
             const auto pt0 = Clock::now();
             engine.run_until_idle();
             const double par_ms = ms_between(pt0, Clock::now());
             const int64_t par_tokens = engine.stats().generated_tokens - gen0;
             par_tok_per_s = 1000.0 * double(par_tokens) / par_ms;
-            par_bytes_per_token = double(delta(pio0, model->streaming()->stats()).bytes_read) / double(par_tokens);
+            const auto pio = delta(pio0, model->streaming()->stats());
+            par_bytes_per_token = double(pio.bytes_read) / double(par_tokens);
+            const double par_spine_bytes = psp ? double(psp->stats().bytes_read - psp0.bytes_read) : 0.0;
+            // the I/O limit of these passes: every byte they read (experts and streamed spine) at the raw drive rate
+            // probed in this run; the ratio says how close the batch comes to being I/O-bound
+            const double par_read_bytes = double(pio.device_bytes_read) + par_spine_bytes;
+            par_io_limit_tok_per_s = par_read_bytes > 0 ? double(par_tokens) / (par_read_bytes / (raw.gbps * 1e9)) : 0;
             std::fprintf(stderr,
                          "  parallel %lld sequences: %.3f tok/s in all (B = 1: %.3f), %.2f MB of experts read per "
                          "token (B = 1: %.2f)\n",
                          (long long)B, par_tok_per_s, tok_per_s, par_bytes_per_token / 1e6,
                          double(dec.bytes_read) / 1e6 / double(a->tokens));
+            if (par_io_limit_tok_per_s > 0)
+                std::fprintf(stderr,
+                             "  parallel I/O limit %.3f tok/s (%.2f MB read per token, spine included, at the raw %.2f "
+                             "GB/s): %.2f of it\n",
+                             par_io_limit_tok_per_s, par_read_bytes / 1e6 / double(par_tokens), raw.gbps,
+                             par_tok_per_s / par_io_limit_tok_per_s);
         }
         const uint64_t held_hits = c2.held_hits - c1.held_hits;
         if (!lo.streaming.usage_stats_path.empty()) {
@@ -388,6 +409,7 @@ void register_bench(CLI::App& app) {
                 j["parallel"] = B;
                 j["parallel_tok_per_s"] = par_tok_per_s;
                 j["parallel_expert_bytes_read_per_token"] = par_bytes_per_token;
+                j["parallel_io_limit_tok_per_s"] = par_io_limit_tok_per_s;
             }
             std::printf("%s\n", j.dump().c_str());
         }
