@@ -33,4 +33,10 @@ struct Place {
 // Where [p, p + bytes) lies, when wholly inside one registered range.
 Place find(const void* p, uint64_t bytes);
 
+// Whether an add() id is still registered (content ids: always true). removals() counts remove() calls, so a holder
+// of copies keyed by add() ids can sweep the dead ones only when a range went away (a model unloaded).
+bool live(uint64_t id);
+uint64_t removals();
+bool is_content(uint64_t id);
+
 }  // namespace sluice::stable_memory

@@ -275,6 +275,70 @@ void check_cuda_content_keyed_slot(std::mt19937& rng) {
     }
 }
 
+// On CUDA with a card budget below the mapped weights a pass uses: the copies that fit serve every later pass (under
+// LRU a pass that cycles through more than the room keeps nothing), a content-keyed weight never pushes them out, the
+// kept and per-call copies give the same bits, and the copies of a range that went away are freed for new ones.
+void check_cuda_mapped_copies_kept(std::mt19937& rng) {
+    const uint64_t saved_budget = cuda::memory_budget();
+    const int64_t rows = 256, cols = 1024, n = 2;
+    const int nw = 6;
+    std::vector<QuantizedWeight> ws;
+    for (int i = 0; i < nw; ++i) {
+        const auto f = random_vec(rows * cols, rng, 0.05f);
+        ws.push_back(quantize(f.data(), rows, cols, WeightFormat::BF16));
+    }
+    const uint64_t wbytes = ws[0].data.size();  // bf16: no scales, so a kept copy is exactly this
+    const auto x = random_vec(n * cols, rng);
+    std::vector<std::vector<float>> first(nw, std::vector<float>(size_t(n * rows)));
+    std::vector<float> y(size_t(n * rows));
+    cuda::matmul(ws[0].view(), x.data(), n, y.data());  // per-call copy: sizes the work buffers for this shape
+    cuda::set_memory_budget(cuda::stats().workspace_bytes + 3 * wbytes + wbytes / 2);  // room for three copies
+    std::vector<uint64_t> ids;
+    for (auto& q : ws) ids.push_back(stable_memory::add(q.data.data(), q.data.size()));
+    auto pass = [&](bool keep_first) {
+        bool same = true;
+        for (int i = 0; i < nw; ++i) {
+            cuda::matmul(ws[size_t(i)].view(), x.data(), n, y.data());
+            if (keep_first) first[size_t(i)] = y;
+            else same = same && same_bits(y.data(), first[size_t(i)].data(), n * rows);
+        }
+        return same;
+    };
+    pass(true);
+    const auto s1 = cuda::stats();
+    bool same = pass(false) && pass(false);
+    const auto s3 = cuda::stats();
+    // a content-keyed weight (an expert slot) while the mapped copies fill the room: copied for the call
+    std::vector<uint8_t> slot(ws[0].data);
+    Weight e = ws[0].view();
+    e.data = slot.data();
+    stable_memory::set_at(slot.data(), slot.size(), stable_memory::content_id(stable_memory::new_space(), 1, 1));
+    cuda::matmul(e, x.data(), n, y.data());
+    same = same && same_bits(y.data(), first[0].data(), n * rows);
+    stable_memory::remove_at(slot.data());
+    const auto s4 = cuda::stats();
+    same = same && pass(false);
+    const auto s5 = cuda::stats();
+    // the range goes away: its copies are freed, so a new mapped weight is kept again
+    for (uint64_t id : ids) stable_memory::remove(id);
+    const uint64_t id_new = stable_memory::add(ws[1].data.data(), ws[1].data.size());
+    cuda::matmul(ws[1].view(), x.data(), n, y.data());
+    const auto s6 = cuda::stats();
+    cuda::matmul(ws[1].view(), x.data(), n, y.data());
+    const auto s7 = cuda::stats();
+    stable_memory::remove(id_new);
+    cuda::set_memory_budget(saved_budget);
+    report(same, "cuda: kept and per-call copies of a mapped weight must give the same bits");
+    report(s3.weight_hits - s1.weight_hits == 6 && s3.weight_misses == s1.weight_misses,
+           cat("cuda: with room for 3 of 6 mapped weights, passes 2 and 3 must take 3 each from kept copies (hits ",
+               s3.weight_hits - s1.weight_hits, ", new copies ", s3.weight_misses - s1.weight_misses, ")"));
+    report(s4.weight_hits == s3.weight_hits && s4.weight_misses == s3.weight_misses &&
+               s5.weight_hits - s4.weight_hits == 3,
+           "cuda: a content-keyed weight must not push the kept mapped copies out");
+    report(s6.weight_misses == s5.weight_misses + 1 && s7.weight_hits == s6.weight_hits + 1,
+           "cuda: the copies of a removed range must be freed for new ones");
+}
+
 // A NaN scale (E8M0 0xFF, a NaN bf16) makes its whole block NaN, zero codes included, and only its row's outputs.
 void check_nan_scales(const char* name, const MatmulFn& mm, std::mt19937& rng) {
     for (auto f : {WeightFormat::MXFP4, WeightFormat::INT4_G32}) {
@@ -452,6 +516,7 @@ int main(int argc, char** argv) {
                 }, false, true, rng);
                 check_cuda_stable_copy(rng);
                 check_cuda_content_keyed_slot(rng);
+                check_cuda_mapped_copies_kept(rng);
                 check_attention("cuda", [](const AttentionParams& p, const float* q, int64_t n, const int64_t* pos,
                                            ops::RowView k, ops::RowView v, float* out) {
                     const cuda::AttentionShape s{p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.scale, p.sinks,

@@ -215,7 +215,9 @@ void unpin_host(void* p) {
 Stats stats() {
     auto& b = backend();
     std::lock_guard lock(b.mu);
-    return b.stats;
+    Stats s = b.stats;
+    s.workspace_bytes = b.workspace_bytes();
+    return s;
 }
 
 void reset_stats() {

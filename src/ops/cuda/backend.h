@@ -41,9 +41,11 @@ bool supports(WeightFormat f);  // F32, F16, BF16, FP8_E4M3_B128, MXFP4, INT4_G3
 
 // y[n, w.rows] = x[n, w.cols] . W^T; w's bytes, x and y in host memory. Bytes inside a stable range
 // (core/stable_memory.h: the memory-mapped checkpoint; expert cache slots and spine-streaming slots, registered by
-// the content they hold) keep a device copy, least recently used evicted first within the budget: the card is the
-// tier above the host's expert cache, and a copy outlives the host slot it was made from. Other bytes (read staging
-// when the host cache has no room) are copied for the call.
+// the content they hold) keep a device copy within the budget: the card is the tier above the host's expert cache,
+// and a copy outlives the host slot it was made from. Content-keyed copies are evicted least recently used first;
+// copies of the memory map (the resident spine, used by every pass in the same order) are never evicted for new copies,
+// only for the work buffers, so a spine larger than the budget keeps the part that fits instead of cycling through
+// it. Other bytes (read staging when the host cache has no room) are copied for the call.
 void matmul(const Weight& w, const float* x, int64_t n, float* y);
 
 // Causal attention (ops::attention's contract, ops/ops.h) with q, pos, the key/value rows and out in host memory.
@@ -95,6 +97,7 @@ struct Stats {
     uint64_t weight_upload_bytes = 0;           // part of h2d_bytes: weight bytes copied
     uint64_t weight_hits = 0, weight_misses = 0;  // device copies reused / made
     uint64_t resident_weight_bytes = 0;         // device copies held now
+    uint64_t workspace_bytes = 0;               // work buffers held now (filled in by stats())
     double busy_ms = 0;                         // host time inside matmul calls (copies, kernels, waits)
     // The device's timeline of matmul calls (events around each step): placing the weight (a kept copy's allocation
     // and first upload, or the per-call copy), the activations' copies up and the results' down, the kernels.

@@ -63,6 +63,7 @@ struct KeyHash {
 struct Copy {
     void* dev = nullptr;
     uint64_t bytes = 0;
+    bool mapped = false;  // of an add() range (the checkpoint's memory map: the resident spine), not content-keyed
     std::list<Key>::iterator lru;
 };
 
@@ -126,16 +127,19 @@ public:
         if (pd.id && ps.id) {
             const Key k{pd.id, pd.offset_bytes, ps.id, ps.offset_bytes, w.rows, w.cols, int(w.format)};
             if (auto it = copies_.find(k); it != copies_.end()) {
-                lru_.splice(lru_.begin(), lru_, it->second.lru);
+                auto& list = it->second.mapped ? mapped_lru_ : lru_;
+                list.splice(list.begin(), list, it->second.lru);
                 ++stats.weight_hits;
                 return desc_at(d, it->second.dev, scale_at, sb);
             }
             if (make_room(total)) {
+                const bool mapped = !stable_memory::is_content(pd.id) && !stable_memory::is_content(ps.id);
+                auto& list = mapped ? mapped_lru_ : lru_;
                 void* dev = nullptr;
                 CK(cudaMallocAsync(&dev, total, stream_));
                 upload(dev, w, scale_at);
-                lru_.push_front(k);
-                copies_[k] = {dev, total, lru_.begin()};
+                list.push_front(k);
+                copies_[k] = {dev, total, mapped, list.begin()};
                 resident_bytes_ += total;
                 ++stats.weight_misses;
                 stats.resident_weight_bytes = resident_bytes_;
@@ -198,30 +202,59 @@ private:
         stats.h2d_bytes += db + sb;
         stats.weight_upload_bytes += db + sb;
     }
-    // Evicts least recently used copies until `bytes` more fit beside the workspace; false if they never can.
+    // Room for a new kept copy of `bytes` beside the workspace, made by evicting content-keyed copies (experts,
+    // streamed spine layers), least recently used first; false (the caller copies for the call) when that is not
+    // enough. A new copy never evicts a copy of the mapped checkpoint (the resident spine): every pass uses all of
+    // those in the same order, and under LRU a spine larger than the room left would evict each copy just before its
+    // next use and keep nothing (measured: 1% of weight uses from kept copies with a 4 GiB card budget for a 6 GiB
+    // spine); kept as they are, the copies that fit serve every pass and only the rest goes up again.
     bool make_room(uint64_t bytes) {
         const uint64_t cap = budget(), ws = workspace_bytes();
         if (bytes + ws > cap) return false;
-        evict_until(cap - ws - bytes);
-        return resident_bytes_ + bytes + ws <= cap;
-    }
-    // Frees least recently used copies until the kept ones take at most `limit` bytes.
-    void evict_until(uint64_t limit) {
-        while (resident_bytes_ > limit && !lru_.empty()) {
-            auto it = copies_.find(lru_.back());
-            CK(cudaFreeAsync(it->second.dev, stream_));  // after the work already queued that reads it
-            resident_bytes_ -= it->second.bytes;
-            copies_.erase(it);
-            lru_.pop_back();
-        }
+        sweep_dead_mapped();
+        const uint64_t limit = cap - ws - bytes;
+        evict_from(lru_, limit);
         stats.resident_weight_bytes = resident_bytes_;
+        return resident_bytes_ <= limit;
+    }
+    // Frees copies until the kept ones take at most `limit` bytes: content-keyed first, then the mapped ones, least
+    // recently used first in each (the work buffers' growth, which must fit).
+    void evict_until(uint64_t limit) {
+        sweep_dead_mapped();
+        evict_from(lru_, limit);
+        evict_from(mapped_lru_, limit);
+        stats.resident_weight_bytes = resident_bytes_;
+    }
+    void evict_from(std::list<Key>& list, uint64_t limit) {
+        while (resident_bytes_ > limit && !list.empty()) erase_copy(copies_.find(list.back()), list);
+    }
+    void erase_copy(std::unordered_map<Key, Copy, KeyHash>::iterator it, std::list<Key>& list) {
+        CK(cudaFreeAsync(it->second.dev, stream_));  // after the work already queued that reads it
+        resident_bytes_ -= it->second.bytes;
+        list.erase(it->second.lru);
+        copies_.erase(it);
+    }
+    // Mapped copies are never evicted for new ones, so those of a range that went away (a model unloaded) would stay
+    // for good: freed here, once per removal seen.
+    void sweep_dead_mapped() {
+        const uint64_t r = stable_memory::removals();
+        if (r == removals_seen_) return;
+        removals_seen_ = r;
+        for (auto k = mapped_lru_.begin(); k != mapped_lru_.end();) {
+            auto next = std::next(k);
+            if (!stable_memory::live(k->data_id) || !stable_memory::live(k->scale_id))
+                erase_copy(copies_.find(*k), mapped_lru_);
+            k = next;
+        }
     }
 
     cudaStream_t stream_ = nullptr;
     cudaMemPool_t pool_ = nullptr;  // the device's default pool: kept weight copies
     uint64_t budget_bytes_ = 0;
     std::unordered_map<Key, Copy, KeyHash> copies_;
-    std::list<Key> lru_;
+    std::list<Key> lru_;         // content-keyed copies, most recently used first
+    std::list<Key> mapped_lru_;  // copies of the mapped checkpoint, most recently used first
+    uint64_t removals_seen_ = 0;
     uint64_t resident_bytes_ = 0;
 };
 
