@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "formats/hf_config.h"
 #include "models/weights.h"
+#include "ops/elementwise.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -235,10 +236,10 @@ DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_draf
         ops::rms_norm(h, Ly.input_layernorm.data(), B, d, eps, t);
         const MlaSeqRows sr[] = {{all_rows, &seq.caches[il]}};
         mla_forward(c.mla, Ly.attn, rope_, t, B, pos.data(), sr, y, ctx_, last.data());
-        for (int64_t i = 0; i < B * d; ++i) h[i] += y[i];
+        ops::add(h, y, B * d, h);
         ops::rms_norm(h, Ly.post_attention_layernorm.data(), B, d, eps, t);
         swiglu_forward(Ly.mlp, t, B, y, ctx_);
-        for (int64_t i = 0; i < B * d; ++i) h[i] += y[i];
+        ops::add(h, y, B * d, h);
     }
     seq.truncate(L);  // the block's cache rows go: only context rows stay
     // only the rows that become drafts need the head
@@ -251,7 +252,7 @@ DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_draf
         ops::dequantize_row(markov_w1_, prev, e.data());
         ops::matmul(markov_w2_, e.data(), 1, bias.data(), ctx_);
         float* row = out.logits.data() + i * V;
-        for (int64_t v = 0; v < V; ++v) row[v] += bias[size_t(v)];
+        ops::add(row, bias.data(), V, row);
         if (!confidence_w_.empty()) {
             double z = confidence_b_[0];
             for (int64_t k = 0; k < d; ++k) z += double(confidence_w_[size_t(k)]) * t[i * d + k];

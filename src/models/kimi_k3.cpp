@@ -136,7 +136,7 @@ public:
             if (blocks.empty())
                 std::copy_n(p, n * d, t);
             else
-                attn_res(p, blocks, L.attn_res, n, d, eps, t);
+                attn_res(p, blocks, L.attn_res, n, d, eps, t, ctx.pool());
             const bool snapshot = il % c.attn_res_block_size == 0;
             if (snapshot) {
                 float* b = ctx.arena().f32(n * d);  // lives for the rest of the pass
@@ -157,7 +157,7 @@ public:
                 std::copy_n(y, n * d, p);
             else
                 ops::add(p, y, n * d, p);
-            attn_res(p, blocks, L.mlp_res, n, d, eps, t);
+            attn_res(p, blocks, L.mlp_res, n, d, eps, t, ctx.pool());
             ops::rms_norm(t, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
                 Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx);
@@ -184,7 +184,7 @@ public:
             write_taps(il, p, batch, seqs, rows_of);
         }
         append_rows(batch, seqs, rows_of);
-        attn_res(p, blocks, out_res_, n, d, eps, t);
+        attn_res(p, blocks, out_res_, n, d, eps, t, ctx.pool());
 
         experts_.end_layers();
         head_logits(t, batch, d, norm_, eps, lm_head_, ctx, logits);

@@ -1,14 +1,15 @@
 // The op harness's checks of the recurrent-attention block's ops and the elementwise ops (tests/ops/op_harness.cpp
-// runs them): KDA's delta rule, its short convolution, q/k normalisation, decay gate and output gate, and the
-// residual add, bias add and sigmoid, each against its ops::ref twin over odd and real shapes (1 to 4096 rows), with
-// fresh random inputs, NaN-poisoned outputs (every element must be written), and a row's bits the same alone as in
-// a batch (the convolution, whose rows carry taps: the same in several calls as in one).
+// runs them): KDA's delta rule, its short convolution, q/k normalisation, decay gate and output gate, the residual
+// add, bias add, sigmoid and sigmoid gate, and K3's attention residuals, each against its ops::ref twin over odd and
+// real shapes (1 to 4096 rows), with fresh random inputs, NaN-poisoned outputs (every element must be written), and a
+// row's bits the same alone as in a batch (the convolution, whose rows carry taps: the same in several calls as in one).
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
 #include "core/error.h"
 #include "harness_util.h"
+#include "ops/attn_res.h"
 #include "ops/elementwise.h"
 #include "ops/kda.h"
 #include "ops/kda_ops.h"
@@ -275,5 +276,46 @@ void check_elementwise(const char* name, std::mt19937& rng) {
             report(rows_alone_match(n, w, s, [&](int64_t r0, int64_t m, float* o) {
                 ops::sigmoid(b.data() + r0 * w, m * w, o);
             }), cat(name, " sigmoid", shape, ": a row's bits depend on the other rows"));
+            // mul_sigmoid: y *= sigmoid(gate), in place
+            auto g = a, wg = a;
+            ops::mul_sigmoid(b.data(), n * w, g.data());
+            ops::ref::mul_sigmoid(b.data(), n * w, wg.data());
+            report(compare(g, wg, 1e-6, 1e-7).empty(),
+                   cat(name, " mul_sigmoid", shape, " vs reference: ", compare(g, wg, 1e-6, 1e-7)));
+            report(rows_alone_match(n, w, g, [&](int64_t r0, int64_t m, float* o) {
+                std::copy_n(a.data() + r0 * w, m * w, o);
+                ops::mul_sigmoid(b.data() + r0 * w, m * w, o);
+            }), cat(name, " mul_sigmoid", shape, ": a row's bits depend on the other rows"));
         }
+}
+
+// Block Attention Residuals over J candidates: against the double twin, every output written (NaN-poisoned), a
+// row's bits the same alone as in the whole call (the pool splits rows), and candidates of very different sizes
+// (the softmax must pick the large one, which an unnormalised logit would not show).
+void check_attn_res(const char* name, ThreadPool& pool, std::mt19937& rng) {
+    struct Case { int64_t n, d, J; };
+    for (const Case c : {Case{1, 13, 1}, Case{2, 64, 2}, Case{7, 256, 5}, Case{300, 96, 13}, Case{4096, 16, 3},
+                         Case{33, 1024, 20}}) {
+        std::vector<std::vector<float>> cand;
+        for (int64_t j = 0; j < c.J; ++j) cand.push_back(random_vec(c.n * c.d, rng, j == 1 ? 40.0f : 1.0f));
+        std::vector<const float*> ptr;
+        for (const auto& v : cand) ptr.push_back(v.data());
+        const auto norm = random_vec(c.d, rng, 2.0f), proj = random_vec(c.d, rng, 0.5f);
+        std::vector<float> out(size_t(c.n * c.d), std::nanf("")), want(out.size());
+        ops::attn_res(ptr.data(), c.J, norm.data(), proj.data(), c.n, c.d, 1e-6f, out.data(), pool);
+        ops::ref::attn_res(ptr.data(), c.J, norm.data(), proj.data(), c.n, c.d, 1e-6f, want.data());
+        const std::string what = cat(name, " attn_res n=", c.n, " d=", c.d, " J=", c.J);
+        // f32 sums over d: an output near zero among candidates of size ~40 carries their rounding, hence the
+        // absolute part relative to the largest candidate element
+        float big = 0;
+        for (const auto& v : cand)
+            for (float e : v) big = std::max(big, std::fabs(e));
+        const std::string why = compare(out, want, 1e-4, 2e-5 * big);
+        report(why.empty(), what + " vs reference: " + why);
+        report(rows_alone_match(c.n, c.d, out, [&](int64_t r0, int64_t m, float* o) {
+            std::vector<const float*> rp;
+            for (const auto& v : cand) rp.push_back(v.data() + r0 * c.d);
+            ops::attn_res(rp.data(), c.J, norm.data(), proj.data(), m, c.d, 1e-6f, o, pool);
+        }), what + ": a row's bits depend on the other rows");
+    }
 }

@@ -42,6 +42,7 @@ using KdaFn = std::function<void(const sluice::KdaHeadIo&, int64_t heads, int64_
 void check_kda(const char* name, const KdaFn& recurrent, bool chunked_too, bool like_cpu, std::mt19937& rng);
 void check_kda_block_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);
 void check_elementwise(const char* name, std::mt19937& rng);
+void check_attn_res(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);
 
 // tests/ops/layer_op_checks.cpp: the MoE ops, MLA's absorption, RoPE's rotation (CPU)
 void check_moe_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);

@@ -498,6 +498,7 @@ int main(int argc, char** argv) {
             }, true, true, rng);
             check_kda_block_ops(name.c_str(), pool, rng);
             check_elementwise(name.c_str(), rng);
+            check_attn_res(name.c_str(), pool, rng);
             check_portable_bits(pool, rng);
         }
         if (only.empty() || only == "cuda") {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/thread_pool.h"
+
 namespace sluice {
 
 struct AttnResWeights {
@@ -13,7 +15,8 @@ struct AttnResWeights {
     std::vector<float> proj;  // [d] *_res_proj.weight (one row)
 };
 
+// The op (ops/attn_res.h) over the snapshots and the running sum, rows split over the pool.
 void attn_res(const float* running, const std::vector<const float*>& blocks, const AttnResWeights& w, int64_t n,
-              int64_t d, float eps, float* out);
+              int64_t d, float eps, float* out, ThreadPool& pool);
 
 }  // namespace sluice

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/phase_times.h"
 #include "models/blocks/row_runs.h"
+#include "ops/elementwise.h"
 #include "ops/mla_ops.h"
 #include "ops/ops.h"
 
@@ -95,7 +96,7 @@ void mla_forward(const MlaConfig& c, const MlaWeights& w, const Rope& rope, cons
     if (c.output_gate) {
         float* gate = arena.f32(n * H * dv);
         ops::matmul(w.g_proj, x, n, gate, ctx);
-        for (int64_t i = 0; i < n * H * dv; ++i) o[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+        ops::mul_sigmoid(gate, n * H * dv, o);
     }
     ops::matmul(w.o_proj, o, n, out, ctx);
 }

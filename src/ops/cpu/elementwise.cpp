@@ -39,4 +39,8 @@ void sigmoid(const float* x, int64_t count, float* y) {
     for (int64_t i = 0; i < count; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
 }
 
+void mul_sigmoid(const float* gate, int64_t count, float* y) {
+    for (int64_t i = 0; i < count; ++i) y[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+}
+
 }  // namespace sluice::ops

@@ -35,4 +35,8 @@ void sigmoid(const float* x, int64_t count, float* y) {
     for (int64_t i = 0; i < count; ++i) y[i] = float(1.0 / (1.0 + std::exp(-double(x[i]))));
 }
 
+void mul_sigmoid(const float* gate, int64_t count, float* y) {
+    for (int64_t i = 0; i < count; ++i) y[i] = float(double(y[i]) / (1.0 + std::exp(-double(gate[i]))));
+}
+
 }  // namespace sluice::ops::ref
