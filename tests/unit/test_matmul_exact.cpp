@@ -32,6 +32,30 @@ std::string label(WeightFormat f, ops::CpuPath p) {
     return std::string(weight_format_name(f)) + " " + std::string(ops::cpu_path_name(p));
 }
 
+// y = w x (n inputs) on the current CPU path against the dequantised weights: check(y, exact, mag, r, i) for every
+// row r and input i, where exact is the double-precision dot product of row r with input i and mag the sum of |w*x|
+// in it. Returns at the first fatal failure.
+template <typename Check>
+void compare_with_dequantised(const Weight& w, const std::vector<float>& x, int64_t n, ThreadPool& pool,
+                              Check&& check) {
+    const int64_t rows = w.rows, cols = w.cols;
+    std::vector<float> y(size_t(n * rows)), wrow(static_cast<size_t>(cols));
+    ops::cpu::matmul(w, x.data(), n, y.data(), pool);
+    for (int64_t r = 0; r < rows; ++r) {
+        ops::ref::dequantize_row(w, r, wrow.data());
+        for (int64_t i = 0; i < n; ++i) {
+            double exact = 0, mag = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+                const double t = double(wrow[size_t(c)]) * double(x[size_t(i * cols + c)]);
+                exact += t;
+                mag += std::fabs(t);
+            }
+            check(double(y[size_t(i * rows + r)]), exact, mag, r, i);
+            if (::testing::Test::HasFatalFailure()) return;
+        }
+    }
+}
+
 // Positive weights and activations with all 24 mantissa bits in use: truncation errors of an inexact split would
 // all have the same sign and add up instead of cancelling.
 TEST(MatmulExact, FullMantissaActivationsWithinF32Rounding) {
@@ -47,24 +71,12 @@ TEST(MatmulExact, FullMantissaActivationsWithinF32Rounding) {
     for (WeightFormat f : kFormats) {
         const auto q = quantize(src.data(), rows, cols, f);
         const Weight w = q.view();
-        std::vector<float> wrow(static_cast<size_t>(cols));
         for (auto p : ops::available_cpu_paths()) {
             ops::set_cpu_path(p);
-            std::vector<float> y(size_t(n * rows));
-            ops::cpu::matmul(w, x.data(), n, y.data(), pool);
-            for (int64_t r = 0; r < rows; ++r) {
-                ops::ref::dequantize_row(w, r, wrow.data());
-                for (int64_t i = 0; i < n; ++i) {
-                    double exact = 0, mag = 0;
-                    for (int64_t c = 0; c < cols; ++c) {
-                        const double t = double(wrow[size_t(c)]) * double(x[size_t(i * cols + c)]);
-                        exact += t;
-                        mag += std::fabs(t);
-                    }
-                    ASSERT_LE(std::fabs(double(y[size_t(i * rows + r)]) - exact), 2e-6 * mag)
-                        << label(f, p) << " row " << r << " input " << i;
-                }
-            }
+            ASSERT_NO_FATAL_FAILURE(
+                compare_with_dequantised(w, x, n, pool, [&](double y, double exact, double mag, int64_t r, int64_t i) {
+                    ASSERT_LE(std::fabs(y - exact), 2e-6 * mag) << label(f, p) << " row " << r << " input " << i;
+                }));
         }
     }
 }
@@ -86,23 +98,17 @@ TEST(MatmulExact, Mxfp4ExtremeScalesMatchReference) {
     w.cols = cols;
     w.data = data.data();
     w.scales = scales.data();
-    std::vector<float> x(size_t(n * cols)), ref(size_t(n * rows)), wrow(static_cast<size_t>(cols));
+    std::vector<float> x(size_t(n * cols)), ref(size_t(n * rows));
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
     for (auto& v : x) v = d(rng) * 1e-3f;
     ops::ref::matmul(w, x.data(), n, ref.data());
     for (auto p : ops::available_cpu_paths()) {
         ops::set_cpu_path(p);
-        std::vector<float> y(size_t(n * rows));
-        ops::cpu::matmul(w, x.data(), n, y.data(), pool);
-        for (int64_t r = 0; r < rows; ++r) {
-            ops::ref::dequantize_row(w, r, wrow.data());
-            for (int64_t i = 0; i < n; ++i) {
-                double mag = 0;
-                for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(wrow[size_t(c)]) * x[size_t(i * cols + c)]);
-                ASSERT_LE(std::fabs(double(y[size_t(i * rows + r)]) - ref[size_t(i * rows + r)]), 1e-5 * mag + 1e-30)
+        ASSERT_NO_FATAL_FAILURE(
+            compare_with_dequantised(w, x, n, pool, [&](double y, double, double mag, int64_t r, int64_t i) {
+                ASSERT_LE(std::fabs(y - ref[size_t(i * rows + r)]), 1e-5 * mag + 1e-30)
                     << ops::cpu_path_name(p) << " row " << r << " input " << i;
-            }
-        }
+            }));
     }
 }
 
