@@ -4,7 +4,6 @@
 // This reaches every architecture's config validation, the shard index, and the binding of the checkpoint's
 // tensors to the shapes the config claims, then one token through the model when it loads. Bad input must end in
 // sluice::Error, never a crash, an out-of-memory or a hang (libFuzzer reports all three).
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -40,11 +39,7 @@ struct Folders {
     std::vector<std::string> indexes;  // their index text, same order
     Folders() {
         const fs::path root = scratch.path;
-        std::vector<fs::path> fixtures;
-        for (const auto& e : fs::directory_iterator(SLUICE_TEST_DATA_DIR "/fixtures"))
-            if (fs::exists(e.path() / "config.json")) fixtures.push_back(e.path());
-        std::sort(fixtures.begin(), fixtures.end());
-        for (const auto& fx : fixtures) {
+        for (const auto& fx : sluice::fuzz::fixtures_with("config.json")) {
             const fs::path d = root / fx.filename();
             fs::create_directory(d);
             for (const auto& f : fs::directory_iterator(fx))

@@ -3,7 +3,6 @@
 // names, dtypes, shapes and offsets then disagree with the config and with each other in every way (scales whose
 // shape does not fit the weight, a weight in another dtype, offsets into the wrong bytes), and loading plus one
 // token must end in sluice::Error or run, never crash, exhaust memory or hang.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -30,11 +29,7 @@ struct Fixtures {
     std::vector<Fixture> all;
     Fixtures() {
         const fs::path root = scratch.path;
-        std::vector<fs::path> dirs;
-        for (const auto& e : fs::directory_iterator(SLUICE_TEST_DATA_DIR "/fixtures"))
-            if (fs::exists(e.path() / "model.safetensors")) dirs.push_back(e.path());
-        std::sort(dirs.begin(), dirs.end());
-        for (const auto& fx : dirs) {
+        for (const auto& fx : sluice::fuzz::fixtures_with("model.safetensors")) {
             std::ifstream f(fx / "model.safetensors", std::ios::binary);
             const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
             uint64_t header_bytes = 0;

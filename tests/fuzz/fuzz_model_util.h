@@ -1,10 +1,11 @@
 // Shared by the fuzz targets that load a model folder: a scratch folder under the system temp directory
-// (removed at exit), and loading a folder then running one token through it, where sluice::Error is the only
+// (removed at exit), the committed fixture folders that hold a given file, and loading a folder then running one token through it, where sluice::Error is the only
 // acceptable failure (anything else reaches libFuzzer as a crash).
 #pragma once
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -30,6 +31,15 @@ struct ScratchDir {
         std::filesystem::remove_all(path, ec);
     }
 };
+
+// The folders under tests/data/fixtures that hold `file`, sorted (so byte 0 of an input picks the same one each run).
+inline std::vector<std::filesystem::path> fixtures_with(const std::string& file) {
+    std::vector<std::filesystem::path> out;
+    for (const auto& e : std::filesystem::directory_iterator(SLUICE_TEST_DATA_DIR "/fixtures"))
+        if (std::filesystem::exists(e.path() / file)) out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+}
 
 inline void load_and_run_one_token(const std::string& dir) {
     try {

@@ -5,17 +5,14 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
 #include "experts/packed_store.h"
+#include "fuzz_parse_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    sluice::PackedManifest m;
-    try {
-        m = sluice::parse_manifest(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-    } catch (const sluice::Error&) {
-        return 0;
-    }
-    const std::string text = sluice::manifest_to_text(m);
+    const auto m = sluice::fuzz::parse_or_reject(
+        data, size, [](const std::string& t) { return sluice::parse_manifest(t, "fuzz"); });
+    if (!m) return 0;
+    const std::string text = sluice::manifest_to_text(*m);
     const std::string again = sluice::manifest_to_text(sluice::parse_manifest(text, "round trip"));
     if (again != text) std::abort();
     return 0;

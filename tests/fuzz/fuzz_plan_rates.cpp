@@ -7,16 +7,14 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
+#include "fuzz_parse_util.h"
 #include "plan/rates.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    sluice::MachineRates r;
-    try {
-        r = sluice::parse_rates(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-    } catch (const sluice::Error&) {
-        return 0;
-    }
+    const auto parsed =
+        sluice::fuzz::parse_or_reject(data, size, [](const std::string& t) { return sluice::parse_rates(t, "fuzz"); });
+    if (!parsed) return 0;
+    const sluice::MachineRates& r = *parsed;
     if (!(std::isfinite(r.drive_gbps) && r.drive_gbps > 0)) std::abort();
     for (const auto& [fmt, k] : r.kernels)
         for (double rows : {0.5, 1.0, 3.0, 100.0, 1e9}) {

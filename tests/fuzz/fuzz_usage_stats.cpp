@@ -3,18 +3,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <string_view>
+#include <string>
 
-#include "core/error.h"
 #include "experts/usage_stats.h"
+#include "fuzz_parse_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    sluice::UsageStats s;
-    try {
-        s = sluice::parse_usage_stats(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
-    } catch (const sluice::Error&) {
-        return 0;
-    }
+    auto parsed = sluice::fuzz::parse_or_reject(
+        data, size, [](const std::string& t) { return sluice::parse_usage_stats(t, "fuzz"); });
+    if (!parsed) return 0;
+    sluice::UsageStats& s = *parsed;
     (void)sluice::choose_pins(s, 64);
     const sluice::UsageStats back = sluice::parse_usage_stats(sluice::serialize_usage_stats(s), "fuzz round trip");
     if (!(back.model == s.model) || back.counts != s.counts || back.runs != s.runs) std::abort();

@@ -42,24 +42,10 @@ const Dirs& dirs() {
         x.root = test::scratch_dir("dspark");
         x.target = x.root / "k3";
         x.dspark = x.root / "dspark";
-        SynthOptions o;
-        o.like = "kimi-k3";
-        o.layers = 5;
-        o.experts = 4;
-        o.scale_down = 32;
-        o.seed = 7;
-        o.out_dir = x.target.string();
-        o.sync = false;
-        synth_checkpoint(o);
-        SynthOptions s;
-        s.like = "kimi-k3-dspark";
-        s.target_dir = x.target.string();
-        s.layers = 5;
-        s.scale_down = 32;
-        s.seed = 11;
-        s.out_dir = x.dspark.string();
-        s.sync = false;
-        synth_checkpoint(s);
+        synth_checkpoint({.like = "kimi-k3", .layers = 5, .experts = 4, .scale_down = 32, .seed = 7,
+                          .out_dir = x.target.string(), .sync = false});
+        synth_checkpoint({.like = "kimi-k3-dspark", .layers = 5, .scale_down = 32, .seed = 11,
+                          .out_dir = x.dspark.string(), .target_dir = x.target.string(), .sync = false});
         return x;
     }();
     return d;

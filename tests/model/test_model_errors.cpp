@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../support/st_builder.h"
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "formats/safetensors.h"
 #include "models/model.h"
@@ -55,12 +56,8 @@ std::string broken_copy(const std::string& name, const std::function<void(nlohma
 }
 
 std::string load_error(const std::string& dir) {
-    try {
-        load_model(dir);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
+    const std::string e = test::error_of([&] { load_model(dir); });
+    return e.empty() ? "(no error)" : e;
 }
 
 #define EXPECT_CONTAINS(haystack, needle) \

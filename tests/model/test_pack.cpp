@@ -8,22 +8,20 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../support/fixtures.h"
 #include "../support/st_builder.h"
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "experts/packed_store.h"
 #include "models/expert_pack.h"
 #include "models/model.h"
 #include "runtime/generate.h"
-#include "../support/fixtures.h"
 
 using namespace sluice;
+using namespace sluice::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-using sluice::test::fixture_dirs;
-using sluice::test::fixture_name;
-using sluice::test::fixture_prompt;
 
 const std::string kK2 = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/k2_noqlora";
 
@@ -44,15 +42,6 @@ LoadOptions packed_options(std::vector<std::string> dirs, uint64_t cache_bytes =
     opt.streaming.staging_experts = 2;
     opt.streaming.verify_reads = verify;
     return opt;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 PackedManifest manifest_in(const std::string& dir) {

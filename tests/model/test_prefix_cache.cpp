@@ -9,21 +9,18 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../support/fixtures.h"
+#include "../support/reference_decode.h"
 #include "models/model.h"
 #include "ops/exec_context.h"
 #include "runtime/engine.h"
 #include "runtime/prefix_cache.h"
 #include "state/state_file.h"
-#include "../support/fixtures.h"
-#include "../support/reference_decode.h"
 
 using namespace sluice;
+using namespace sluice::test;
 
 namespace {
-
-using sluice::test::fixture_dirs;
-using sluice::test::fixture_name;
-using sluice::test::fixture_prompt;
 
 struct Outcome {
     std::vector<int32_t> ids;

@@ -7,21 +7,18 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../support/fixtures.h"
+#include "../support/reference_decode.h"
 #include "core/error.h"
 #include "models/model.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
-#include "../support/fixtures.h"
-#include "../support/reference_decode.h"
 
 using namespace sluice;
+using namespace sluice::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-using sluice::test::fixture_dirs;
-using sluice::test::fixture_name;
-using sluice::test::fixture_prompt;
 
 std::vector<int32_t> prompt_of(const std::string& dir) {
     const auto ids = fixture_prompt(dir);

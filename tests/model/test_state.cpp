@@ -7,20 +7,17 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../support/fixtures.h"
 #include "core/error.h"
 #include "models/model.h"
 #include "ops/exec_context.h"
 #include "state/state_file.h"
-#include "../support/fixtures.h"
 
 using namespace sluice;
+using namespace sluice::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-using sluice::test::fixture_dirs;
-using sluice::test::fixture_name;
-using sluice::test::fixture_prompt;
 
 // Runs ids through seq in one forward pass (positions continue the state); every row's logits.
 std::vector<float> run(Model& m, SequenceState& seq, std::span<const int32_t> ids) {

@@ -7,19 +7,16 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../support/fixtures.h"
 #include "core/error.h"
 #include "models/model.h"
 #include "runtime/generate.h"
-#include "../support/fixtures.h"
 
 using namespace sluice;
+using namespace sluice::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-using sluice::test::fixture_dirs;
-using sluice::test::fixture_name;
-using sluice::test::fixture_prompt;
 
 class StreamingTest : public ::testing::TestWithParam<std::string> {};
 

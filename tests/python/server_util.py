@@ -1,12 +1,16 @@
-"""Shared helpers for the server tests that speak raw HTTP (robustness and soak): start `sluice serve`, send bytes,
-read one response. Standard library only."""
+"""Shared helpers for the server tests: start and stop `sluice serve`, their command line and exit, a small
+synthesized model; for those that speak raw HTTP (robustness and soak) send bytes, read one response. Standard library
+only."""
+import argparse
 import json
 import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
+import unittest
 
 
 def require(module, hint="bash scripts/python-env.sh"):
@@ -18,6 +22,43 @@ def require(module, hint="bash scripts/python-env.sh"):
     except ImportError:
         print(f"skipped: the {module} package is not installed ({hint})")
         sys.exit(77)
+
+
+def sluice_args():
+    """The test's command line: (the absolute path of --sluice, the arguments left for unittest)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", required=True)
+    args, rest = ap.parse_known_args()
+    return os.path.abspath(args.sluice), rest
+
+
+def run_tests(rest):
+    """Runs the module's unittest cases with the arguments sluice_args left; the result."""
+    return unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+
+
+def synth_small_k2(sluice, out_dir):
+    """`sluice synth` of a small Kimi K2 (2 layers of 8 experts, widths / 32, 512 ids) into out_dir."""
+    subprocess.run([sluice, "synth", "--like", "kimi-k2", "--layers", "2", "--experts", "8", "--scale-down", "32",
+                    "--vocab-size", "512", "--no-sync", "-o", out_dir], check=True, capture_output=True)
+
+
+def stop_server(proc, timeout=30):
+    """SIGTERM, then waits: its exit status, or a sentence saying it was killed when it did not stop in time."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "killed (did not stop on SIGTERM)"
+
+
+def exit_with(result, server_code=0):
+    """Exits 1 when the server did not exit 0 (server_code, as stop_server gives it) or a test failed, else 0."""
+    if server_code != 0:
+        print(f"sluice serve exited with {server_code} after SIGTERM")
+        sys.exit(1)
+    sys.exit(0 if result.wasSuccessful() else 1)
 
 
 def start_server(sluice, model, extra_args, log_path, env=None):

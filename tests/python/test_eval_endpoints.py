@@ -8,7 +8,6 @@ max_tokens 0, many prompts scored in one forward pass, the tokenizer routes (/to
 Usage: test_eval_endpoints.py --sluice PATH_TO_SLUICE
 Exits 77 (CTest's skip code) when the openai package is not installed (scripts/python-env.sh installs it).
 """
-import argparse
 import json
 import math
 import os
@@ -21,14 +20,11 @@ import unittest
 import urllib.error
 import urllib.request
 
-try:
-    import openai
-except ImportError:
-    print("skipped: the openai package is not installed (bash scripts/python-env.sh)")
-    sys.exit(77)
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_openai_client import KEY, start_server  # noqa: E402  (the same server flags: --parallel 4)
+import server_util as su  # noqa: E402
+
+openai = su.require("openai")
+from test_openai_client import KEY, start_synth_server  # noqa: E402  (the same server flags: --parallel 4)
 
 SLUICE = MODEL = ROOT = TMP = None
 
@@ -195,23 +191,17 @@ class EvalEndpointsTest(unittest.TestCase):
 
 def main():
     global SLUICE, MODEL, ROOT, TMP
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    args, rest = ap.parse_known_args()
-    SLUICE = os.path.abspath(args.sluice)
+    SLUICE, rest = su.sluice_args()
     with tempfile.TemporaryDirectory(prefix="sluice-eval-") as tmp:
         TMP = tmp
-        MODEL = os.path.join(tmp, "model")
-        subprocess.run([SLUICE, "synth", "--like", "kimi-k2", "--layers", "2", "--experts", "8", "--scale-down", "32",
-                        "--vocab-size", "512", "--no-sync", "-o", MODEL], check=True, capture_output=True)
-        server, port = start_server(SLUICE, MODEL, os.path.join(tmp, "server.log"))
+        MODEL, server, port = start_synth_server(SLUICE, tmp)
         ROOT = f"http://127.0.0.1:{port}"
         try:
-            result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+            result = su.run_tests(rest)
         finally:
             server.terminate()
             server.wait(timeout=30)
-        sys.exit(0 if result.wasSuccessful() else 1)
+        su.exit_with(result)
 
 
 if __name__ == "__main__":

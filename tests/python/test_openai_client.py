@@ -10,7 +10,6 @@ alone, errors raised as the client's typed exceptions (401, 400 naming the field
 Usage: test_openai_client.py --sluice PATH_TO_SLUICE [--keep]
 Exits 77 (CTest's skip code) when the openai package is not installed (scripts/python-env.sh installs it).
 """
-import argparse
 import concurrent.futures
 import json
 import os
@@ -22,11 +21,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import server_util as su  # noqa: E402
 
-try:
-    import openai
-except ImportError:
-    print("skipped: the openai package is not installed (bash scripts/python-env.sh)")
-    sys.exit(77)
+openai = su.require("openai")
 
 SLUICE = None
 MODEL = None
@@ -278,32 +273,25 @@ def start_server(sluice, model, log_path):
                                            "--ping-interval", "1"], log_path)
 
 
+def start_synth_server(sluice, tmp):
+    """A small synthesized Kimi K2 in tmp/model, served with the flags above: (model, process, port)."""
+    model = os.path.join(tmp, "model")
+    su.synth_small_k2(sluice, model)
+    proc, port = start_server(sluice, model, os.path.join(tmp, "server.log"))
+    return model, proc, port
+
+
 def main():
     global SLUICE, MODEL, SERVER, BASE_URL
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    args, rest = ap.parse_known_args()
-    SLUICE = os.path.abspath(args.sluice)
+    SLUICE, rest = su.sluice_args()
     with tempfile.TemporaryDirectory(prefix="sluice-openai-") as tmp:
-        MODEL = os.path.join(tmp, "model")
-        subprocess.run([SLUICE, "synth", "--like", "kimi-k2", "--layers", "2", "--experts", "8", "--scale-down", "32",
-                        "--vocab-size", "512", "--no-sync", "-o", MODEL],
-                       check=True, capture_output=True)
-        SERVER, port = start_server(SLUICE, MODEL, os.path.join(tmp, "server.log"))
+        MODEL, SERVER, port = start_synth_server(SLUICE, tmp)
         BASE_URL = f"http://127.0.0.1:{port}/v1"
         try:
-            result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+            result = su.run_tests(rest)
         finally:
-            SERVER.terminate()
-            try:
-                code = SERVER.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                SERVER.kill()
-                code = "killed (did not stop on SIGTERM)"
-        if code != 0:
-            print(f"sluice serve exited with {code} after SIGTERM")
-            sys.exit(1)
-        sys.exit(0 if result.wasSuccessful() else 1)
+            code = su.stop_server(SERVER)
+        su.exit_with(result, code)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,10 @@ whose client goes away (running and queued), protocol errors with the OpenAI err
 Expect: 100-continue, and SIGTERM draining (mid-headers clients, open streams, a signal right at start-up).
 
 Runs on the shipped trained model with short deadlines so that every case takes a second or two."""
-import argparse
 import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -342,28 +340,17 @@ class Shutdown(unittest.TestCase):
 
 def main():
     global SLUICE, PORT, SERVER, TMP
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    args, rest = ap.parse_known_args()
-    SLUICE = os.path.abspath(args.sluice)
+    SLUICE, rest = su.sluice_args()
     with tempfile.TemporaryDirectory(prefix="sluice-robust-") as tmp:
         TMP = tmp
         SERVER, PORT = su.start_server(SLUICE, su.model_dir(), ARGS, os.path.join(tmp, "server.log"))
         try:
-            result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+            result = su.run_tests(rest)
         finally:
-            SERVER.send_signal(signal.SIGTERM)
-            try:
-                code = SERVER.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                SERVER.kill()
-                code = "killed (did not stop on SIGTERM)"
+            code = su.stop_server(SERVER)
             if not result.wasSuccessful():
                 print(open(os.path.join(tmp, "server.log")).read()[-4000:])
-        if code != 0:
-            print(f"sluice serve exited with {code} after SIGTERM")
-            sys.exit(1)
-        sys.exit(0 if result.wasSuccessful() else 1)
+        su.exit_with(result, code)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ without speculative drafts, and bad schemas are 400s whose `param` is the path o
 Usage: test_structured_output.py --sluice PATH_TO_SLUICE
 Exits 77 (CTest's skip code) when the openai package is not installed (scripts/python-env.sh installs it).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -278,10 +277,7 @@ class ToolCallTest(unittest.TestCase):
 
 def main():
     global SLUICE, MODEL, BASE_URL, TMP
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    args, rest = ap.parse_known_args()
-    SLUICE = os.path.abspath(args.sluice)
+    SLUICE, rest = su.sluice_args()
     MODEL = su.model_dir()
     with tempfile.TemporaryDirectory(prefix="sluice-structured-") as tmp:
         TMP = tmp
@@ -289,14 +285,10 @@ def main():
                                                        "--ctx", "4096"], os.path.join(tmp, "server.log"))
         BASE_URL = f"http://127.0.0.1:{port}/v1"
         try:
-            result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+            result = su.run_tests(rest)
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-        sys.exit(0 if result.wasSuccessful() else 1)
+            su.stop_server(server)
+        su.exit_with(result)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ content is streamed as it comes (several chunks) and adds up to the non-streamed
 Usage: test_tool_syntaxes.py --sluice PATH_TO_SLUICE
 Exits 77 (CTest's skip code) when the openai package is not installed (scripts/python-env.sh installs it).
 """
-import argparse
 import json
 import os
 import subprocess
@@ -194,10 +193,7 @@ class ToolSyntaxTest(unittest.TestCase):
 
 def main():
     global SLUICE, TMP
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", required=True)
-    args, rest = ap.parse_known_args()
-    SLUICE = os.path.abspath(args.sluice)
+    SLUICE, _ = su.sluice_args()
     suite = unittest.TestSuite()
     with tempfile.TemporaryDirectory(prefix="sluice-tools-") as tmp:
         TMP = tmp

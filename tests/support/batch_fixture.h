@@ -15,6 +15,7 @@
 #include "models/synth.h"
 #include "runtime/engine.h"
 #include "scratch_dir.h"
+#include "test_util.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,15 +28,7 @@ namespace fs = std::filesystem;
 inline const fs::path& model_dir() {
     static const fs::path dir = [] {
         fs::path d = scratch_dir("batch_job_model");
-        SynthOptions o;
-        o.like = "kimi-k2";
-        o.layers = 2;
-        o.experts = 8;
-        o.scale_down = 32;
-        o.vocab_size = 512;
-        o.sync = false;
-        o.out_dir = d.string();
-        synth_checkpoint(o);
+        synth_checkpoint(small_k2_options(d.string(), 2, 8, 32));
         return d;
     }();
     return dir;

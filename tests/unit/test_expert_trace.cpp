@@ -46,12 +46,7 @@ void write_sample(const std::string& path) {
 }
 
 std::string error_of(const std::string& path) {
-    try {
-        read_expert_trace(path);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
+    return test::error_of([&] { read_expert_trace(path); });
 }
 
 }  // namespace

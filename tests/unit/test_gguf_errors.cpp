@@ -24,12 +24,7 @@ std::string slurp(const std::string& name) {
 }
 
 std::string parse_error(const std::string& b) {
-    try {
-        parse_gguf(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "f.gguf");
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
+    return test::error_of([&] { parse_gguf(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "f.gguf"); });
 }
 
 template <typename T>

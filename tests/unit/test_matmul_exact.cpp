@@ -32,6 +32,45 @@ std::string label(WeightFormat f, ops::CpuPath p) {
     return std::string(weight_format_name(f)) + " " + std::string(ops::cpu_path_name(p));
 }
 
+// y = w x (n inputs) on the current CPU path against the dequantised weights: check(y, exact, mag, r, i) for every
+// row r and input i, where exact is the double-precision dot product of row r with input i and mag the sum of |w*x|
+// in it. Returns at the first fatal failure.
+template <typename Check>
+void compare_with_dequantised(const Weight& w, const std::vector<float>& x, int64_t n, ThreadPool& pool,
+                              Check&& check) {
+    const int64_t rows = w.rows, cols = w.cols;
+    std::vector<float> y(size_t(n * rows)), wrow(static_cast<size_t>(cols));
+    ops::cpu::matmul(w, x.data(), n, y.data(), pool);
+    for (int64_t r = 0; r < rows; ++r) {
+        ops::ref::dequantize_row(w, r, wrow.data());
+        for (int64_t i = 0; i < n; ++i) {
+            double exact = 0, mag = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+                const double t = double(wrow[size_t(c)]) * double(x[size_t(i * cols + c)]);
+                exact += t;
+                mag += std::fabs(t);
+            }
+            check(double(y[size_t(i * rows + r)]), exact, mag, r, i);
+            if (::testing::Test::HasFatalFailure()) return;
+        }
+    }
+}
+
+// y = w x on the current CPU path for the n inputs as one batch and for each input alone: check(batched, alone, i, r)
+// for every input i and row r. Returns at the first fatal failure.
+template <typename Check>
+void batched_and_alone(const Weight& w, const float* x, int64_t n, ThreadPool& pool, Check&& check) {
+    std::vector<float> all(size_t(n * w.rows)), alone(static_cast<size_t>(w.rows));
+    ops::cpu::matmul(w, x, n, all.data(), pool);
+    for (int64_t i = 0; i < n; ++i) {
+        ops::cpu::matmul(w, x + i * w.cols, 1, alone.data(), pool);
+        for (int64_t r = 0; r < w.rows; ++r) {
+            check(all[size_t(i * w.rows + r)], alone[size_t(r)], i, r);
+            if (::testing::Test::HasFatalFailure()) return;
+        }
+    }
+}
+
 // Positive weights and activations with all 24 mantissa bits in use: truncation errors of an inexact split would
 // all have the same sign and add up instead of cancelling.
 TEST(MatmulExact, FullMantissaActivationsWithinF32Rounding) {
@@ -47,24 +86,12 @@ TEST(MatmulExact, FullMantissaActivationsWithinF32Rounding) {
     for (WeightFormat f : kFormats) {
         const auto q = quantize(src.data(), rows, cols, f);
         const Weight w = q.view();
-        std::vector<float> wrow(static_cast<size_t>(cols));
         for (auto p : ops::available_cpu_paths()) {
             ops::set_cpu_path(p);
-            std::vector<float> y(size_t(n * rows));
-            ops::cpu::matmul(w, x.data(), n, y.data(), pool);
-            for (int64_t r = 0; r < rows; ++r) {
-                ops::ref::dequantize_row(w, r, wrow.data());
-                for (int64_t i = 0; i < n; ++i) {
-                    double exact = 0, mag = 0;
-                    for (int64_t c = 0; c < cols; ++c) {
-                        const double t = double(wrow[size_t(c)]) * double(x[size_t(i * cols + c)]);
-                        exact += t;
-                        mag += std::fabs(t);
-                    }
-                    ASSERT_LE(std::fabs(double(y[size_t(i * rows + r)]) - exact), 2e-6 * mag)
-                        << label(f, p) << " row " << r << " input " << i;
-                }
-            }
+            ASSERT_NO_FATAL_FAILURE(
+                compare_with_dequantised(w, x, n, pool, [&](double y, double exact, double mag, int64_t r, int64_t i) {
+                    ASSERT_LE(std::fabs(y - exact), 2e-6 * mag) << label(f, p) << " row " << r << " input " << i;
+                }));
         }
     }
 }
@@ -80,29 +107,18 @@ TEST(MatmulExact, Mxfp4ExtremeScalesMatchReference) {
     std::vector<uint8_t> data(size_t(rows * cols / 2)), scales(size_t(rows * cols / 32));
     for (auto& b : data) b = uint8_t(rng());
     for (size_t i = 0; i < scales.size(); ++i) scales[i] = exps[rng() % (i % 3 == 0 ? 10 : 7) + (i % 3 == 0 ? 0 : 3)];
-    Weight w;
-    w.format = WeightFormat::MXFP4;
-    w.rows = rows;
-    w.cols = cols;
-    w.data = data.data();
-    w.scales = scales.data();
-    std::vector<float> x(size_t(n * cols)), ref(size_t(n * rows)), wrow(static_cast<size_t>(cols));
+    const Weight w{WeightFormat::MXFP4, rows, cols, data.data(), scales.data()};
+    std::vector<float> x(size_t(n * cols)), ref(size_t(n * rows));
     std::uniform_real_distribution<float> d(-1.0f, 1.0f);
     for (auto& v : x) v = d(rng) * 1e-3f;
     ops::ref::matmul(w, x.data(), n, ref.data());
     for (auto p : ops::available_cpu_paths()) {
         ops::set_cpu_path(p);
-        std::vector<float> y(size_t(n * rows));
-        ops::cpu::matmul(w, x.data(), n, y.data(), pool);
-        for (int64_t r = 0; r < rows; ++r) {
-            ops::ref::dequantize_row(w, r, wrow.data());
-            for (int64_t i = 0; i < n; ++i) {
-                double mag = 0;
-                for (int64_t c = 0; c < cols; ++c) mag += std::fabs(double(wrow[size_t(c)]) * x[size_t(i * cols + c)]);
-                ASSERT_LE(std::fabs(double(y[size_t(i * rows + r)]) - ref[size_t(i * rows + r)]), 1e-5 * mag + 1e-30)
+        ASSERT_NO_FATAL_FAILURE(
+            compare_with_dequantised(w, x, n, pool, [&](double y, double, double mag, int64_t r, int64_t i) {
+                ASSERT_LE(std::fabs(y - ref[size_t(i * rows + r)]), 1e-5 * mag + 1e-30)
                     << ops::cpu_path_name(p) << " row " << r << " input " << i;
-            }
-        }
+            }));
     }
 }
 
@@ -126,28 +142,19 @@ TEST(MatmulExact, Int4ExtremeScalesGiveReferenceWeights) {
         scales[size_t(2 * i)] = uint8_t(v);
         scales[size_t(2 * i + 1)] = uint8_t(v >> 8);
     }
-    Weight w;
-    w.format = WeightFormat::INT4_G32;
-    w.rows = rows;
-    w.cols = cols;
-    w.data = data.data();
-    w.scales = scales.data();
+    const Weight w{WeightFormat::INT4_G32, rows, cols, data.data(), scales.data()};
     std::vector<float> eye(size_t(cols * cols), 0.0f), want(size_t(rows * cols));
     for (int64_t c = 0; c < cols; ++c) eye[size_t(c * cols + c)] = 1.0f;
     for (int64_t r = 0; r < rows; ++r) ops::ref::dequantize_row(w, r, want.data() + r * cols);
     for (auto p : ops::available_cpu_paths()) {
         ops::set_cpu_path(p);
-        std::vector<float> y(size_t(cols * rows)), one(static_cast<size_t>(rows));
-        ops::cpu::matmul(w, eye.data(), cols, y.data(), pool);
-        for (int64_t c = 0; c < cols; ++c) {
-            ops::cpu::matmul(w, eye.data() + c * cols, 1, one.data(), pool);
-            for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_NO_FATAL_FAILURE(
+            batched_and_alone(w, eye.data(), cols, pool, [&](float batched, float alone, int64_t c, int64_t r) {
                 const std::string at = std::string(ops::cpu_path_name(p)) + " row " + std::to_string(r) + " col " +
                                        std::to_string(c);
-                ASSERT_EQ(y[size_t(c * rows + r)], want[size_t(r * cols + c)]) << at;
-                ASSERT_EQ(one[size_t(r)], want[size_t(r * cols + c)]) << at;
-            }
-        }
+                ASSERT_EQ(batched, want[size_t(r * cols + c)]) << at;
+                ASSERT_EQ(alone, want[size_t(r * cols + c)]) << at;
+            }));
     }
 }
 
@@ -180,16 +187,10 @@ TEST(MatmulExact, NibbleNonFiniteScalesSameAloneAndBatched) {
         for (auto& v : x) v = float(int(rng() % 7) - 3) * 0.25f;
         for (auto p : ops::available_cpu_paths()) {
             ops::set_cpu_path(p);
-            std::vector<float> all(size_t(n * rows)), alone(static_cast<size_t>(rows));
-            ops::cpu::matmul(w, x.data(), n, all.data(), pool);
-            for (int64_t i = 0; i < n; ++i) {
-                ops::cpu::matmul(w, x.data() + i * cols, 1, alone.data(), pool);
-                for (int64_t r = 0; r < rows; ++r) {
-                    const float a = alone[size_t(r)], b = all[size_t(i * rows + r)];
-                    EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0)
-                        << label(f, p) << " input " << i << " row " << r << ": " << a << " vs " << b;
-                }
-            }
+            batched_and_alone(w, x.data(), n, pool, [&](float b, float a, int64_t i, int64_t r) {
+                EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0)
+                    << label(f, p) << " input " << i << " row " << r << ": " << a << " vs " << b;
+            });
         }
     }
 }

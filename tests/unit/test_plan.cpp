@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "plan/model_shape.h"
 #include "plan/projection.h"
@@ -13,14 +14,7 @@ using namespace sluice;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+using test::error_of;
 
 // 2 MoE layers of 4 experts (top 1) of 1 MB; 2 MB of bf16 spine matrices; no head.
 ModelShape toy() {

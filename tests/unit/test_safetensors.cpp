@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "../support/st_builder.h"
+#include "../support/test_util.h"
 #include "core/error.h"
 #include "formats/checkpoint.h"
 #include "formats/safetensors.h"
@@ -12,12 +13,9 @@ using namespace sluice::test;
 
 namespace {
 std::string parse_error(const std::string& bytes) {
-    try {
+    return test::error_of([&] {
         parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "f.safetensors");
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
+    });
 }
 }  // namespace
 

@@ -65,6 +65,17 @@ SynthOptions small(const std::string& like, const std::string& dtype, const fs::
     return o;
 }
 
+// A release's full size (to plan, never written): its layers, experts and vocabulary (the default is the synthetic
+// tokenizer's 512), nothing scaled down.
+SynthOptions full_size(const std::string& like, int64_t layers, int64_t experts, int64_t vocab_size) {
+    SynthOptions o = small(like, "", temp_dir("unused"));
+    o.layers = layers;
+    o.experts = experts;
+    o.scale_down = 1;
+    o.vocab_size = vocab_size;
+    return o;
+}
+
 }  // namespace
 
 TEST(SafetensorsWriter, RoundTripsThroughReader) {
@@ -494,11 +505,7 @@ TEST(Synth, Qwen3MoeAndMixtralLoadAndRun) {
 
 TEST(Synth, GptOssMxfp4PlanAndLoad) {
     // Full gpt-oss-20b dimensions (planned only): hidden 2880, 64/8 heads of 64, vocab 201088, 32 experts top-4.
-    SynthOptions full = small("gpt-oss", "", temp_dir("unused"));
-    full.layers = 24;
-    full.experts = 32;
-    full.scale_down = 1;
-    full.vocab_size = 201088;  // the release's (the default is the synthetic tokenizer's 512)
+    SynthOptions full = full_size("gpt-oss", 24, 32, 201088);
     const SynthPlan plan = plan_synth(full);
     EXPECT_EQ(plan.dtype, SynthDType::Mxfp4);
     EXPECT_EQ(plan.dims.hidden_size, 2880);
@@ -544,11 +551,7 @@ TEST(Synth, GptOssMxfp4PlanAndLoad) {
 // Kimi Linear: the release's dimensions and layer schedule at full size (planned only), and a scaled-down folder
 // that loads through KimiLinearForCausalLM, runs with finite logits and streams experts to the same bits.
 TEST(Synth, KimiLinearPlanLoadAndRun) {
-    SynthOptions full = small("kimi-linear", "", temp_dir("unused"));
-    full.layers = 27;
-    full.experts = 256;
-    full.scale_down = 1;
-    full.vocab_size = 163840;  // the release's
+    SynthOptions full = full_size("kimi-linear", 27, 256, 163840);
     const SynthPlan plan = plan_synth(full);
     EXPECT_EQ(plan.dims.hidden_size, 2304);
     EXPECT_EQ(plan.dims.vocab_size, 163840);

@@ -8,11 +8,9 @@ takes the same discrete decisions. See tools/reference/README.md for the verifie
 
 Usage:  python3 tools/reference/make_deepseek_fixtures.py [--out DIR] [--only NAME ...]
 """
-import argparse
 import copy
 import json
 import math
-import shutil
 import sys
 import tempfile
 from collections import OrderedDict
@@ -24,6 +22,10 @@ import transformers
 from safetensors.torch import save_file
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as mdv3
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_common import (computed_note, fresh_dir, full_logits, greedy, load_eager_config,  # noqa: E402,F401
+                            random_fillers, run_fixtures, write_reference)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 N_GREEDY = 12
@@ -179,10 +181,7 @@ def transformers5_config(spec):
 
 def load_written_config(out_dir):
     """The reference always reads back the config.json that was written, so it sees what an engine sees."""
-    cfg = DeepseekV3Config.from_json_file(str(out_dir / "config.json"))
-    cfg._attn_implementation = "eager"
-    cfg._experts_implementation = "eager"
-    return cfg
+    return load_eager_config(DeepseekV3Config, out_dir)
 
 
 def build_model(cfg):
@@ -201,11 +200,7 @@ def init_weights(model, cfg, gen):
     """Deterministic random weights scaled so attention and routing are far from uniform."""
     H = cfg.hidden_size
 
-    def normal(t, std):
-        t.copy_(torch.randn(t.shape, generator=gen, dtype=torch.float32) * std)
-
-    def uniform(t, lo, hi):
-        t.copy_(lo + (hi - lo) * torch.rand(t.shape, generator=gen, dtype=torch.float32))
+    normal, uniform = random_fillers(gen)
 
     with torch.no_grad():
         for name, p in model.named_parameters():  # tied parameters appear once
@@ -307,27 +302,6 @@ def save_weights(out_dir, tensors, weight_dtype, n_shards):
 # ---------------------------------------------------------------------------------------------------------------
 # Reference computations
 # ---------------------------------------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def full_logits(model, ids):
-    out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
-    return out.logits[0].to(torch.float32)
-
-
-@torch.no_grad()
-def greedy(model, ids, n):
-    """Plain loop recomputing the whole sequence each step (no KV cache). Returns tokens and top1-top2 gaps."""
-    seq = list(ids)
-    toks, gaps = [], []
-    for _ in range(n):
-        logits = full_logits(model, seq)[-1]
-        top2 = torch.topk(logits, 2).values
-        tok = int(torch.argmax(logits))
-        gaps.append(float(top2[0] - top2[1]))
-        toks.append(tok)
-        seq.append(tok)
-    return toks, gaps
 
 
 def route_numpy(logits, bias, n_group, topk_group, top_k, norm_topk_prob, scaling):
@@ -520,10 +494,7 @@ def write_config_and_model(spec, out_dir, seed):
 
 def make_fixture(spec, out_root):
     name = spec["name"]
-    out_dir = out_root / name
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
+    out_dir = fresh_dir(out_root, name)
     vocab = spec["arch"]["vocab_size"]
     pgen = torch.Generator().manual_seed(spec["seed"] + 17)
     ids = torch.randint(2, vocab, (spec["n_ids"],), generator=pgen).tolist()
@@ -575,20 +546,15 @@ def make_fixture(spec, out_root):
     assert abs(loaded.model.layers[0].self_attn.scaling - softmax_scale) < 1e-12
     peak = attention_peakedness(loaded, ids)
 
-    np.save(out_dir / "ref_logits.npy", ref.numpy().astype(np.float32))
-    np.save(out_dir / "ref_logits_b.npy", ref_b.numpy().astype(np.float32))
-    ref_json = OrderedDict(
-        ids=ids, greedy=toks, ids_b=ids_b, greedy_b=toks_b,
+    write_reference(
+        out_dir, ref, ref_b, ids, toks, ids_b, toks_b,
         reference=f"transformers {transformers.__version__} DeepseekV3ForCausalLM float32",
-        notes=spec["notes"] + (
-            f" Computed on CPU in float32 with attn_implementation=eager, experts_implementation=eager, "
-            f"torch {torch.__version__.split('+')[0]}; greedy = {N_GREEDY} argmax steps recomputing the full "
-            f"sequence (no KV cache, no EOS stop). Weight seed {seed}. Rope cos/sin factor {attn_factor:.9g}, "
+        notes=spec["notes"] + computed_note(N_GREEDY) + (
+            f" Weight seed {seed}. Rope cos/sin factor {attn_factor:.9g}, "
             f"softmax scale {softmax_scale:.9g}. Min routing margin {min_route:.3g} (biased sigmoid score units), "
             f"min greedy top1-top2 gap {min(gaps + gaps_b):.3g}; e_score_correction_bias changes the expert set of "
             f">= {bias_frac:.0%} of (token, layer) pairs."),
     )
-    (out_dir / "ref.json").write_text(json.dumps(ref_json, indent=1) + "\n")
 
     files = sorted(p.name for p in out_dir.iterdir())
     size = sum(p.stat().st_size for p in out_dir.iterdir())
@@ -602,24 +568,8 @@ def make_fixture(spec, out_root):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "data" / "fixtures")
-    ap.add_argument("--only", nargs="*", help="fixture names to (re)build")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}")
-    verify_rope_interleave()
-    verify_lora_norm_eps()
-    verify_save_pretrained_names()
-    names = {s["name"] for s in FIXTURES}
-    for n in args.only or []:
-        if n not in names:
-            sys.exit(f"unknown fixture {n}; known: {sorted(names)}")
-    for spec in FIXTURES:
-        if args.only and spec["name"] not in args.only:
-            continue
-        make_fixture(spec, args.out)
+    run_fixtures(__doc__, FIXTURES, make_fixture,
+                 checks=(verify_rope_interleave, verify_lora_norm_eps, verify_save_pretrained_names))
 
 
 if __name__ == "__main__":

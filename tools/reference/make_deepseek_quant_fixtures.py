@@ -16,9 +16,7 @@ computed in the scale's dtype, so rounded to bf16), and checks its writing by re
 reader into a fresh model built from the written config.json, demanding bit-identical logits.
 Usage:  python3 tools/reference/make_deepseek_quant_fixtures.py [--out DIR] [--only NAME ...]
 """
-import argparse
 import json
-import shutil
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -31,6 +29,7 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_deepseek_fixtures as mdf  # noqa: E402
+from fixture_common import fresh_dir, run_fixtures, write_reference  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -247,10 +246,7 @@ def build_quantised(spec, out_dir, seed):
 
 def make_fixture(spec, out_root):
     name = spec["name"]
-    out_dir = out_root / name
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
+    out_dir = fresh_dir(out_root, name)
     write_config(spec, out_dir)
     vocab = spec["arch"]["vocab_size"]
     pgen = torch.Generator().manual_seed(spec["seed"] + 17)
@@ -284,10 +280,8 @@ def make_fixture(spec, out_root):
               and (t.shape[0] % 128 or t.shape[1] % 128)]
     assert spec["quant"] != "fp8" or len(ragged) == n_q, "every FP8 weight should have ragged blocks here"
 
-    np.save(out_dir / "ref_logits.npy", ref.numpy().astype(np.float32))
-    np.save(out_dir / "ref_logits_b.npy", ref_b.numpy().astype(np.float32))
-    ref_json = OrderedDict(
-        ids=ids, greedy=toks, ids_b=ids_b, greedy_b=toks_b,
+    write_reference(
+        out_dir, ref, ref_b, ids, toks, ids_b, toks_b,
         reference=f"transformers {transformers.__version__} DeepseekV3ForCausalLM float32 on dequantised weights",
         notes=spec["notes"] + (
             f" Reference: transformers' DeepseekV3ForCausalLM (eager, float32, CPU, torch "
@@ -297,7 +291,6 @@ def make_fixture(spec, out_root):
             f"{mdf.N_GREEDY} argmax steps recomputing the full sequence. Weight seed {seed}. Min routing margin "
             f"{min_route:.3g}, min greedy gap {min(gaps + gaps_b):.3g}."),
     )
-    (out_dir / "ref.json").write_text(json.dumps(ref_json, indent=1) + "\n")
     for p in out_dir.iterdir():
         p.chmod(0o644)
     size = sum(p.stat().st_size for p in out_dir.iterdir())
@@ -306,21 +299,7 @@ def make_fixture(spec, out_root):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "data" / "fixtures")
-    ap.add_argument("--only", nargs="*", help="fixture names to (re)build")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}")
-    names = {s["name"] for s in FIXTURES}
-    for n in args.only or []:
-        if n not in names:
-            sys.exit(f"unknown fixture {n}; known: {sorted(names)}")
-    for spec in FIXTURES:
-        if args.only and spec["name"] not in args.only:
-            continue
-        make_fixture(spec, args.out)
+    run_fixtures(__doc__, FIXTURES, make_fixture)
 
 
 if __name__ == "__main__":

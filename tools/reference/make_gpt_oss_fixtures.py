@@ -13,10 +13,8 @@ Seeds are searched so that routing (top-k cut on router logits) and greedy argma
 clamp of the SwiGLU (limit 7) is active on some values, sinks are non-zero and the prompts run past the sliding
 window. Usage:  python3 tools/reference/make_gpt_oss_fixtures.py [--out DIR] [--only NAME ...]
 """
-import argparse
 import json
 import math
-import shutil
 import sys
 from collections import OrderedDict
 from pathlib import Path
@@ -27,6 +25,10 @@ import transformers
 from safetensors.torch import save_file
 from transformers import GptOssConfig, GptOssForCausalLM, Mxfp4Config
 from transformers.models.gpt_oss import modeling_gpt_oss as mgo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_common import (fresh_dir, full_logits, greedy, load_eager_config, run_fixtures,  # noqa: E402
+                            write_reference)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 N_GREEDY = 12
@@ -135,10 +137,7 @@ def dequantize_mxfp4(blocks, scales):
 
 
 def load_written_config(out_dir):
-    cfg = GptOssConfig.from_json_file(str(out_dir / "config.json"))
-    cfg._attn_implementation = "eager"
-    cfg._experts_implementation = "eager"
-    return cfg
+    return load_eager_config(GptOssConfig, out_dir)
 
 
 def bf16(t):
@@ -221,26 +220,6 @@ def hub_state_dict(model, packed):
 
 
 @torch.no_grad()
-def full_logits(model, ids):
-    out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
-    return out.logits[0].to(torch.float32)
-
-
-@torch.no_grad()
-def greedy(model, ids, n):
-    seq = list(ids)
-    toks, gaps = [], []
-    for _ in range(n):
-        logits = full_logits(model, seq)[-1]
-        top2 = torch.topk(logits, 2).values
-        tok = int(torch.argmax(logits))
-        gaps.append(float(top2[0] - top2[1]))
-        toks.append(tok)
-        seq.append(tok)
-    return toks, gaps
-
-
-@torch.no_grad()
 def routing_and_clamp_report(model, cfg, ids):
     """Min gap at the top-k cut of router logits, and the fraction of gate/up values the SwiGLU clamp changes."""
     margins, clamped, total = [], 0, 0
@@ -283,10 +262,7 @@ def verify_transformers_facts(model, cfg):
 
 def make_fixture(spec, out_root):
     name = spec["name"]
-    out_dir = out_root / name
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
+    out_dir = fresh_dir(out_root, name)
     (out_dir / "config.json").write_text(json.dumps(hub_config(spec), indent=2) + "\n")
     cfg = load_written_config(out_dir)
     vocab = cfg.vocab_size
@@ -333,11 +309,9 @@ def make_fixture(spec, out_root):
     toks_bl, _ = greedy(loaded, ids_b, N_GREEDY)
     assert toks_l == toks and toks_bl == toks_b
 
-    np.save(out_dir / "ref_logits.npy", ref.numpy().astype(np.float32))
-    np.save(out_dir / "ref_logits_b.npy", ref_b.numpy().astype(np.float32))
     sinks = loaded.model.layers[0].self_attn.sinks
-    ref_json = OrderedDict(
-        ids=ids, greedy=toks, ids_b=ids_b, greedy_b=toks_b,
+    write_reference(
+        out_dir, ref, ref_b, ids, toks, ids_b, toks_b,
         reference=f"transformers {transformers.__version__} GptOssForCausalLM float32 (MXFP4 dequantised on load)",
         notes=spec["notes"] + (
             f" Computed on CPU in float32 with attn_implementation=eager, experts_implementation=eager, torch "
@@ -347,28 +321,13 @@ def make_fixture(spec, out_root):
             f"margin {min(ma, mb):.3g}, min greedy gap {min(gaps + gaps_b):.3g}, SwiGLU clamp active on "
             f"{min(ca, cb):.1%} of gate/up values; layer-0 sinks {[round(float(s), 3) for s in sinks]}."),
     )
-    (out_dir / "ref.json").write_text(json.dumps(ref_json, indent=1) + "\n")
     size = sum(p.stat().st_size for p in out_dir.iterdir())
     print(f"[{name}] seed {seed} (attempt {attempt + 1}); {size / 1e6:.2f} MB; greedy a={toks} b={toks_b}; "
           f"route margin {min(ma, mb):.2e}; greedy gap {min(gaps + gaps_b):.3f}; clamp {min(ca, cb):.1%}")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "data" / "fixtures")
-    ap.add_argument("--only", nargs="*", help="fixture names to (re)build")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}")
-    names = {s["name"] for s in FIXTURES}
-    for n in args.only or []:
-        if n not in names:
-            sys.exit(f"unknown fixture {n}; known: {sorted(names)}")
-    for spec in FIXTURES:
-        if args.only and spec["name"] not in args.only:
-            continue
-        make_fixture(spec, args.out)
+    run_fixtures(__doc__, FIXTURES, make_fixture)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ from safetensors.torch import save_file
 import transformers
 from transformers import KimiLinearConfig, KimiLinearForCausalLM
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_common import greedy_steps  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "data" / "fixtures"
 
@@ -146,14 +149,7 @@ def full_logits(model, ids):
 
 
 def greedy(model, ids, n):
-    seq, toks, gaps = list(ids), [], []
-    for _ in range(n):
-        logits = full_logits(model, seq)[-1]
-        top2 = torch.topk(logits, 2).values
-        gaps.append(float(top2[0] - top2[1]))
-        toks.append(int(torch.argmax(logits)))
-        seq.append(toks[-1])
-    return toks, gaps
+    return greedy_steps(lambda seq: full_logits(model, seq), ids, n)
 
 
 def routing_margins(model, ids):

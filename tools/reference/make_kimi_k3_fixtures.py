@@ -31,6 +31,9 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_common import greedy_steps  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "data" / "fixtures"
 PFX = "language_model.model."
@@ -343,14 +346,7 @@ def make_weights(s, gen):
 
 
 def greedy(ref, ids, n):
-    seq, toks, gaps = list(ids), [], []
-    for _ in range(n):
-        logits = ref.forward(seq)[-1]
-        top2 = torch.topk(logits, 2).values
-        gaps.append(float(top2[0] - top2[1]))
-        toks.append(int(torch.argmax(logits)))
-        seq.append(toks[-1])
-    return toks, gaps
+    return greedy_steps(ref.forward, ids, n)
 
 
 def rel(a, b):

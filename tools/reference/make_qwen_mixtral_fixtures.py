@@ -9,13 +9,11 @@ in-memory model. See tools/reference/README.md for the verified transformers fac
 
 Usage:  python3 tools/reference/make_qwen_mixtral_fixtures.py [--out DIR] [--only NAME ...]
 """
-import argparse
 import json
 import math
 import shutil
 import sys
 import tempfile
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +21,10 @@ import torch
 import transformers
 from safetensors import safe_open
 from transformers import MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture_common import (computed_note, fresh_dir, full_logits, greedy, load_eager_config,  # noqa: E402
+                            random_fillers, run_fixtures, write_reference)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 N_GREEDY = 12
@@ -108,22 +110,14 @@ def write_config(spec, out_dir):
 
 
 def load_written_config(spec, out_dir):
-    cfg_cls, _ = CLASSES[spec["family"]]
-    cfg = cfg_cls.from_json_file(str(out_dir / "config.json"))
-    cfg._attn_implementation = "eager"
-    cfg._experts_implementation = "eager"
-    return cfg
+    return load_eager_config(CLASSES[spec["family"]][0], out_dir)
 
 
 def init_weights(model, cfg, gen):
     """Deterministic random weights scaled so attention and routing are far from uniform."""
     H = cfg.hidden_size
 
-    def normal(t, std):
-        t.copy_(torch.randn(t.shape, generator=gen, dtype=torch.float32) * std)
-
-    def uniform(t, lo, hi):
-        t.copy_(lo + (hi - lo) * torch.rand(t.shape, generator=gen, dtype=torch.float32))
+    normal, uniform = random_fillers(gen)
 
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -170,24 +164,6 @@ def build_model(spec, cfg, seed):
 # ---------------------------------------------------------------------------------------------------------------
 # Reference computations and checks
 # ---------------------------------------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def full_logits(model, ids):
-    return model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False).logits[0].to(torch.float32)
-
-
-@torch.no_grad()
-def greedy(model, ids, n):
-    """Plain loop recomputing the whole sequence each step (no KV cache). Returns tokens and top1-top2 gaps."""
-    seq, toks, gaps = list(ids), [], []
-    for _ in range(n):
-        logits = full_logits(model, seq)[-1]
-        top2 = torch.topk(logits, 2).values
-        toks.append(int(torch.argmax(logits)))
-        gaps.append(float(top2[0] - top2[1]))
-        seq.append(toks[-1])
-    return toks, gaps
 
 
 def route_numpy(logits, top_k, renorm):
@@ -283,10 +259,7 @@ def expected_hub_names(spec, cfg):
 
 def make_fixture(spec, out_root):
     name = spec["name"]
-    out_dir = out_root / name
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
+    out_dir = fresh_dir(out_root, name)
     write_config(spec, out_dir)
     cfg = load_written_config(spec, out_dir)
     vocab = cfg.vocab_size
@@ -349,19 +322,14 @@ def make_fixture(spec, out_root):
         assert diff > 1e-2, f"{name}: sliding window has no effect ({diff})"
     peak = attention_peakedness(loaded, ids)
 
-    np.save(out_dir / "ref_logits.npy", ref.numpy().astype(np.float32))
-    np.save(out_dir / "ref_logits_b.npy", ref_b.numpy().astype(np.float32))
-    ref_json = OrderedDict(
-        ids=ids, greedy=toks, ids_b=ids_b, greedy_b=toks_b,
+    write_reference(
+        out_dir, ref, ref_b, ids, toks, ids_b, toks_b,
         reference=f"transformers {transformers.__version__} {model_cls.__name__} float32",
-        notes=spec["notes"] + (
-            f" Computed on CPU in float32 with attn_implementation=eager, experts_implementation=eager, "
-            f"torch {torch.__version__.split('+')[0]}; greedy = {N_GREEDY} argmax steps recomputing the full "
-            f"sequence (no KV cache, no EOS stop). Weight seed {seed}. {n_moe} MoE layers. Min router top-k logit "
+        notes=spec["notes"] + computed_note(N_GREEDY) + (
+            f" Weight seed {seed}. {n_moe} MoE layers. Min router top-k logit "
             f"gap {min_route:.3g}, min greedy top1-top2 gap {min_gap:.3g}, mean max attention probability "
             f"{peak:.2f}."),
     )
-    (out_dir / "ref.json").write_text(json.dumps(ref_json, indent=1) + "\n")
     size = sum(p.stat().st_size for p in out_dir.iterdir())
     print(f"[{name}] seed {seed} (attempt {attempt + 1}); {size / 1e6:.2f} MB; max|logit| {ref.abs().max():.2f}; "
           f"greedy a={toks} b={toks_b}; route margin {min_route:.2e}; greedy gap {min_gap:.3f}; peak {peak:.2f}"
@@ -369,21 +337,7 @@ def make_fixture(spec, out_root):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "data" / "fixtures")
-    ap.add_argument("--only", nargs="*", help="fixture names to (re)build")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    print(f"transformers {transformers.__version__}, torch {torch.__version__}, numpy {np.__version__}")
-    verify_sliding_window_semantics()
-    names = {s["name"] for s in FIXTURES}
-    for n in args.only or []:
-        if n not in names:
-            sys.exit(f"unknown fixture {n}; known: {sorted(names)}")
-    for spec in FIXTURES:
-        if not args.only or spec["name"] in args.only:
-            make_fixture(spec, args.out)
+    run_fixtures(__doc__, FIXTURES, make_fixture, checks=(verify_sliding_window_semantics,))
 
 
 if __name__ == "__main__":
