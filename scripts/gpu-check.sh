@@ -16,7 +16,7 @@ mkdir -p "$out"
 [ "${SLUICE_SKIP_DEPS:-0}" = 1 ] || bash scripts/install-deps.sh || exit 1
 # shellcheck disable=SC2086
 cmake --preset release -DSLUICE_CUDA=ON ${SLUICE_CMAKE_ARGS:-} >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build --preset release -j "$(nproc)" --target sluice op_harness test_fixtures test_trained_model test_engine \
+cmake --build --preset release -j "$(nproc)" --target sluice op_harness test_fixtures test_trained_model test_engine test_engine_requests \
     >"$out/build.log" 2>&1 || { grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
 B=build/release/bin
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -49,6 +49,7 @@ step op_harness "$B/op_harness" --backend cuda --perf || fail=1
 step fixtures_cuda env SLUICE_DEVICE=cuda "$B/test_fixtures" || fail=1
 step trained_model_cuda env SLUICE_DEVICE=cuda "$B/test_trained_model" || fail=1
 step engine_cuda env SLUICE_DEVICE=cuda "$B/test_engine" || fail=1
+step engine_requests_cuda env SLUICE_DEVICE=cuda "$B/test_engine_requests" || fail=1
 
 if [ "${SLUICE_BENCH_SLICE:-1}" = 1 ]; then
     slice="$out/k3-slice"
