@@ -190,4 +190,20 @@ std::shared_ptr<const StateLayout> kimi_state_layout(const KimiConfig& c) {
 }
 
 
+void kimi_attention_forward(int64_t il, bool mla, const MlaConfig& mla_cfg, const MlaWeights& attn,
+                            const KdaConfig& kda_cfg, const KdaWeights& kda, KdaForm form, const float* h, int64_t n,
+                            const Batch& batch, std::span<SequenceState* const> seqs,
+                            const std::map<int32_t, std::vector<int64_t>>& rows_of, float* y, ExecContext& ctx) {
+    if (mla) {
+        const Rope no_rope;
+        std::vector<MlaSeqRows> sr;
+        for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
+        mla_forward(mla_cfg, attn, no_rope, h, n, batch.positions.data(), sr, y, ctx);
+    } else {
+        std::vector<KdaSeqRows> sr;
+        for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
+        kda_forward(kda_cfg, kda, h, n, sr, y, ctx, form);
+    }
+}
+
 }  // namespace sluice

@@ -109,25 +109,12 @@ public:
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        auto pass = ctx.begin_pass(n);
-        float* x = ctx.arena().f32(n * d);
-        float* h = ctx.arena().f32(n * d);
-        float* y = ctx.arena().f32(n * d);
-        embed_rows(embed_, batch, d, x);
-        const Rope no_rope;
+        auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
             ops::rms_norm(x, L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h);
-            if (L.mla) {
-                std::vector<MlaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx);
-            } else {
-                std::vector<KdaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h, n, sr, y, ctx, form_);
-            }
+            kimi_attention_forward(il, L.mla, mla_, L.attn, kda_, L.kda, form_, h, n, batch, seqs, rows_of, y, ctx);
             ops::add(x, y, n * d, x);
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
@@ -135,10 +122,7 @@ public:
                                     h, n, d, y, ctx);
             ops::add(x, y, n * d, x);
         }
-        append_rows(batch, seqs, rows_of);
-
-        experts_.end_layers();
-        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx, logits);
+        finish_pass(ctx, batch, seqs, rows_of, x, d, float(c.rms_norm_eps), logits);
     }
 
     uint64_t activation_bytes(int64_t rows) const override {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/expert_setup.h"
+#include "models/forward_common.h"
 #include "models/model.h"
 #include "models/weights.h"
 #include "ops/exec_context.h"
@@ -54,6 +55,16 @@ protected:
         experts_ = setup_experts(ck, std::move(experts), opt, spine_bytes, state,
                                  [&](int64_t rows) { return act_bytes(rows, look_ahead); }, std::move(spine));
         info_.expert_bytes = experts_.expert_bytes;
+    }
+
+    // A pass's end, after its layers: the sequences' tokens recorded, the experts' layers closed, and the logits of
+    // the final residual stream x [n, d].
+    void finish_pass(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                     const std::map<int32_t, std::vector<int64_t>>& rows_of, const float* x, int64_t d, float eps,
+                     std::vector<float>& logits) {
+        append_rows(batch, seqs, rows_of);
+        experts_.end_layers();
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx, logits);
     }
 
     ExecOptions exec_;
