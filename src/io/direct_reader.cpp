@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <set>
 
@@ -54,17 +55,8 @@ int open_direct(const std::string& path, bool* direct_refused, std::string* erro
 }  // namespace
 
 const char* backend_name(Backend b) {
-    switch (b) {
-        case Backend::Auto:
-            return "auto";
-        case Backend::Uring:
-            return "uring";
-        case Backend::Pread:
-            return "pread";
-        case Backend::Buffered:
-            return "buffered";
-    }
-    return "?";
+    static constexpr const char* kNames[] = {"auto", "uring", "pread", "buffered"};  // in Backend's order
+    return size_t(b) < std::size(kNames) ? kNames[size_t(b)] : "?";
 }
 
 Backend parse_backend(const std::string& name) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -200,17 +201,8 @@ ReadProbeResult probe_mmap(const ReadProbeOptions& o) {
 }  // namespace
 
 const char* probe_method_name(ProbeMethod m) {
-    switch (m) {
-        case ProbeMethod::Uring:
-            return "uring";
-        case ProbeMethod::Pread:
-            return "pread";
-        case ProbeMethod::Buffered:
-            return "buffered";
-        case ProbeMethod::Mmap:
-            return "mmap";
-    }
-    return "?";
+    static constexpr const char* kNames[] = {"uring", "pread", "buffered", "mmap"};  // in ProbeMethod's order
+    return size_t(m) < std::size(kNames) ? kNames[size_t(m)] : "?";
 }
 
 ProbeMethod parse_probe_method(const std::string& name) {

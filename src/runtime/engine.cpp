@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -16,21 +17,9 @@
 namespace sluice {
 
 const char* to_string(FinishReason r) {
-    switch (r) {
-        case FinishReason::none:
-            return "";
-        case FinishReason::stop:
-            return "stop";
-        case FinishReason::length:
-            return "length";
-        case FinishReason::cancelled:
-            return "cancelled";
-        case FinishReason::error:
-            return "error";
-        case FinishReason::unsatisfiable:
-            return "schema_unsatisfiable";
-    }
-    return "";
+    // in FinishReason's order
+    static constexpr const char* kNames[] = {"", "stop", "length", "cancelled", "error", "schema_unsatisfiable"};
+    return size_t(r) < std::size(kNames) ? kNames[size_t(r)] : "";
 }
 
 Engine::Engine(Model& model, const EngineOptions& options)
