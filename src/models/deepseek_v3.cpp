@@ -158,14 +158,9 @@ public:
         finish_pass(ctx, batch, seqs, rows_of, x, d, float(c.rms_norm_eps), logits);
     }
 
-    uint64_t activation_bytes(int64_t rows) const override {
-        return deepseek_v3_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
-    }
-
 private:
     void fill_info() {
-        int64_t n_moe = 0;
-        for (const auto& L : layers_) n_moe += L.ffn.moe ? 1 : 0;
+        const int64_t n_moe = std::count_if(layers_.begin(), layers_.end(), [](const Layer& L) { return L.ffn.moe; });
         fill_model_info(info_, ck_, "DeepseekV3ForCausalLM", cfg_.model_type, cfg_, n_moe);
     }
 

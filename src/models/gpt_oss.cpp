@@ -169,8 +169,6 @@ public:
         finish_pass(ctx, batch, seqs, rows_of, x, d, eps, logits);
     }
 
-    uint64_t activation_bytes(int64_t rows) const override { return activation_bytes_of(cfg_, rows); }
-
     // x, h, y for the pass; then the largest of one layer's attention, its MoE and the head.
     static uint64_t activation_bytes_of(const GptOssConfig& c, int64_t rows) {
         using A = ScratchArena;

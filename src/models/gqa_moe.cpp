@@ -139,8 +139,6 @@ public:
         finish_pass(ctx, batch, seqs, rows_of, x, d, eps, logits);
     }
 
-    uint64_t activation_bytes(int64_t rows) const override { return gqa_moe_activation_bytes(cfg_, rows); }
-
 private:
     void fill_info() {
         const auto& c = cfg_;

@@ -174,10 +174,6 @@ public:
         finish_pass(ctx, batch, seqs, rows_of, t, d, eps, logits);
     }
 
-    uint64_t activation_bytes(int64_t rows) const override {
-        return kimi_k3_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
-    }
-
     // The tap is p after the layer's FFN: the raw running sum since the last block snapshot (the AttnRes stream's
     // prefix sum, not an AttnRes blend), as deltafin's DSpark capture takes it (K3 digest 9.3 step 1).
     void set_hidden_taps(std::vector<int64_t> layer_ids) override {
@@ -220,8 +216,7 @@ private:
     }
 
     void fill_info() {
-        int64_t n_moe = 0;
-        for (const auto& L : layers_) n_moe += L.moe ? 1 : 0;
+        const int64_t n_moe = std::count_if(layers_.begin(), layers_.end(), [](const Layer& L) { return L.moe; });
         fill_model_info(info_, ck_, "KimiK3ForConditionalGeneration", "kimi_k3", cfg_, n_moe);
     }
 
