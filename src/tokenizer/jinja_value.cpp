@@ -206,40 +206,13 @@ void Dict::set(const Value& key, Value value) {
     }
 }
 
-Value Value::undefined(std::string what) {
-    Value v;
-    v.s = std::move(what);
-    return v;
-}
-Value Value::none() {
-    Value v;
-    v.kind = Kind::None;
-    return v;
-}
-Value Value::boolean(bool b) {
-    Value v;
-    v.kind = Kind::Bool;
-    v.b = b;
-    return v;
-}
-Value Value::integer(int64_t i) {
-    Value v;
-    v.kind = Kind::Int;
-    v.i = i;
-    return v;
-}
-Value Value::number(double f) {
-    Value v;
-    v.kind = Kind::Float;
-    v.f = f;
-    return v;
-}
-Value Value::string(std::string s) {
-    Value v;
-    v.kind = Kind::String;
-    v.s = std::move(s);
-    return v;
-}
+Value Value::undefined(std::string what) { return {.s = std::move(what)}; }
+Value Value::none() { return {.kind = Kind::None}; }
+Value Value::boolean(bool b) { return {.kind = Kind::Bool, .b = b}; }
+Value Value::integer(int64_t i) { return {.kind = Kind::Int, .i = i}; }
+Value Value::number(double f) { return {.kind = Kind::Float, .f = f}; }
+Value Value::string(std::string s) { return {.kind = Kind::String, .s = std::move(s)}; }
+
 namespace {
 thread_local ContainerArena* t_arena = nullptr;
 }  // namespace
