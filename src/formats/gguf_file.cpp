@@ -2,8 +2,8 @@
 // typed getters, tensor bytes and Weight views).
 #include <charconv>
 #include <cstring>
-#include <iterator>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 
@@ -60,7 +60,7 @@ std::string_view gguf_type_name(GgufType t) {
     // in GgufType's order (its values 0..12)
     static constexpr const char* kNames[] = {"u8",  "i8",   "u16",    "i16",   "u32", "i32", "f32",
                                              "bool", "string", "array", "u64", "i64", "f64"};
-    return size_t(t) < std::size(kNames) ? kNames[size_t(t)] : "?";
+    return enum_name(kNames, t);
 }
 
 bool GgufValue::is_integer() const {

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <iterator>
 #include <mutex>
 #include <set>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/os_io.h"
@@ -52,18 +52,13 @@ int open_direct(const std::string& path, bool* direct_refused, std::string* erro
     return fd;
 }
 
+constexpr const char* kBackendNames[] = {"auto", "uring", "pread", "buffered"};  // in Backend's order
+
 }  // namespace
 
-const char* backend_name(Backend b) {
-    static constexpr const char* kNames[] = {"auto", "uring", "pread", "buffered"};  // in Backend's order
-    return size_t(b) < std::size(kNames) ? kNames[size_t(b)] : "?";
-}
+const char* backend_name(Backend b) { return enum_name(kBackendNames, b); }
 
-Backend parse_backend(const std::string& name) {
-    for (Backend b : {Backend::Auto, Backend::Uring, Backend::Pread, Backend::Buffered})
-        if (name == backend_name(b)) return b;
-    fail("unknown I/O backend '", name, "' (expected auto, uring, pread or buffered)");
-}
+Backend parse_backend(const std::string& name) { return parse_enum<Backend>(kBackendNames, name, "I/O backend"); }
 
 DirectReader::DirectReader(std::vector<std::string> paths, ReaderOptions options)
     : paths_(std::move(paths)), options_(options) {

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <iterator>
 #include <unordered_map>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -19,7 +19,7 @@ namespace sluice {
 const char* to_string(FinishReason r) {
     // in FinishReason's order
     static constexpr const char* kNames[] = {"", "stop", "length", "cancelled", "error", "schema_unsatisfiable"};
-    return size_t(r) < std::size(kNames) ? kNames[size_t(r)] : "";
+    return enum_name(kNames, r, "");
 }
 
 Engine::Engine(Model& model, const EngineOptions& options)
