@@ -45,12 +45,7 @@ public:
         router_ = c.router();
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
-        if (ck_.has("lm_head.weight"))
-            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
-        else if (c.tie_word_embeddings)
-            lm_head_ = embed_;
-        else
-            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+        lm_head_ = bind_lm_head(ck_, dir, embed_, c.vocab_size, d, c.tie_word_embeddings);
         std::vector<std::vector<ExpertWeights>> experts(size_t(c.num_hidden_layers));
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             const std::string p = "model.layers." + std::to_string(il) + ".";
