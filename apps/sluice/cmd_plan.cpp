@@ -64,13 +64,8 @@ void run_plan(const PlanArgs& a) {
     mc.device = a.device;
     mc.threads = a.threads;
     if (!a.rates.empty()) mc.rates = load_rates(a.rates);
-    PlanSettings s;
-    s.ctx = a.ctx;
-    s.parallel = a.parallel;
-    s.prefill_chunk = a.prefill_chunk;
-    s.pass_rows = a.pass_rows;
-    s.overlap = a.overlap;
-    s.batch_sizes.clear();
+    PlanSettings s{.ctx = a.ctx, .parallel = a.parallel, .prefill_chunk = a.prefill_chunk, .pass_rows = a.pass_rows,
+                   .batch_sizes = {}, .overlap = a.overlap};
     for (const std::string& b : split(a.batch_sizes)) {
         size_t used = 0;
         long long v = 0;

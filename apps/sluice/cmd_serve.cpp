@@ -155,20 +155,7 @@ void register_serve(CLI::App& app) {
         if (!text.chat_template)
             std::fprintf(stderr, "sluice: warning: no chat template (%s); /v1/chat/completions will answer 400\n",
                          text.template_error.c_str());
-        LoadOptions lo = a->m.to_options();
-        lo.max_pass_rows = a->batch_rows;  // the engine's max_batch_rows
-        lo.prefix_cache_bytes = a->e.prefix_cache_bytes(lo.memory_budget_bytes);
-        // recurrent state snapshots within a pass (prefix cache, speculation): reserved in the plan
-        if (lo.prefix_cache_bytes > 0 || !a->e.state_dir.empty() || a->e.speculative > 0) lo.snapshot_rows = a->batch_rows;
-        const DraftPlan draft_plan = plan_draft(lo, a->e.draft_model, a->e.draft_memory, a->e.speculative);
-        auto model = load_model(a->m.model, lo);
-        const std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->batch_rows);
-        const std::unique_ptr<DSparkDrafter> dspark = load_dspark(draft_plan, *model);
-        EngineOptions eo;
-        eo.max_batch_rows = a->batch_rows;
-        eo.max_sequences = a->m.parallel;
-        eo.max_context_tokens = a->m.ctx;
-        a->e.apply(eo, lo.prefix_cache_bytes);
+        const auto [model, draft, dspark, eo] = load_serving_model(a->m, a->e, a->batch_rows);
         Engine engine(*model, eo);
         api::ServerOptions so;
         so.host = a->host;

@@ -193,6 +193,24 @@ std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& targe
     return std::make_unique<DraftModel>(std::move(dm), prefill_chunk);
 }
 
+ServingModel load_serving_model(const ModelArgs& m, const EngineArgs& e, int64_t batch_rows) {
+    LoadOptions lo = m.to_options();
+    lo.max_pass_rows = batch_rows;  // the engine's max_batch_rows
+    lo.prefix_cache_bytes = e.prefix_cache_bytes(lo.memory_budget_bytes);
+    // recurrent state snapshots within a pass (prefix cache, speculation): reserved in the plan
+    if (lo.prefix_cache_bytes > 0 || !e.state_dir.empty() || e.speculative > 0) lo.snapshot_rows = batch_rows;
+    const DraftPlan draft_plan = plan_draft(lo, e.draft_model, e.draft_memory, e.speculative);
+    ServingModel s;
+    s.model = load_model(m.model, lo);
+    s.draft = load_draft(draft_plan, *s.model, m.model, batch_rows);
+    s.dspark = load_dspark(draft_plan, *s.model);
+    s.engine.max_batch_rows = batch_rows;
+    s.engine.max_sequences = m.parallel;
+    s.engine.max_context_tokens = m.ctx;
+    e.apply(s.engine, lo.prefix_cache_bytes);
+    return s;
+}
+
 void EngineArgs::apply(EngineOptions& eo, uint64_t prefix_cache_bytes) const {
     eo.prefix_cache_bytes = prefix_cache_bytes;
     eo.state_dir = state_dir;

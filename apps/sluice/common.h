@@ -78,6 +78,16 @@ std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& targe
 // The DSpark drafter when plan.dspark (turns on the target's hidden-state taps), else null.
 std::unique_ptr<DSparkDrafter> load_dspark(const DraftPlan& plan, Model& target);
 
+// A model loaded to answer many requests (serve, batch) in passes of batch_rows rows: the target with its prefix
+// cache and state snapshots planned, its draft model or DSpark drafter (--draft-model), and the engine's options.
+struct ServingModel {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<DraftModel> draft;
+    std::unique_ptr<DSparkDrafter> dspark;
+    EngineOptions engine;
+};
+ServingModel load_serving_model(const ModelArgs& m, const EngineArgs& e, int64_t batch_rows);
+
 // --trace-experts FILE (generate, bench): record every MoE layer's routing, cache hits and read-aheads.
 void add_trace_arg(CLI::App* sub, ModelArgs& a);
 // The residency plan and what it implies: cold bytes a token reads, bytes per token with the expert cache and with

@@ -24,13 +24,6 @@
 #include "api/openai_protocol.h"
 #include "runtime/engine.h"
 
-namespace sluice {
-class ChatTemplate;
-namespace tok {
-class Tokenizer;
-}
-}  // namespace sluice
-
 namespace sluice::api {
 
 struct ServerOptions {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "api/tool_stream_impl.h"
+#include "tokenizer/unicode.h"
 
 namespace sluice::api {
 
@@ -386,22 +387,14 @@ void ToolCallStream::Impl::args_string(std::string_view s) {
     static const char* hex = "0123456789abcdef";
     std::string o;
     for (char c : s) {
-        switch (c) {
-            case '"': o += "\\\""; break;
-            case '\\': o += "\\\\"; break;
-            case '\n': o += "\\n"; break;
-            case '\r': o += "\\r"; break;
-            case '\t': o += "\\t"; break;
-            case '\b': o += "\\b"; break;
-            case '\f': o += "\\f"; break;
-            default:
-                if (uint8_t(c) < 0x20) {
-                    o += "\\u00";
-                    o += hex[uint8_t(c) >> 4];
-                    o += hex[uint8_t(c) & 15];
-                } else {
-                    o += c;
-                }
+        if (const char* e = tok::json_short_escape(char32_t(uint8_t(c)))) {
+            o += e;
+        } else if (uint8_t(c) < 0x20) {
+            o += "\\u00";
+            o += hex[uint8_t(c) >> 4];
+            o += hex[uint8_t(c) & 15];
+        } else {
+            o += c;
         }
     }
     args(o);

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 
@@ -56,35 +57,10 @@ std::string quoted(const std::string& s, size_t max_chars) {
 }  // namespace
 
 std::string_view gguf_type_name(GgufType t) {
-    switch (t) {
-        case GgufType::UINT8:
-            return "u8";
-        case GgufType::INT8:
-            return "i8";
-        case GgufType::UINT16:
-            return "u16";
-        case GgufType::INT16:
-            return "i16";
-        case GgufType::UINT32:
-            return "u32";
-        case GgufType::INT32:
-            return "i32";
-        case GgufType::FLOAT32:
-            return "f32";
-        case GgufType::BOOL:
-            return "bool";
-        case GgufType::STRING:
-            return "string";
-        case GgufType::ARRAY:
-            return "array";
-        case GgufType::UINT64:
-            return "u64";
-        case GgufType::INT64:
-            return "i64";
-        case GgufType::FLOAT64:
-            return "f64";
-    }
-    return "?";
+    // in GgufType's order (its values 0..12)
+    static constexpr const char* kNames[] = {"u8",  "i8",   "u16",    "i16",   "u32", "i32", "f32",
+                                             "bool", "string", "array", "u64", "i64", "f64"};
+    return enum_name(kNames, t);
 }
 
 bool GgufValue::is_integer() const {

@@ -162,4 +162,8 @@ RopeParameters parse_rope_parameters(const JsonObject& cfg) {
     return r;
 }
 
+void require_positive(const std::string& where, std::initializer_list<std::pair<const char*, int64_t>> fields) {
+    for (const auto& [name, v] : fields) SLUICE_CHECK(v > 0, where, ": field '", name, "' must be > 0, got ", v);
+}
+
 }  // namespace sluice

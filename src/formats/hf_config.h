@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sluice {
@@ -53,5 +55,20 @@ struct RopeParameters {
 };
 
 RopeParameters parse_rope_parameters(const JsonObject& cfg);
+
+// Throws "<where>: field 'NAME' must be > 0, got V" for the first of the {NAME, V} fields (in order) not > 0.
+void require_positive(const std::string& where, std::initializer_list<std::pair<const char*, int64_t>> fields);
+
+// The MLA attention fields of a hub config, read in this order into c's fields of the same names:
+// num_attention_heads, q_lora_rank (0 when null or absent), kv_lora_rank, qk_nope/qk_rope/v head dims.
+template <class C>
+void read_mla_fields(const JsonObject& j, C& c) {
+    c.num_attention_heads = j.get_int("num_attention_heads");
+    c.q_lora_rank = j.get_int("q_lora_rank", 0);
+    c.kv_lora_rank = j.get_int("kv_lora_rank");
+    c.qk_nope_head_dim = j.get_int("qk_nope_head_dim");
+    c.qk_rope_head_dim = j.get_int("qk_rope_head_dim");
+    c.v_head_dim = j.get_int("v_head_dim");
+}
 
 }  // namespace sluice

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/os_io.h"
@@ -51,27 +52,13 @@ int open_direct(const std::string& path, bool* direct_refused, std::string* erro
     return fd;
 }
 
+constexpr const char* kBackendNames[] = {"auto", "uring", "pread", "buffered"};  // in Backend's order
+
 }  // namespace
 
-const char* backend_name(Backend b) {
-    switch (b) {
-        case Backend::Auto:
-            return "auto";
-        case Backend::Uring:
-            return "uring";
-        case Backend::Pread:
-            return "pread";
-        case Backend::Buffered:
-            return "buffered";
-    }
-    return "?";
-}
+const char* backend_name(Backend b) { return enum_name(kBackendNames, b); }
 
-Backend parse_backend(const std::string& name) {
-    for (Backend b : {Backend::Auto, Backend::Uring, Backend::Pread, Backend::Buffered})
-        if (name == backend_name(b)) return b;
-    fail("unknown I/O backend '", name, "' (expected auto, uring, pread or buffered)");
-}
+Backend parse_backend(const std::string& name) { return parse_enum<Backend>(kBackendNames, name, "I/O backend"); }
 
 DirectReader::DirectReader(std::vector<std::string> paths, ReaderOptions options)
     : paths_(std::move(paths)), options_(options) {

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "io/os_io.h"
 
@@ -197,26 +198,14 @@ ReadProbeResult probe_mmap(const ReadProbeOptions& o) {
     return r;
 }
 
+constexpr const char* kProbeMethodNames[] = {"uring", "pread", "buffered", "mmap"};  // in ProbeMethod's order
+
 }  // namespace
 
-const char* probe_method_name(ProbeMethod m) {
-    switch (m) {
-        case ProbeMethod::Uring:
-            return "uring";
-        case ProbeMethod::Pread:
-            return "pread";
-        case ProbeMethod::Buffered:
-            return "buffered";
-        case ProbeMethod::Mmap:
-            return "mmap";
-    }
-    return "?";
-}
+const char* probe_method_name(ProbeMethod m) { return enum_name(kProbeMethodNames, m); }
 
 ProbeMethod parse_probe_method(const std::string& name) {
-    for (ProbeMethod m : {ProbeMethod::Uring, ProbeMethod::Pread, ProbeMethod::Buffered, ProbeMethod::Mmap})
-        if (name == probe_method_name(m)) return m;
-    fail("unknown read method '", name, "' (expected uring, pread, buffered or mmap)");
+    return parse_enum<ProbeMethod>(kProbeMethodNames, name, "read method");
 }
 
 bool evict_from_page_cache(const std::string& path) {

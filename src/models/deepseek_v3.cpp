@@ -136,11 +136,7 @@ public:
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        auto pass = ctx.begin_pass(n);
-        float* x = ctx.arena().f32(n * d);
-        float* h = ctx.arena().f32(n * d);
-        float* y = ctx.arena().f32(n * d);
-        embed_rows(embed_, batch, d, x);
+        auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
 
         std::vector<MlaSeqRows> seq_rows;
         for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
@@ -159,20 +155,12 @@ public:
                                     y, ctx);
             ops::add(x, y, n * d, x);
         }
-        append_rows(batch, seqs, rows_of);
-
-        experts_.end_layers();
-        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx, logits);
-    }
-
-    uint64_t activation_bytes(int64_t rows) const override {
-        return deepseek_v3_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
+        finish_pass(ctx, batch, seqs, rows_of, x, d, float(c.rms_norm_eps), logits);
     }
 
 private:
     void fill_info() {
-        int64_t n_moe = 0;
-        for (const auto& L : layers_) n_moe += L.ffn.moe ? 1 : 0;
+        const int64_t n_moe = std::count_if(layers_.begin(), layers_.end(), [](const Layer& L) { return L.ffn.moe; });
         fill_model_info(info_, ck_, "DeepseekV3ForCausalLM", cfg_.model_type, cfg_, n_moe);
     }
 

@@ -27,12 +27,7 @@ DeepseekV3Config DeepseekV3Config::from_json(const JsonObject& j) {
     c.intermediate_size = j.get_int("intermediate_size");
     c.moe_intermediate_size = j.get_int("moe_intermediate_size");
     c.num_hidden_layers = j.get_int("num_hidden_layers");
-    c.num_attention_heads = j.get_int("num_attention_heads");
-    c.q_lora_rank = j.get_int("q_lora_rank", 0);
-    c.kv_lora_rank = j.get_int("kv_lora_rank");
-    c.qk_nope_head_dim = j.get_int("qk_nope_head_dim");
-    c.qk_rope_head_dim = j.get_int("qk_rope_head_dim");
-    c.v_head_dim = j.get_int("v_head_dim");
+    read_mla_fields(j, c);
     c.n_routed_experts = j.get_int("n_routed_experts", 0);
     c.num_experts_per_tok = j.get_int("num_experts_per_tok", 0);
     c.n_shared_experts = j.get_int("n_shared_experts", 0);
@@ -58,23 +53,16 @@ DeepseekV3Config DeepseekV3Config::from_json(const JsonObject& j) {
     }
 
     const std::string& w = j.what();
-    auto positive = [&](const char* name, int64_t v) {
-        SLUICE_CHECK(v > 0, w, ": field '", name, "' must be > 0, got ", v);
-    };
-    positive("vocab_size", c.vocab_size);
-    positive("hidden_size", c.hidden_size);
-    positive("num_hidden_layers", c.num_hidden_layers);
-    positive("num_attention_heads", c.num_attention_heads);
-    positive("kv_lora_rank", c.kv_lora_rank);
-    positive("qk_rope_head_dim", c.qk_rope_head_dim);
-    positive("v_head_dim", c.v_head_dim);
-    positive("moe_layer_freq", c.moe_layer_freq);
+    require_positive(w, {{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                         {"num_hidden_layers", c.num_hidden_layers}, {"num_attention_heads", c.num_attention_heads},
+                         {"kv_lora_rank", c.kv_lora_rank}, {"qk_rope_head_dim", c.qk_rope_head_dim},
+                         {"v_head_dim", c.v_head_dim}, {"moe_layer_freq", c.moe_layer_freq}});
     SLUICE_CHECK(c.qk_nope_head_dim >= 0, w, ": field 'qk_nope_head_dim' must be >= 0");
     SLUICE_CHECK(c.q_lora_rank >= 0, w, ": field 'q_lora_rank' must be >= 0 or null");
     SLUICE_CHECK(c.qk_rope_head_dim % 2 == 0, w, ": field 'qk_rope_head_dim' must be even, got ", c.qk_rope_head_dim);
     SLUICE_CHECK(c.first_k_dense_replace >= 0, w, ": field 'first_k_dense_replace' must be >= 0");
     if (c.n_routed_experts > 0) {
-        positive("moe_intermediate_size", c.moe_intermediate_size);
+        require_positive(w, {{"moe_intermediate_size", c.moe_intermediate_size}});
         SLUICE_CHECK(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.n_routed_experts, w,
                      ": field 'num_experts_per_tok' must be in [1, n_routed_experts=", c.n_routed_experts, "], got ",
                      c.num_experts_per_tok);
@@ -87,10 +75,11 @@ DeepseekV3Config DeepseekV3Config::from_json(const JsonObject& j) {
         SLUICE_CHECK(c.scoring_func == "sigmoid", w, ": field 'scoring_func' '", c.scoring_func,
                      "' is not supported (DeepseekV3 routes with sigmoid)");
     }
-    if (c.first_k_dense_replace > 0 || c.n_routed_experts == 0) positive("intermediate_size", c.intermediate_size);
+    if (c.first_k_dense_replace > 0 || c.n_routed_experts == 0)
+        require_positive(w, {{"intermediate_size", c.intermediate_size}});
     SLUICE_CHECK(c.rms_norm_eps > 0, w, ": field 'rms_norm_eps' must be > 0");
     SLUICE_CHECK(c.rope.rope_theta > 0, w, ": rope_theta must be > 0");
-    positive("max_position_embeddings", c.max_position_embeddings);
+    require_positive(w, {{"max_position_embeddings", c.max_position_embeddings}});
     if (c.rope.rope_type == "yarn")
         SLUICE_CHECK(c.rope.original_max_position_embeddings > 0, w,
                      ": rope scaling field 'original_max_position_embeddings' must be > 0");

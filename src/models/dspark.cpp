@@ -36,14 +36,9 @@ DSparkConfig parse_config(const JsonObject& j, const std::string& where, const M
     c.confidence_head_with_markov = j.get_bool("confidence_head_with_markov", false);
     c.rms_norm_eps = j.get_float("rms_norm_eps", 1e-5);
     c.max_position_embeddings = j.get_int("max_position_embeddings", 0);
-    const auto positive = [&](const char* f, int64_t v) {
-        SLUICE_CHECK(v > 0, where, ": field '", f, "' must be > 0, got ", v);
-    };
-    positive("hidden_size", c.hidden_size);
-    positive("intermediate_size", c.intermediate_size);
-    positive("num_hidden_layers", c.num_hidden_layers);
-    positive("markov_rank", c.markov_rank);
-    positive("block_size", c.block_size);
+    require_positive(where, {{"hidden_size", c.hidden_size}, {"intermediate_size", c.intermediate_size},
+                             {"num_hidden_layers", c.num_hidden_layers}, {"markov_rank", c.markov_rank},
+                             {"block_size", c.block_size}});
     // fit the target
     SLUICE_CHECK(c.hidden_size == target.hidden_size, where, ": field 'hidden_size' ", c.hidden_size,
                  " differs from the target's hidden_size ", target.hidden_size,
@@ -83,12 +78,9 @@ DSparkConfig parse_config(const JsonObject& j, const std::string& where, const M
     m.qk_nope_head_dim = j.get_int("qk_nope_head_dim");
     m.qk_rope_head_dim = j.get_int("qk_rope_head_dim");
     m.v_head_dim = j.get_int("v_head_dim");
-    positive("num_attention_heads", m.n_heads);
-    positive("q_lora_rank", m.q_lora_rank);
-    positive("kv_lora_rank", m.kv_lora_rank);
-    positive("qk_nope_head_dim", m.qk_nope_head_dim);
-    positive("qk_rope_head_dim", m.qk_rope_head_dim);
-    positive("v_head_dim", m.v_head_dim);
+    require_positive(where, {{"num_attention_heads", m.n_heads}, {"q_lora_rank", m.q_lora_rank},
+                             {"kv_lora_rank", m.kv_lora_rank}, {"qk_nope_head_dim", m.qk_nope_head_dim},
+                             {"qk_rope_head_dim", m.qk_rope_head_dim}, {"v_head_dim", m.v_head_dim}});
     SLUICE_CHECK(m.qk_rope_head_dim % 2 == 0, where, ": field 'qk_rope_head_dim' must be even, got ",
                  m.qk_rope_head_dim);
     m.q_a_eps = m.kv_a_eps = float(c.rms_norm_eps);

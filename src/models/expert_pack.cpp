@@ -277,13 +277,8 @@ PackResult pack_experts(const PackOptions& o) {
     }
     out.committed = true;
     for (const auto& e : entries) {
-        PackedExpert pe;
-        pe.layer = e.layer;
-        pe.expert = e.expert;
-        pe.file = e.dir;
-        pe.offset = e.file_offset;
-        pe.length = e.length;
-        pe.xxh3 = e.xxh3;
+        PackedExpert pe{.layer = e.layer, .expert = e.expert, .file = e.dir, .offset = e.file_offset,
+                        .length = e.length, .xxh3 = e.xxh3};
         for (int k = 0; k < e.src->n_parts; ++k) pe.parts.push_back({e.rel[size_t(k)], e.src->parts[size_t(k)].length});
         m.experts.push_back(std::move(pe));
     }

@@ -55,6 +55,20 @@ inline void append_rows(const Batch& batch, std::span<SequenceState* const> seqs
 // x[i, :d] = row batch.tokens[i] of the embedding matrix, for every row of the batch.
 void embed_rows(const Weight& embed, const Batch& batch, int64_t d, float* x);
 
+// A pass's scratch (released with it) and its three [n, d] buffers: the residual stream x, holding the embedded
+// batch, a block's normed input h and a block's output y.
+struct EmbeddedPass {
+    EmbeddedPass(ExecContext& ctx, const Weight& embed, const Batch& batch, int64_t d)
+        : scope(ctx.begin_pass(batch.size())), x(ctx.arena().f32(batch.size() * d)),
+          h(ctx.arena().f32(batch.size() * d)), y(ctx.arena().f32(batch.size() * d)) {
+        embed_rows(embed, batch, d, x);
+    }
+    ScratchArena::Scope scope;
+    float* x;
+    float* h;
+    float* y;
+};
+
 // logits[batch.n_logits(), vocab] = lm_head(rms_norm(x row)) for the rows that want logits; x is [n, d]. Runs in
 // ctx; the normed rows come from its arena (carved for all n rows: head_scratch_bytes).
 void head_logits(const float* x, const Batch& batch, int64_t d, const std::vector<float>& norm, float eps,

@@ -154,11 +154,7 @@ public:
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        auto pass = ctx.begin_pass(n);
-        float* x = ctx.arena().f32(n * d);
-        float* h = ctx.arena().f32(n * d);
-        float* y = ctx.arena().f32(n * d);
-        embed_rows(embed_, batch, d, x);
+        auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
         const float eps = float(c.rms_norm_eps);
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
@@ -170,13 +166,8 @@ public:
             moe(ctx, il, L, h, n, y);
             ops::add(x, y, n * d, x);
         }
-        append_rows(batch, seqs, rows_of);
-
-        experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, ctx, logits);
+        finish_pass(ctx, batch, seqs, rows_of, x, d, eps, logits);
     }
-
-    uint64_t activation_bytes(int64_t rows) const override { return activation_bytes_of(cfg_, rows); }
 
     // x, h, y for the pass; then the largest of one layer's attention, its MoE and the head.
     static uint64_t activation_bytes_of(const GptOssConfig& c, int64_t rows) {

@@ -114,11 +114,7 @@ public:
         const float eps = float(c.rms_norm_eps);
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        auto pass = ctx.begin_pass(n);
-        float* x = ctx.arena().f32(n * d);
-        float* h = ctx.arena().f32(n * d);
-        float* y = ctx.arena().f32(n * d);
-        embed_rows(embed_, batch, d, x);
+        auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
 
         std::vector<GqaSeqRows> seq_rows;
         for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
@@ -140,13 +136,8 @@ public:
             }
             ops::add(x, y, n * d, x);
         }
-        append_rows(batch, seqs, rows_of);
-
-        experts_.end_layers();
-        head_logits(x, batch, d, norm_, eps, lm_head_, ctx, logits);
+        finish_pass(ctx, batch, seqs, rows_of, x, d, eps, logits);
     }
-
-    uint64_t activation_bytes(int64_t rows) const override { return gqa_moe_activation_bytes(cfg_, rows); }
 
 private:
     void fill_info() {

@@ -25,12 +25,7 @@ KimiConfig KimiConfig::from_json(const JsonObject& j) {
     c.intermediate_size = j.get_int("intermediate_size", 0);
     c.moe_intermediate_size = j.get_int("moe_intermediate_size", 0);
     c.num_hidden_layers = j.get_int("num_hidden_layers");
-    c.num_attention_heads = j.get_int("num_attention_heads");
-    c.q_lora_rank = j.get_int("q_lora_rank", 0);
-    c.kv_lora_rank = j.get_int("kv_lora_rank");
-    c.qk_nope_head_dim = j.get_int("qk_nope_head_dim");
-    c.qk_rope_head_dim = j.get_int("qk_rope_head_dim");
-    c.v_head_dim = j.get_int("v_head_dim");
+    read_mla_fields(j, c);
     c.n_routed_experts = int_alias(j, {"num_experts", "num_local_experts", "n_routed_experts"}, 0);
     c.num_experts_per_tok = int_alias(j, {"num_experts_per_token", "num_experts_per_tok"}, 0);
     c.n_shared_experts = int_alias(j, {"num_shared_experts", "n_shared_experts"}, 0);
@@ -72,21 +67,16 @@ KimiConfig KimiConfig::from_json(const JsonObject& j) {
     c.routed_expert_hidden_size = j.get_int("routed_expert_hidden_size", 0);
     c.latent_moe_use_norm = j.get_bool("latent_moe_use_norm", false);
 
-    auto positive = [&](const char* name, int64_t v) { SLUICE_CHECK(v > 0, w, ": field '", name, "' must be > 0, got ", v); };
-    positive("vocab_size", c.vocab_size);
-    positive("hidden_size", c.hidden_size);
-    positive("num_hidden_layers", c.num_hidden_layers);
-    positive("num_attention_heads", c.num_attention_heads);
-    positive("kv_lora_rank", c.kv_lora_rank);
-    positive("v_head_dim", c.v_head_dim);
-    positive(lay.heads_field.c_str(), c.kda_heads);
-    positive(lay.head_dim_field.c_str(), c.kda_head_dim);
-    positive(lay.conv_field.c_str(), c.conv_kernel);
+    require_positive(w, {{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                         {"num_hidden_layers", c.num_hidden_layers}, {"num_attention_heads", c.num_attention_heads},
+                         {"kv_lora_rank", c.kv_lora_rank}, {"v_head_dim", c.v_head_dim},
+                         {lay.heads_field.c_str(), c.kda_heads}, {lay.head_dim_field.c_str(), c.kda_head_dim},
+                         {lay.conv_field.c_str(), c.conv_kernel}});
     SLUICE_CHECK(c.qk_nope_head_dim >= 0 && c.qk_rope_head_dim >= 0 && c.q_lora_rank >= 0 && c.attn_res_block_size >= 0,
                  w, ": head dims, q_lora_rank and attn_res_block_size must be >= 0");
     SLUICE_CHECK(c.gate_lower_bound <= 0, w, ": linear_attn_config.gate_lower_bound must be <= 0");
     if (c.n_routed_experts > 0) {
-        positive("moe_intermediate_size", c.moe_intermediate_size);
+        require_positive(w, {{"moe_intermediate_size", c.moe_intermediate_size}});
         SLUICE_CHECK(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.n_routed_experts, w,
                      ": num_experts_per_token must be in [1, num_experts=", c.n_routed_experts, "]");
         SLUICE_CHECK(c.n_group > 0 && c.n_routed_experts % c.n_group == 0 && c.topk_group > 0 && c.topk_group <= c.n_group,
@@ -95,7 +85,7 @@ KimiConfig KimiConfig::from_json(const JsonObject& j) {
     }
     bool any_dense = c.n_routed_experts == 0;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) any_dense = any_dense || !c.is_moe_layer(l);
-    if (any_dense) positive("intermediate_size", c.intermediate_size);
+    if (any_dense) require_positive(w, {{"intermediate_size", c.intermediate_size}});
     SLUICE_CHECK(c.rms_norm_eps > 0, w, ": field 'rms_norm_eps' must be > 0");
     return c;
 }
@@ -189,5 +179,21 @@ std::shared_ptr<const StateLayout> kimi_state_layout(const KimiConfig& c) {
     return layout;
 }
 
+
+void kimi_attention_forward(int64_t il, bool mla, const MlaConfig& mla_cfg, const MlaWeights& attn,
+                            const KdaConfig& kda_cfg, const KdaWeights& kda, KdaForm form, const float* h, int64_t n,
+                            const Batch& batch, std::span<SequenceState* const> seqs,
+                            const std::map<int32_t, std::vector<int64_t>>& rows_of, float* y, ExecContext& ctx) {
+    if (mla) {
+        const Rope no_rope;
+        std::vector<MlaSeqRows> sr;
+        for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
+        mla_forward(mla_cfg, attn, no_rope, h, n, batch.positions.data(), sr, y, ctx);
+    } else {
+        std::vector<KdaSeqRows> sr;
+        for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
+        kda_forward(kda_cfg, kda, h, n, sr, y, ctx, form);
+    }
+}
 
 }  // namespace sluice

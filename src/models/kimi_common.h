@@ -66,5 +66,11 @@ uint64_t kimi_k3_activation_bytes(const KimiConfig& c, int64_t rows, bool look_a
 // What a Kimi sequence holds: an MLA latent cache per MLA layer, KDA conv + recurrent state per KDA layer.
 std::shared_ptr<const StateLayout> kimi_state_layout(const KimiConfig& c);
 
+// Layer il's token mixer over the normed rows h [n, d] -> y: NoPE MLA on its latent caches when `mla`, else KDA on
+// its recurrent state, for the batch's sequences (rows_of: group_rows).
+void kimi_attention_forward(int64_t il, bool mla, const MlaConfig& mla_cfg, const MlaWeights& attn,
+                            const KdaConfig& kda_cfg, const KdaWeights& kda, KdaForm form, const float* h, int64_t n,
+                            const Batch& batch, std::span<SequenceState* const> seqs,
+                            const std::map<int32_t, std::vector<int64_t>>& rows_of, float* y, ExecContext& ctx);
 
 }  // namespace sluice

@@ -122,14 +122,9 @@ public:
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
         // p: the running sum since the last snapshot; blocks: snapshots of p at layers l % block_size == 0
-        auto pass = ctx.begin_pass(n);
-        float* p = ctx.arena().f32(n * d);
-        float* h = ctx.arena().f32(n * d);
-        float* y = ctx.arena().f32(n * d);
-        float* t = ctx.arena().f32(n * d);
+        const EmbeddedPass pass(ctx, embed_, batch, d);
+        float *p = pass.x, *h = pass.h, *y = pass.y, *t = ctx.arena().f32(n * d);
         std::vector<const float*> blocks;
-        embed_rows(embed_, batch, d, p);
-        const Rope no_rope;
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
@@ -144,15 +139,7 @@ public:
                 blocks.push_back(b);
             }
             ops::rms_norm(t, L.input_layernorm.data(), n, d, eps, h);
-            if (L.mla) {
-                std::vector<MlaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx);
-            } else {
-                std::vector<KdaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h, n, sr, y, ctx, form_);
-            }
+            kimi_attention_forward(il, L.mla, mla_, L.attn, kda_, L.kda, form_, h, n, batch, seqs, rows_of, y, ctx);
             if (snapshot)
                 std::copy_n(y, n * d, p);
             else
@@ -183,15 +170,8 @@ public:
             ops::add(p, y, n * d, p);
             write_taps(il, p, batch, seqs, rows_of);
         }
-        append_rows(batch, seqs, rows_of);
         attn_res(p, blocks, out_res_, n, d, eps, t, ctx.pool());
-
-        experts_.end_layers();
-        head_logits(t, batch, d, norm_, eps, lm_head_, ctx, logits);
-    }
-
-    uint64_t activation_bytes(int64_t rows) const override {
-        return kimi_k3_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
+        finish_pass(ctx, batch, seqs, rows_of, t, d, eps, logits);
     }
 
     // The tap is p after the layer's FFN: the raw running sum since the last block snapshot (the AttnRes stream's
@@ -236,8 +216,7 @@ private:
     }
 
     void fill_info() {
-        int64_t n_moe = 0;
-        for (const auto& L : layers_) n_moe += L.moe ? 1 : 0;
+        const int64_t n_moe = std::count_if(layers_.begin(), layers_.end(), [](const Layer& L) { return L.moe; });
         fill_model_info(info_, ck_, "KimiK3ForConditionalGeneration", "kimi_k3", cfg_, n_moe);
     }
 

@@ -45,12 +45,7 @@ public:
         router_ = c.router();
         embed_ = bind_matrix(ck_, "model.embed_tokens.weight", c.vocab_size, d);
         norm_ = load_f32(ck_, "model.norm.weight", {d});
-        if (ck_.has("lm_head.weight"))
-            lm_head_ = bind_linear(ck_, "lm_head", c.vocab_size, d);
-        else if (c.tie_word_embeddings)
-            lm_head_ = embed_;
-        else
-            fail(dir, ": tensor 'lm_head.weight' not found (and tie_word_embeddings is false)");
+        lm_head_ = bind_lm_head(ck_, dir, embed_, c.vocab_size, d, c.tie_word_embeddings);
         std::vector<std::vector<ExpertWeights>> experts(size_t(c.num_hidden_layers));
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             const std::string p = "model.layers." + std::to_string(il) + ".";
@@ -109,25 +104,12 @@ public:
         const int64_t n = batch.size(), d = c.hidden_size;
         const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
 
-        auto pass = ctx.begin_pass(n);
-        float* x = ctx.arena().f32(n * d);
-        float* h = ctx.arena().f32(n * d);
-        float* y = ctx.arena().f32(n * d);
-        embed_rows(embed_, batch, d, x);
-        const Rope no_rope;
+        auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
             ops::rms_norm(x, L.input_layernorm.data(), n, d, float(c.rms_norm_eps), h);
-            if (L.mla) {
-                std::vector<MlaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
-                mla_forward(mla_, L.attn, no_rope, h, n, batch.positions.data(), sr, y, ctx);
-            } else {
-                std::vector<KdaSeqRows> sr;
-                for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
-                kda_forward(kda_, L.kda, h, n, sr, y, ctx, form_);
-            }
+            kimi_attention_forward(il, L.mla, mla_, L.attn, kda_, L.kda, form_, h, n, batch, seqs, rows_of, y, ctx);
             ops::add(x, y, n * d, x);
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, float(c.rms_norm_eps), h);
             const SigmoidMoeFfn* next = il + 1 < c.num_hidden_layers ? &layers_[size_t(il + 1)].ffn : nullptr;
@@ -135,20 +117,12 @@ public:
                                     h, n, d, y, ctx);
             ops::add(x, y, n * d, x);
         }
-        append_rows(batch, seqs, rows_of);
-
-        experts_.end_layers();
-        head_logits(x, batch, d, norm_, float(c.rms_norm_eps), lm_head_, ctx, logits);
-    }
-
-    uint64_t activation_bytes(int64_t rows) const override {
-        return kimi_linear_activation_bytes(cfg_, rows, experts_.streaming != nullptr);
+        finish_pass(ctx, batch, seqs, rows_of, x, d, float(c.rms_norm_eps), logits);
     }
 
 private:
     void fill_info() {
-        int64_t n_moe = 0;
-        for (const auto& L : layers_) n_moe += L.ffn.moe ? 1 : 0;
+        const int64_t n_moe = std::count_if(layers_.begin(), layers_.end(), [](const Layer& L) { return L.ffn.moe; });
         fill_model_info(info_, ck_, "KimiLinearForCausalLM", cfg_.model_type, cfg_, n_moe);
     }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/expert_setup.h"
+#include "models/forward_common.h"
 #include "models/model.h"
 #include "models/weights.h"
 #include "ops/exec_context.h"
@@ -38,6 +39,8 @@ public:
     const StreamingExpertSource* streaming() const override { return experts_.streaming; }
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
     SpineStreamer* spine_streamer() const override { return experts_.spine.get(); }
+    // As planned: finish_loading's act_bytes, with look-ahead when the experts stream.
+    uint64_t activation_bytes(int64_t rows) const override { return act_bytes_(rows, experts_.streaming != nullptr); }
 
 protected:
     explicit MoeModel(const LoadOptions& opt) : exec_{opt.n_threads, opt.max_pass_rows} {}
@@ -48,6 +51,7 @@ protected:
     void finish_loading(const Checkpoint& ck, std::vector<std::vector<ExpertWeights>> experts, const LoadOptions& opt,
                         uint64_t spine_bytes, const std::function<uint64_t(int64_t rows, bool look_ahead)>& act_bytes,
                         SpineLayers spine) {
+        act_bytes_ = act_bytes;
         const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
         // under a budget experts stream, and with them the look-ahead routing that the plan's formula counts
         const bool look_ahead = opt.memory_budget_bytes > 0 || opt.stream_experts || !opt.streaming.experts_dirs.empty();
@@ -56,12 +60,25 @@ protected:
         info_.expert_bytes = experts_.expert_bytes;
     }
 
+    // A pass's end, after its layers: the sequences' tokens recorded, the experts' layers closed, and the logits of
+    // the final residual stream x [n, d].
+    void finish_pass(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
+                     const std::map<int32_t, std::vector<int64_t>>& rows_of, const float* x, int64_t d, float eps,
+                     std::vector<float>& logits) {
+        append_rows(batch, seqs, rows_of);
+        experts_.end_layers();
+        head_logits(x, batch, d, norm_, eps, lm_head_, ctx, logits);
+    }
+
     ExecOptions exec_;
     Weight embed_, lm_head_;   // [vocab, hidden]
     std::vector<float> norm_;  // the final norm [hidden]
     std::shared_ptr<const StateLayout> layout_;
     ExpertSetup experts_;
     ModelInfo info_;
+
+private:
+    std::function<uint64_t(int64_t rows, bool look_ahead)> act_bytes_;
 };
 
 }  // namespace sluice

@@ -72,16 +72,7 @@ const ModelInfo& info_of(SynthModel m) {
 
 SynthDims resolve_dims(const ModelInfo& info, const SynthOptions& o) {
     const int64_t k = o.scale_down;
-    SynthDims d = info.dims;
-    d.hidden_size = synth::scaled_dim(d.hidden_size, k, 32, 64);
-    d.num_attention_heads = std::max<int64_t>(1, d.num_attention_heads / k);
-    d.q_lora_rank = synth::scaled_dim(d.q_lora_rank, k, 32, 32);
-    d.kv_lora_rank = synth::scaled_dim(d.kv_lora_rank, k, 32, 32);
-    d.qk_nope_head_dim = synth::scaled_dim(d.qk_nope_head_dim, k, 16, 16);
-    d.qk_rope_head_dim = synth::scaled_dim(d.qk_rope_head_dim, k, 8, 8);
-    d.v_head_dim = synth::scaled_dim(d.v_head_dim, k, 16, 16);
-    d.intermediate_size = synth::scaled_dim(d.intermediate_size, k, 32, 64);
-    d.moe_intermediate_size = synth::scaled_dim(d.moe_intermediate_size, k, 32, 32);
+    SynthDims d = synth::scaled_widths(info.dims, k);
     d.vocab_size = synth::synth_vocab_size(o);
     d.num_hidden_layers = o.layers;
     d.n_routed_experts = o.experts;
@@ -177,40 +168,25 @@ std::string config_json(const ModelInfo& info, const SynthDims& d, SynthDType t)
 
 std::vector<TensorToWrite> deepseek_roster(const SynthDims& d, uint64_t seed, SynthDType t) {
     synth::Roster r(seed, t);
-    const int64_t h = d.hidden_size, H = d.num_attention_heads, qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
-    r.plain("model.embed_tokens.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f));
+    const int64_t h = d.hidden_size;
+    r.embedding("model.embed_tokens.weight", d.vocab_size, h);
     for (int64_t l = 0; l < d.num_hidden_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         r.norm(p + "input_layernorm.weight", h);
-        r.linear(p + "self_attn.q_a_proj", d.q_lora_rank, h, false);
-        r.norm(p + "self_attn.q_a_layernorm.weight", d.q_lora_rank);
-        r.linear(p + "self_attn.q_b_proj", H * qk, d.q_lora_rank, false);
-        r.linear(p + "self_attn.kv_a_proj_with_mqa", d.kv_lora_rank + d.qk_rope_head_dim, h, false);
-        r.norm(p + "self_attn.kv_a_layernorm.weight", d.kv_lora_rank);
-        r.linear(p + "self_attn.kv_b_proj", H * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank, false);
-        r.linear(p + "self_attn.o_proj", h, H * d.v_head_dim, false);
+        r.mla(p + "self_attn.", h, d.num_attention_heads, d.q_lora_rank, d.kv_lora_rank, d.qk_nope_head_dim,
+              d.qk_rope_head_dim, d.v_head_dim);
         r.norm(p + "post_attention_layernorm.weight", h);
         if (l < d.first_k_dense_replace) {
-            r.linear(p + "mlp.gate_proj", d.intermediate_size, h, false);
-            r.linear(p + "mlp.up_proj", d.intermediate_size, h, false);
-            r.linear(p + "mlp.down_proj", h, d.intermediate_size, false);
+            r.swiglu(p + "mlp.", d.intermediate_size, h);
             continue;
         }
         const int64_t E = d.n_routed_experts, m = d.moe_intermediate_size, s = d.n_shared_experts * m;
-        r.plain(p + "mlp.gate.weight", DType::BF16, {E, h}, 0.0f, 2.0f * std::sqrt(3.0f / float(h)));
-        r.plain(p + "mlp.gate.e_score_correction_bias", DType::F32, {E}, 0.0f, 0.05f);
-        for (int64_t e = 0; e < E; ++e) {
-            const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-            r.linear(x + "gate_proj", m, h, true);
-            r.linear(x + "up_proj", m, h, true);
-            r.linear(x + "down_proj", h, m, true);
-        }
-        r.linear(p + "mlp.shared_experts.gate_proj", s, h, false);
-        r.linear(p + "mlp.shared_experts.up_proj", s, h, false);
-        r.linear(p + "mlp.shared_experts.down_proj", h, s, false);
+        r.sigmoid_router(p + "mlp.gate.", E, h);
+        for (int64_t e = 0; e < E; ++e) r.swiglu(p + "mlp.experts." + std::to_string(e) + ".", m, h, true);
+        r.swiglu(p + "mlp.shared_experts.", s, h);
     }
     r.norm("model.norm.weight", h);
-    r.plain("lm_head.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f / float(h)));
+    r.lm_head("lm_head.weight", d.vocab_size, h);
     return std::move(r.tensors);
 }
 

@@ -116,16 +116,8 @@ DSparkSynth dspark_plan(const SynthOptions& o) {
         r.norm(p + "input_layernorm.weight", h);
         r.norm(p + "post_attention_layernorm.weight", h);
         const std::string a = p + "self_attn.";
-        r.linear(a + "q_a_proj", s.q_lora_rank, h, false);
-        r.norm(a + "q_a_layernorm.weight", s.q_lora_rank);
-        r.linear(a + "q_b_proj", H * (s.qk_nope_head_dim + s.qk_rope_head_dim), s.q_lora_rank, false);
-        r.linear(a + "kv_a_proj_with_mqa", s.kv_lora_rank + s.qk_rope_head_dim, h, false);
-        r.norm(a + "kv_a_layernorm.weight", s.kv_lora_rank);
-        r.linear(a + "kv_b_proj", H * (s.qk_nope_head_dim + s.v_head_dim), s.kv_lora_rank, false);
-        r.linear(a + "o_proj", h, H * s.v_head_dim, false);
-        r.linear(p + "mlp.gate_proj", s.intermediate_size, h, false);
-        r.linear(p + "mlp.up_proj", s.intermediate_size, h, false);
-        r.linear(p + "mlp.down_proj", h, s.intermediate_size, false);
+        r.mla(a, h, H, s.q_lora_rank, s.kv_lora_rank, s.qk_nope_head_dim, s.qk_rope_head_dim, s.v_head_dim);
+        r.swiglu(p + "mlp.", s.intermediate_size, h);
     }
     r.norm("final_norm.weight", h);
     r.linear("markov_head.markov_w1", s.vocab_size, s.markov_rank, false);

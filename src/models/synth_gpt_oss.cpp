@@ -89,7 +89,7 @@ std::vector<TensorToWrite> gpt_oss_roster(const SynthDims& d, uint64_t seed) {
         r.tensors.push_back({s, DType::U8, {E, rows, cols / 32}, e8m0_fill(tensor_key(seed, s), e8m0_exponent(cols))});
         r.plain(prefix + "_bias", DType::BF16, {E, rows}, 0.0f, 0.1f);
     };
-    r.plain("model.embed_tokens.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f));
+    r.embedding("model.embed_tokens.weight", d.vocab_size, h);
     for (int64_t l = 0; l < d.num_hidden_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".", a = p + "self_attn.";
         r.norm(p + "input_layernorm.weight", h);
@@ -108,7 +108,7 @@ std::vector<TensorToWrite> gpt_oss_roster(const SynthDims& d, uint64_t seed) {
         mxfp4(p + "mlp.experts.down_proj", h, I);
     }
     r.norm("model.norm.weight", h);
-    r.plain("lm_head.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f / float(h)));
+    r.lm_head("lm_head.weight", d.vocab_size, h);
     return std::move(r.tensors);
 }
 

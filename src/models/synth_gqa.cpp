@@ -76,7 +76,7 @@ std::vector<TensorToWrite> gqa_roster(SynthModel m, const SynthDims& d, uint64_t
     Roster r(seed, t);
     const int64_t h = d.hidden_size, qw = d.num_attention_heads * d.head_dim, kw = d.num_key_value_heads * d.head_dim;
     const int64_t E = d.n_routed_experts, I = d.moe_intermediate_size;
-    r.plain("model.embed_tokens.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f));
+    r.embedding("model.embed_tokens.weight", d.vocab_size, h);
     for (int64_t l = 0; l < d.num_hidden_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         r.norm(p + "input_layernorm.weight", h);
@@ -99,7 +99,7 @@ std::vector<TensorToWrite> gqa_roster(SynthModel m, const SynthDims& d, uint64_t
         }
     }
     r.norm("model.norm.weight", h);
-    r.plain("lm_head.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f / float(h)));
+    r.lm_head("lm_head.weight", d.vocab_size, h);
     return std::move(r.tensors);
 }
 

@@ -21,28 +21,11 @@ bool is_mla_layer(int64_t l, int64_t n_layers) { return (l + 1) % 4 == 0 || l ==
 }  // namespace
 
 SynthDims k3_dims(const SynthOptions& o) {
-    const int64_t k = o.scale_down;
-    SynthDims d{};
-    d.hidden_size = scaled_dim(7168, k, 32, 64);
-    d.num_attention_heads = std::max<int64_t>(1, 96 / k);
-    d.q_lora_rank = scaled_dim(1536, k, 32, 32);
-    d.kv_lora_rank = scaled_dim(512, k, 32, 32);
-    d.qk_nope_head_dim = scaled_dim(128, k, 16, 16);
-    d.qk_rope_head_dim = scaled_dim(64, k, 8, 8);
-    d.v_head_dim = scaled_dim(128, k, 16, 16);
-    d.intermediate_size = scaled_dim(33792, k, 32, 64);
-    d.moe_intermediate_size = scaled_dim(3072, k, 32, 32);
-    d.routed_expert_hidden_size = scaled_dim(3584, k, 32, 32);
-    d.vocab_size = synth_vocab_size(o);
-    d.n_routed_experts = o.experts;
-    d.num_experts_per_tok = std::min<int64_t>(16, o.experts);
-    d.n_shared_experts = 2;
-    d.n_group = 1;
-    d.topk_group = 1;
-    d.num_hidden_layers = o.layers;
-    d.first_k_dense_replace = std::min<int64_t>(1, std::max<int64_t>(o.layers - 1, 0));
-    d.linear_num_heads = std::max<int64_t>(1, 96 / k);
-    d.linear_head_dim = scaled_dim(128, k, 16, 16);
+    SynthDims d = kimi_dims(o, {.hidden_size = 7168, .num_attention_heads = 96, .q_lora_rank = 1536,
+                                .kv_lora_rank = 512, .qk_nope_head_dim = 128, .qk_rope_head_dim = 64,
+                                .v_head_dim = 128, .intermediate_size = 33792, .moe_intermediate_size = 3072,
+                                .num_experts_per_tok = 16, .n_shared_experts = 2});
+    d.routed_expert_hidden_size = scaled_dim(3584, o.scale_down, 32, 32);
     return d;
 }
 
@@ -126,7 +109,7 @@ std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDTy
     const int64_t KH = d.linear_num_heads, KD = d.linear_head_dim, P = KH * KD;
     const std::string g = "language_model.model.";
     const float res_proj = std::sqrt(3.0f / float(h));
-    r.plain(g + "embed_tokens.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f));
+    r.embedding(g + "embed_tokens.weight", d.vocab_size, h);
     for (int64_t l = 0; l < d.num_hidden_layers; ++l) {
         const std::string p = g + "layers." + std::to_string(l) + ".";
         r.norm(p + "input_layernorm.weight", h);
@@ -137,14 +120,7 @@ std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDTy
         r.plain(p + "mlp_res_proj.weight", DType::BF16, {1, h}, 0.0f, res_proj);
         const std::string a = p + "self_attn.";
         if (is_mla_layer(l, d.num_hidden_layers)) {
-            r.linear(a + "q_a_proj", d.q_lora_rank, h, false);
-            r.norm(a + "q_a_layernorm.weight", d.q_lora_rank);
-            r.linear(a + "q_b_proj", H * (d.qk_nope_head_dim + d.qk_rope_head_dim), d.q_lora_rank, false);
-            r.linear(a + "kv_a_proj_with_mqa", d.kv_lora_rank + d.qk_rope_head_dim, h, false);
-            r.norm(a + "kv_a_layernorm.weight", d.kv_lora_rank);
-            r.linear(a + "kv_b_proj", H * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank, false);
-            r.linear(a + "g_proj", H * d.v_head_dim, h, false);
-            r.linear(a + "o_proj", h, H * d.v_head_dim, false);
+            r.mla(a, h, H, d.q_lora_rank, d.kv_lora_rank, d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim, true);
         } else {
             for (const char* n : {"q_proj", "k_proj", "v_proj", "g_proj"}) r.linear(a + n, P, h, false);
             r.linear(a + "o_proj", h, P, false);
@@ -165,21 +141,16 @@ std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDTy
             r.plain(a + "o_norm.weight", DType::F32, {KD}, 1.0f, 0.1f);
         }
         if (l < d.first_k_dense_replace) {
-            r.linear(p + "mlp.gate_proj", d.intermediate_size, h, false);
-            r.linear(p + "mlp.up_proj", d.intermediate_size, h, false);
-            r.linear(p + "mlp.down_proj", h, d.intermediate_size, false);
+            r.swiglu(p + "mlp.", d.intermediate_size, h);
             continue;
         }
         const std::string m = p + "block_sparse_moe.";
         const int64_t E = d.n_routed_experts, w = d.moe_intermediate_size, s = d.n_shared_experts * w;
-        r.plain(m + "gate.weight", DType::BF16, {E, h}, 0.0f, 2.0f * std::sqrt(3.0f / float(h)));
-        r.plain(m + "gate.e_score_correction_bias", DType::F32, {E}, 0.0f, 0.05f);
+        r.sigmoid_router(m + "gate.", E, h);
         r.linear(m + "routed_expert_down_proj", lat, h, false);
         r.norm(m + "routed_expert_norm.weight", lat);
         r.linear(m + "routed_expert_up_proj", h, lat, false);
-        r.linear(m + "shared_experts.gate_proj", s, h, false);
-        r.linear(m + "shared_experts.up_proj", s, h, false);
-        r.linear(m + "shared_experts.down_proj", h, s, false);
+        r.swiglu(m + "shared_experts.", s, h);
         for (int64_t e = 0; e < E; ++e) {
             const std::string x = m + "experts." + std::to_string(e) + ".";
             r.linear(x + "w1", w, lat, true);
@@ -190,7 +161,7 @@ std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDTy
     r.norm(g + "norm.weight", h);
     r.norm(g + "output_attn_res_norm.weight", h);
     r.plain(g + "output_attn_res_proj.weight", DType::BF16, {1, h}, 0.0f, res_proj);
-    r.plain("language_model.lm_head.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f / float(h)));
+    r.lm_head("language_model.lm_head.weight", d.vocab_size, h);
     return std::move(r.tensors);
 }
 

@@ -21,28 +21,27 @@ bool is_mla_layer(int64_t l, int64_t n_layers) { return (l + 1) % 4 == 0 || l ==
 
 }  // namespace
 
-SynthDims kimi_linear_dims(const SynthOptions& o) {
+SynthDims kimi_dims(const SynthOptions& o, const SynthDims& released) {
     const int64_t k = o.scale_down;
-    SynthDims d{};
-    d.hidden_size = scaled_dim(2304, k, 32, 64);
-    d.num_attention_heads = std::max<int64_t>(1, 32 / k);
-    d.q_lora_rank = 0;  // the release has no q-LoRA (q_lora_rank null)
-    d.kv_lora_rank = scaled_dim(512, k, 32, 32);
-    d.qk_nope_head_dim = scaled_dim(128, k, 16, 16);
-    d.qk_rope_head_dim = scaled_dim(64, k, 8, 8);
-    d.v_head_dim = scaled_dim(128, k, 16, 16);
-    d.intermediate_size = scaled_dim(9216, k, 32, 64);
-    d.moe_intermediate_size = scaled_dim(1024, k, 32, 32);
+    SynthDims d = scaled_widths(released, k);
     d.vocab_size = synth_vocab_size(o);
     d.n_routed_experts = o.experts;
-    d.num_experts_per_tok = std::min<int64_t>(8, o.experts);
-    d.n_shared_experts = 1;
+    d.num_experts_per_tok = std::min<int64_t>(released.num_experts_per_tok, o.experts);
     d.n_group = 1;
     d.topk_group = 1;
     d.num_hidden_layers = o.layers;
     d.first_k_dense_replace = std::min<int64_t>(1, std::max<int64_t>(o.layers - 1, 0));
-    d.linear_num_heads = std::max<int64_t>(1, 32 / k);
+    d.linear_num_heads = d.num_attention_heads;
     d.linear_head_dim = scaled_dim(128, k, 16, 16);
+    return d;
+}
+
+SynthDims kimi_linear_dims(const SynthOptions& o) {
+    SynthDims d = kimi_dims(o, {.hidden_size = 2304, .num_attention_heads = 32, .kv_lora_rank = 512,
+                                .qk_nope_head_dim = 128, .qk_rope_head_dim = 64, .v_head_dim = 128,
+                                .intermediate_size = 9216, .moe_intermediate_size = 1024, .num_experts_per_tok = 8,
+                                .n_shared_experts = 1});
+    d.q_lora_rank = 0;  // the release has no q-LoRA (q_lora_rank null)
     return d;
 }
 
@@ -105,18 +104,14 @@ std::vector<TensorToWrite> kimi_linear_roster(const SynthDims& d, uint64_t seed,
     Roster r(seed, t);
     const int64_t h = d.hidden_size, H = d.num_attention_heads;
     const int64_t KH = d.linear_num_heads, KD = d.linear_head_dim, P = KH * KD;
-    r.plain("model.embed_tokens.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f));
+    r.embedding("model.embed_tokens.weight", d.vocab_size, h);
     for (int64_t l = 0; l < d.num_hidden_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         r.norm(p + "input_layernorm.weight", h);
         r.norm(p + "post_attention_layernorm.weight", h);
         const std::string a = p + "self_attn.";
         if (is_mla_layer(l, d.num_hidden_layers)) {
-            r.linear(a + "q_proj", H * (d.qk_nope_head_dim + d.qk_rope_head_dim), h, false);
-            r.linear(a + "kv_a_proj_with_mqa", d.kv_lora_rank + d.qk_rope_head_dim, h, false);
-            r.norm(a + "kv_a_layernorm.weight", d.kv_lora_rank);
-            r.linear(a + "kv_b_proj", H * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank, false);
-            r.linear(a + "o_proj", h, H * d.v_head_dim, false);
+            r.mla(a, h, H, 0, d.kv_lora_rank, d.qk_nope_head_dim, d.qk_rope_head_dim, d.v_head_dim);
         } else {
             for (const char* n : {"q_proj", "k_proj", "v_proj"}) r.linear(a + n, P, h, false);
             for (const char* n : {"q_conv1d", "k_conv1d", "v_conv1d"})
@@ -133,27 +128,22 @@ std::vector<TensorToWrite> kimi_linear_roster(const SynthDims& d, uint64_t seed,
             r.linear(a + "o_proj", h, P, false);
         }
         if (l < d.first_k_dense_replace) {
-            r.linear(p + "mlp.gate_proj", d.intermediate_size, h, false);
-            r.linear(p + "mlp.up_proj", d.intermediate_size, h, false);
-            r.linear(p + "mlp.down_proj", h, d.intermediate_size, false);
+            r.swiglu(p + "mlp.", d.intermediate_size, h);
             continue;
         }
         const std::string m = p + "block_sparse_moe.";
         const int64_t E = d.n_routed_experts, w = d.moe_intermediate_size, s = d.n_shared_experts * w;
-        r.plain(m + "gate.weight", DType::BF16, {E, h}, 0.0f, 2.0f * std::sqrt(3.0f / float(h)));
-        r.plain(m + "gate.e_score_correction_bias", DType::F32, {E}, 0.0f, 0.05f);
+        r.sigmoid_router(m + "gate.", E, h);
         for (int64_t e = 0; e < E; ++e) {
             const std::string x = m + "experts." + std::to_string(e) + ".";
             r.linear(x + "w1", w, h, true);
             r.linear(x + "w2", h, w, true);
             r.linear(x + "w3", w, h, true);
         }
-        r.linear(m + "shared_experts.gate_proj", s, h, false);
-        r.linear(m + "shared_experts.up_proj", s, h, false);
-        r.linear(m + "shared_experts.down_proj", h, s, false);
+        r.swiglu(m + "shared_experts.", s, h);
     }
     r.norm("model.norm.weight", h);
-    r.plain("lm_head.weight", DType::BF16, {d.vocab_size, h}, 0.0f, std::sqrt(3.0f / float(h)));
+    r.lm_head("lm_head.weight", d.vocab_size, h);
     return std::move(r.tensors);
 }
 

@@ -21,6 +21,21 @@ inline int64_t scaled_dim(int64_t x, int64_t k, int64_t mult, int64_t min_value)
     return std::max(v, min_value);
 }
 
+// The released widths r scaled down by k, as every synthesized MLA model scales them (hidden size, heads, LoRA
+// ranks, head dims, MLP widths); the other fields are r's.
+inline SynthDims scaled_widths(SynthDims r, int64_t k) {
+    r.hidden_size = scaled_dim(r.hidden_size, k, 32, 64);
+    r.num_attention_heads = std::max<int64_t>(1, r.num_attention_heads / k);
+    r.q_lora_rank = scaled_dim(r.q_lora_rank, k, 32, 32);
+    r.kv_lora_rank = scaled_dim(r.kv_lora_rank, k, 32, 32);
+    r.qk_nope_head_dim = scaled_dim(r.qk_nope_head_dim, k, 16, 16);
+    r.qk_rope_head_dim = scaled_dim(r.qk_rope_head_dim, k, 8, 8);
+    r.v_head_dim = scaled_dim(r.v_head_dim, k, 16, 16);
+    r.intermediate_size = scaled_dim(r.intermediate_size, k, 32, 64);
+    r.moe_intermediate_size = scaled_dim(r.moe_intermediate_size, k, 32, 32);
+    return r;
+}
+
 // Every synthesized model's vocabulary: the synthetic tokenizer's, so that every id the head can produce decodes to
 // text, unless --vocab-size asks for more rows (e.g. the real model's, for its embedding and head bytes).
 inline int64_t synth_vocab_size(const SynthOptions& o) {
@@ -73,6 +88,45 @@ public:
         }
     }
 
+    // A SwiGLU MLP under prefix (ending in "."): gate_proj and up_proj [inter, in], then down_proj [in, inter].
+    void swiglu(const std::string& prefix, int64_t inter, int64_t in, bool expert = false) {
+        linear(prefix + "gate_proj", inter, in, expert);
+        linear(prefix + "up_proj", inter, in, expert);
+        linear(prefix + "down_proj", in, inter, expert);
+    }
+
+    // A sigmoid router under prefix (ending in "gate."): weight [experts, h], then e_score_correction_bias.
+    void sigmoid_router(const std::string& prefix, int64_t experts, int64_t h) {
+        plain(prefix + "weight", DType::BF16, {experts, h}, 0.0f, 2.0f * std::sqrt(3.0f / float(h)));
+        plain(prefix + "e_score_correction_bias", DType::F32, {experts}, 0.0f, 0.05f);
+    }
+
+    // An MLA block under a (ending in "self_attn."): q through q-LoRA (q_a_proj, its norm, q_b_proj) when
+    // q_lora_rank > 0, else q_proj; the compressed kv; the output gate g_proj when output_gate; o_proj.
+    void mla(const std::string& a, int64_t h, int64_t heads, int64_t q_lora_rank, int64_t kv_lora_rank, int64_t nope,
+             int64_t rope, int64_t v, bool output_gate = false) {
+        if (q_lora_rank > 0) {
+            linear(a + "q_a_proj", q_lora_rank, h, false);
+            norm(a + "q_a_layernorm.weight", q_lora_rank);
+            linear(a + "q_b_proj", heads * (nope + rope), q_lora_rank, false);
+        } else {
+            linear(a + "q_proj", heads * (nope + rope), h, false);
+        }
+        linear(a + "kv_a_proj_with_mqa", kv_lora_rank + rope, h, false);
+        norm(a + "kv_a_layernorm.weight", kv_lora_rank);
+        linear(a + "kv_b_proj", heads * (nope + v), kv_lora_rank, false);
+        if (output_gate) linear(a + "g_proj", heads * v, h, false);
+        linear(a + "o_proj", h, heads * v, false);
+    }
+
+    // The token embedding (std 1) and the LM head (std 1/sqrt(h)), both [vocab, h].
+    void embedding(const std::string& name, int64_t vocab, int64_t h) {
+        plain(name, DType::BF16, {vocab, h}, 0.0f, std::sqrt(3.0f));
+    }
+    void lm_head(const std::string& name, int64_t vocab, int64_t h) {
+        plain(name, DType::BF16, {vocab, h}, 0.0f, std::sqrt(3.0f / float(h)));
+    }
+
 private:
     uint64_t key(const std::string& name) const { return synth::tensor_key(seed_, name); }
     uint64_t seed_;
@@ -98,6 +152,9 @@ std::string k3_config_json(const SynthDims& d, SynthDType t);
 std::vector<TensorToWrite> k3_roster(const SynthDims& d, uint64_t seed, SynthDType t);
 
 // Kimi Linear (models/synth_kimi_linear.cpp).
+// Kimi Linear's and K3's dims: the released widths scaled down, o's layers and experts (top-k at most the released),
+// one expert group, a dense first layer and KDA heads as many as the attention's.
+SynthDims kimi_dims(const SynthOptions& o, const SynthDims& released);
 SynthDims kimi_linear_dims(const SynthOptions& o);
 std::string kimi_linear_config_json(const SynthDims& d, SynthDType t);
 std::vector<TensorToWrite> kimi_linear_roster(const SynthDims& d, uint64_t seed, SynthDType t);

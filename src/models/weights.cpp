@@ -42,29 +42,16 @@ void check_weight_shape(const Checkpoint& ck, const std::string& prefix, int64_t
 
 Weight bind_matrix(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols) {
     TensorView v = ck.get(name, {rows, cols});
-    Weight w;
-    w.format = float_format(v);
-    w.rows = rows;
-    w.cols = cols;
-    w.data = v.data;
-    return w;
+    return {.format = float_format(v), .rows = rows, .cols = cols, .data = v.data};
 }
 
 Weight bind_stacked(const Checkpoint& ck, const std::string& name, int64_t n, int64_t rows, int64_t cols) {
     TensorView v = ck.get(name, {n, rows, cols});
-    Weight w;
-    w.format = float_format(v);
-    w.rows = n * rows;
-    w.cols = cols;
-    w.data = v.data;
-    return w;
+    return {.format = float_format(v), .rows = n * rows, .cols = cols, .data = v.data};
 }
 
 Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows, int64_t cols) {
     const std::string plain = prefix + ".weight";
-    Weight w;
-    w.rows = rows;
-    w.cols = cols;
     if (ck.has(plain)) {
         TensorView v = ck.get(plain, {rows, cols});
         if (v.dtype() == DType::F8_E4M3) {
@@ -73,14 +60,10 @@ Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows
             TensorView s = ck.get(sname, {(rows + 127) / 128, (cols + 127) / 128});
             SLUICE_CHECK(s.dtype() == DType::F32, *s.path, ": tensor '", sname, "' has dtype ",
                          dtype_name(s.dtype()), ", expected F32");
-            w.format = WeightFormat::FP8_E4M3_B128;
-            w.data = v.data;
-            w.scales = s.data;
-            return w;
+            return {.format = WeightFormat::FP8_E4M3_B128, .rows = rows, .cols = cols, .data = v.data,
+                    .scales = s.data};
         }
-        w.format = float_format(v);
-        w.data = v.data;
-        return w;
+        return {.format = float_format(v), .rows = rows, .cols = cols, .data = v.data};
     }
     const std::string packed = prefix + ".weight_packed";
     const std::string sname = prefix + ".weight_scale";
@@ -95,20 +78,14 @@ Weight bind_linear(const Checkpoint& ck, const std::string& prefix, int64_t rows
             TensorView s = ck.get(sname, {rows, cols / 32});
             SLUICE_CHECK(s.dtype() == DType::U8 || s.dtype() == DType::F8_E8M0, *s.path, ": tensor '", sname,
                          "' has dtype ", dtype_name(s.dtype()), ", expected U8 (E8M0 scales)");
-            w.format = WeightFormat::MXFP4;
-            w.data = p.data;
-            w.scales = s.data;
-            return w;
+            return {.format = WeightFormat::MXFP4, .rows = rows, .cols = cols, .data = p.data, .scales = s.data};
         }
         if (p.dtype() == DType::I32) {
             ck.get(packed, {rows, cols / 8});
             TensorView s = ck.get(sname, {rows, cols / 32});
             SLUICE_CHECK(s.dtype() == DType::BF16, *s.path, ": tensor '", sname, "' has dtype ",
                          dtype_name(s.dtype()), ", expected BF16 group scales");
-            w.format = WeightFormat::INT4_G32;
-            w.data = p.data;
-            w.scales = s.data;
-            return w;
+            return {.format = WeightFormat::INT4_G32, .rows = rows, .cols = cols, .data = p.data, .scales = s.data};
         }
         fail(*p.path, ": tensor '", packed, "' has dtype ", dtype_name(p.dtype()),
              ", expected U8 (MXFP4) or I32 (INT4 pack-quantized)");
@@ -126,13 +103,7 @@ Weight bind_mxfp4_stacked(const Checkpoint& ck, const std::string& prefix, int64
                  ", expected U8 (packed FP4 pairs)");
     SLUICE_CHECK(s.dtype() == DType::U8 || s.dtype() == DType::F8_E8M0, *s.path, ": tensor '", sname, "' has dtype ",
                  dtype_name(s.dtype()), ", expected U8 (E8M0 scales)");
-    Weight w;
-    w.format = WeightFormat::MXFP4;
-    w.rows = n * rows;
-    w.cols = cols;
-    w.data = b.data;
-    w.scales = s.data;
-    return w;
+    return {.format = WeightFormat::MXFP4, .rows = n * rows, .cols = cols, .data = b.data, .scales = s.data};
 }
 
 std::vector<ExpertWeights> bind_fused_experts(const Checkpoint& ck, const std::string& prefix, int64_t n_experts,
@@ -170,11 +141,7 @@ std::vector<float> load_f32(const Checkpoint& ck, const std::string& name, const
     TensorView v = ck.get(name, shape);
     int64_t n = 1;
     for (auto d : shape) n *= d;
-    Weight w;
-    w.format = float_format(v);
-    w.rows = 1;
-    w.cols = n;
-    w.data = v.data;
+    const Weight w{.format = float_format(v), .rows = 1, .cols = n, .data = v.data};
     std::vector<float> out(static_cast<size_t>(n));
     if (n > 0) ops::ref::dequantize_row(w, 0, out.data());
     return out;

@@ -270,12 +270,8 @@ std::string published_config_summary(const std::string& like) {
 
 ModelShape shape_from_published(const std::string& like) {
     const Published& p = published(like);
-    SynthOptions o;
-    o.like = p.like;
-    o.layers = p.layers;
-    o.experts = p.experts;
-    o.expert_dtype = p.expert_dtype;
-    o.vocab_size = p.vocab;
+    SynthOptions o{.like = p.like, .layers = p.layers, .experts = p.experts, .expert_dtype = p.expert_dtype,
+                   .vocab_size = p.vocab};
     const SynthPlan plan = plan_synth(o);
     std::vector<ShapeTensor> list;
     uint64_t offset = 0;  // as if written back to back in one file (64-byte aligned)

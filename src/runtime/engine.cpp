@@ -10,27 +10,16 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "core/log.h"
 
 namespace sluice {
 
 const char* to_string(FinishReason r) {
-    switch (r) {
-        case FinishReason::none:
-            return "";
-        case FinishReason::stop:
-            return "stop";
-        case FinishReason::length:
-            return "length";
-        case FinishReason::cancelled:
-            return "cancelled";
-        case FinishReason::error:
-            return "error";
-        case FinishReason::unsatisfiable:
-            return "schema_unsatisfiable";
-    }
-    return "";
+    // in FinishReason's order
+    static constexpr const char* kNames[] = {"", "stop", "length", "cancelled", "error", "schema_unsatisfiable"};
+    return enum_name(kNames, r, "");
 }
 
 Engine::Engine(Model& model, const EngineOptions& options)

@@ -120,13 +120,9 @@ GenerateResult generate_speculative(Model& model, std::span<const int32_t> promp
                  opt.sampling.temperature);
     SLUICE_CHECK(spec.draft_tokens >= 1 && spec.ngram_min >= 1 && spec.ngram_max >= spec.ngram_min,
                  "speculative options: draft_tokens >= 1 and 1 <= ngram_min <= ngram_max");
-    RequestParams p;
-    p.draft_tokens = spec.draft_tokens;
-    p.ngram_min = spec.ngram_min;
-    p.ngram_max = spec.ngram_max;
-    p.drafter = spec.drafter;
-    p.draft_gate = spec.gate;
-    p.draft_bytes_per_token = spec.draft_bytes_per_token;
+    RequestParams p{.draft_tokens = spec.draft_tokens, .ngram_min = spec.ngram_min, .ngram_max = spec.ngram_max,
+                    .drafter = spec.drafter, .draft_gate = spec.gate,
+                    .draft_bytes_per_token = spec.draft_bytes_per_token};
     EngineStats es;
     GenerateResult r = generate_with(model, prompt, opt, std::move(p), on_token, &es);
     if (stats) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "tokenizer/unicode.h"
 
 namespace sluice::jinja {
 namespace {
@@ -99,26 +100,18 @@ void repr_into(std::string& out, const Value& v, int depth) {
 void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
     out += '"';
     for (char32_t c : utf8_decode(s)) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-                if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
-                    if (c >= 0x10000) {
-                        char32_t v = c - 0x10000;
-                        hex_escape(out, "\\u", 0xd800 + (v >> 10), 4);
-                        hex_escape(out, "\\u", 0xdc00 + (v & 0x3ff), 4);
-                    } else {
-                        hex_escape(out, "\\u", c, 4);
-                    }
-                } else {
-                    utf8_append(out, c);
-                }
+        if (const char* e = tok::json_short_escape(c)) {
+            out += e;
+        } else if (c < 0x20 || (ensure_ascii && c > 0x7e)) {
+            if (c >= 0x10000) {
+                char32_t v = c - 0x10000;
+                hex_escape(out, "\\u", 0xd800 + (v >> 10), 4);
+                hex_escape(out, "\\u", 0xdc00 + (v & 0x3ff), 4);
+            } else {
+                hex_escape(out, "\\u", c, 4);
+            }
+        } else {
+            utf8_append(out, c);
         }
     }
     out += '"';
@@ -213,40 +206,13 @@ void Dict::set(const Value& key, Value value) {
     }
 }
 
-Value Value::undefined(std::string what) {
-    Value v;
-    v.s = std::move(what);
-    return v;
-}
-Value Value::none() {
-    Value v;
-    v.kind = Kind::None;
-    return v;
-}
-Value Value::boolean(bool b) {
-    Value v;
-    v.kind = Kind::Bool;
-    v.b = b;
-    return v;
-}
-Value Value::integer(int64_t i) {
-    Value v;
-    v.kind = Kind::Int;
-    v.i = i;
-    return v;
-}
-Value Value::number(double f) {
-    Value v;
-    v.kind = Kind::Float;
-    v.f = f;
-    return v;
-}
-Value Value::string(std::string s) {
-    Value v;
-    v.kind = Kind::String;
-    v.s = std::move(s);
-    return v;
-}
+Value Value::undefined(std::string what) { return {.s = std::move(what)}; }
+Value Value::none() { return {.kind = Kind::None}; }
+Value Value::boolean(bool b) { return {.kind = Kind::Bool, .b = b}; }
+Value Value::integer(int64_t i) { return {.kind = Kind::Int, .i = i}; }
+Value Value::number(double f) { return {.kind = Kind::Float, .f = f}; }
+Value Value::string(std::string s) { return {.kind = Kind::String, .s = std::move(s)}; }
+
 namespace {
 thread_local ContainerArena* t_arena = nullptr;
 }  // namespace

@@ -29,6 +29,20 @@ size_t utf8_stable_prefix(std::string_view s);
 const std::array<char32_t, 256>& byte_to_unicode();
 int unicode_to_byte(char32_t cp);
 
+// The two-character JSON escape of c (\" \\ \n \r \t \b \f), or nullptr where JSON has none.
+inline const char* json_short_escape(char32_t c) {
+    switch (c) {
+        case '"': return "\\\"";
+        case '\\': return "\\\\";
+        case '\n': return "\\n";
+        case '\r': return "\\r";
+        case '\t': return "\\t";
+        case '\b': return "\\b";
+        case '\f': return "\\f";
+        default: return nullptr;
+    }
+}
+
 // Python's str.isspace() for one code point.
 bool py_isspace(char32_t cp);
 

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "ops/cpu/decode_dispatch.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_driver.h"
 #include "ops/reference/dequantize_detail.h"
@@ -196,26 +197,7 @@ struct Kernel {
     static constexpr int kNr = 4;
 
     static void decode(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out) {
-        switch (w.format) {
-            case WeightFormat::F32:
-                std::memcpy(out, w.data + (uint64_t(r) * uint64_t(w.cols) + uint64_t(c0)) * 4, size_t(k) * 4);
-                return;
-            case WeightFormat::F16:
-            case WeightFormat::BF16:
-                return decode_16bit(w, r, c0, k, out);
-            case WeightFormat::FP8_E4M3_B128:
-                return decode_fp8(w, r, c0, k, out);
-            case WeightFormat::MXFP4:
-            case WeightFormat::INT4_G32:
-                return decode_nibbles(w, r, c0, k, out);
-            case WeightFormat::MXFP4_GGML:
-                return decode_mxfp4_ggml(w, r, c0, k, out);
-            case WeightFormat::Q8_0:
-                return decode_q8_0(w, r, c0, k, out);
-            case WeightFormat::Q4_K:
-            case WeightFormat::Q6_K:
-                return ref::dequantize_range(w, r, c0, k, out);
-        }
+        decode_by_format<decode_16bit, decode_fp8, decode_nibbles, decode_mxfp4_ggml, decode_q8_0>(w, r, c0, k, out);
     }
 
     // out[i * MR + j] = the portable tile's dot(wr[j][0:k], x[i * ldx + 0:k]), bit for bit.
