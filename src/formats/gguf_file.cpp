@@ -2,6 +2,7 @@
 // typed getters, tensor bytes and Weight views).
 #include <charconv>
 #include <cstring>
+#include <iterator>
 
 #include "core/enum_names.h"
 #include "core/error.h"
@@ -60,6 +61,7 @@ std::string_view gguf_type_name(GgufType t) {
     // in GgufType's order (its values 0..12)
     static constexpr const char* kNames[] = {"u8",  "i8",   "u16",    "i16",   "u32", "i32", "f32",
                                              "bool", "string", "array", "u64", "i64", "f64"};
+    static_assert(std::size(kNames) == size_t(GgufType::FLOAT64) + 1, "a name for every GgufType");
     return enum_name(kNames, t);
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <set>
 
@@ -53,6 +54,7 @@ int open_direct(const std::string& path, bool* direct_refused, std::string* erro
 }
 
 constexpr const char* kBackendNames[] = {"auto", "uring", "pread", "buffered"};  // in Backend's order
+static_assert(std::size(kBackendNames) == size_t(Backend::Buffered) + 1, "a name for every Backend");
 
 }  // namespace
 

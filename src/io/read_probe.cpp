@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -199,6 +200,7 @@ ReadProbeResult probe_mmap(const ReadProbeOptions& o) {
 }
 
 constexpr const char* kProbeMethodNames[] = {"uring", "pread", "buffered", "mmap"};  // in ProbeMethod's order
+static_assert(std::size(kProbeMethodNames) == size_t(ProbeMethod::Mmap) + 1, "a name for every ProbeMethod");
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <unordered_map>
 
 #include "core/enum_names.h"
@@ -19,6 +20,7 @@ namespace sluice {
 const char* to_string(FinishReason r) {
     // in FinishReason's order
     static constexpr const char* kNames[] = {"", "stop", "length", "cancelled", "error", "schema_unsatisfiable"};
+    static_assert(std::size(kNames) == size_t(FinishReason::unsatisfiable) + 1, "a name for every FinishReason");
     return enum_name(kNames, r, "");
 }
 
