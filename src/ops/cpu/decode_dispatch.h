@@ -9,6 +9,8 @@
 #include "ops/weight.h"
 
 namespace sluice::ops::cpu {
+// Unnamed: each ISA's file compiles its own copy with its own -m flags, and the linker must never merge an AVX-512
+// instantiation into the portable path (one shared inline symbol would let it pick either).
 namespace {
 
 // Columns [c0, c0+k) of row r as f32: F32 copied, Q4_K/Q6_K through the reference block decoders, the rest
