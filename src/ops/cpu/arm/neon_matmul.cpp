@@ -245,14 +245,18 @@ void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* 
 double fma_probe(int64_t iterations) {
     constexpr int kChains = 16;
     float32x4_t acc[kChains];
+#pragma GCC unroll 16
     for (int c = 0; c < kChains; ++c) acc[c] = vdupq_n_f32(float(c));
-    const float32x4_t one = vdupq_n_f32(1.0f), zero = vdupq_n_f32(0.0f);
+    // 1 and 0 through a volatile, no asm barrier (see x86/avx2_fma_probe.cpp: a barrier on the array's elements kept
+    // the chains in memory)
+    volatile float one_f = 1.0f, zero_f = 0.0f;
+    const float32x4_t one = vdupq_n_f32(one_f), zero = vdupq_n_f32(zero_f);
     for (int64_t i = 0; i < iterations; ++i) {
 #pragma GCC unroll 16
-        for (int c = 0; c < kChains; ++c) acc[c] = vfmaq_f32(zero, acc[c], one);
-        __asm__ volatile("" : "+w"(acc[0]), "+w"(acc[1]), "+w"(acc[2]), "+w"(acc[3]));
+        for (int c = 0; c < kChains; ++c) acc[c] = vfmaq_f32(acc[c], zero, one);  // acc + 0 * 1: fmla's own form
     }
     float32x4_t s = vdupq_n_f32(0.0f);
+#pragma GCC unroll 16
     for (int c = 0; c < kChains; ++c) s = vaddq_f32(s, acc[c]);
     volatile float sink = vgetq_lane_f32(s, 0);
     (void)sink;
