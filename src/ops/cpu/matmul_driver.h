@@ -61,12 +61,15 @@ void matmul_rows_blocked(const Weight& w, const float* x, int64_t n, float* y, i
         }
         for (int64_t c0 = 0; c0 < cols; c0 += kChunkCols) {
             const int64_t k = imin(kChunkCols, cols - c0);
-            for (int64_t i0 = 0; i0 < n; i0 += K::kNr) {
-                const int ni = int(imin(K::kNr, n - i0));
-                for (int64_t j0 = 0; j0 < nr; j0 += K::kMr) {
-                    const int mr = int(imin(K::kMr, nr - j0));
-                    const float* wc[4];
-                    for (int j = 0; j < mr; ++j) wc[j] = wr[j0 + j] + c0;
+            // Weight rows outside, input rows inside: a tile's kMr weight-row chunks (8 KiB at kMr = 4) stay in L1
+            // while the input chunk streams past them from L2; the other order re-read the whole block's chunk
+            // (32 KiB, beside the inputs) for every kNr input rows. Same products, same order: same bits.
+            for (int64_t j0 = 0; j0 < nr; j0 += K::kMr) {
+                const int mr = int(imin(K::kMr, nr - j0));
+                const float* wc[4];
+                for (int j = 0; j < mr; ++j) wc[j] = wr[j0 + j] + c0;
+                for (int64_t i0 = 0; i0 < n; i0 += K::kNr) {
+                    const int ni = int(imin(K::kNr, n - i0));
                     run_tile_any<K>(mr, ni, wc, x + i0 * cols + c0, cols, k, part);
                     for (int i = 0; i < ni; ++i)
                         for (int j = 0; j < mr; ++j) {
