@@ -230,12 +230,14 @@ private:
         const double peak = find(gbps_, "BM_FmaPeak");
         std::printf("f32 FMA peak: %.1f GFLOP/s (%s)\n", peak, peak > 0 ? "independent chains on every thread" : "-");
         std::printf("%-8s %10s %10s %10s %10s   %8s  %s   %s\n", "format", "n=1", "n=8", "n=32", "n=128", "n1/read",
-                    "rows/s n=32 / n=1", "GFLOP/s n=32, n=128 (of the FMA peak)");
+                    "rows/s n=32 / n=1", "GFLOP/s n=32, 128, 512 (of the FMA peak)");
         for (const char* f : {"bf16", "mxfp4", "int4", "fp8", "q8_0"}) {
             double g[4];
             const int ns[4] = {1, 8, 32, 128};
             for (int k = 0; k < 4; ++k) g[k] = find(gbps_, "BM_Matmul/" + std::string(f) + "/" + std::to_string(ns[k]));
-            if (g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0) continue;  // filtered out of this run
+            if (g[0] == 0 && g[1] == 0 && g[2] == 0 && g[3] == 0 &&
+                find(gbps_, "BM_Matmul/" + std::string(f) + "/512") == 0)
+                continue;  // filtered out of this run
             const double r1 = find(rows_, std::string("BM_Matmul/") + f + "/1"),
                          r32 = find(rows_, std::string("BM_Matmul/") + f + "/32");
             auto cell = [](double v, const char* fmt) {  // "-" where this run did not measure it
@@ -248,13 +250,16 @@ private:
                     std::snprintf(buf, sizeof buf, "-");
                 return std::string(buf);
             };
-            const double r128 = find(rows_, std::string("BM_Matmul/") + f + "/128");
+            const double r128 = find(rows_, std::string("BM_Matmul/") + f + "/128"),
+                         r512 = find(rows_, std::string("BM_Matmul/") + f + "/512");
             const double flop_per_row = 2.0 * double(kRows) * double(kCols);
-            const double f32 = r32 * flop_per_row / 1e9, f128 = r128 * flop_per_row / 1e9;
-            char flops[96] = "-";
-            if (f32 > 0 || f128 > 0)
-                std::snprintf(flops, sizeof flops, "%.0f, %.0f (%.0f%%, %.0f%%)", f32, f128,
-                              peak > 0 ? 100 * f32 / peak : 0, peak > 0 ? 100 * f128 / peak : 0);
+            const double f32 = r32 * flop_per_row / 1e9, f128 = r128 * flop_per_row / 1e9,
+                         f512 = r512 * flop_per_row / 1e9;
+            auto share = [&](double v) { return peak > 0 ? 100 * v / peak : 0; };
+            char flops[128] = "-";
+            if (f32 > 0 || f128 > 0 || f512 > 0)
+                std::snprintf(flops, sizeof flops, "%.0f, %.0f, %.0f (%.0f%%, %.0f%%, %.0f%%)", f32, f128, f512,
+                              share(f32), share(f128), share(f512));
             std::printf("%-8s %10s %10s %10s %10s   %8s  %17s   %s\n", f, cell(g[0], "%.1f").c_str(),
                         cell(g[1], "%.1f").c_str(), cell(g[2], "%.1f").c_str(), cell(g[3], "%.1f").c_str(),
                         cell(read > 0 && g[0] > 0 ? 100 * g[0] / read : 0, "%.0f%%").c_str(),
@@ -286,7 +291,7 @@ void register_all() {
                                                             {"q8_0", WeightFormat::Q8_0}};
     for (const auto& [name, f] : formats) {
         auto* b = benchmark::RegisterBenchmark((std::string("BM_Matmul/") + name).c_str(), BM_Matmul, f);
-        b->Arg(1)->Arg(8)->Arg(32)->Arg(128);
+        b->Arg(1)->Arg(8)->Arg(32)->Arg(128)->Arg(512);
         common(b);
     }
 }
