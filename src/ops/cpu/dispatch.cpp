@@ -191,15 +191,18 @@ void cpu::matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPoo
     const int64_t share = (blocks + pool.n_threads() * 4 - 1) / (pool.n_threads() * 4);
     const int64_t grain = std::max(kMinDynamicBlocks, (share + 1) / 2 * 2);
     pool.parallel_for_dynamic(blocks, grain, [&](int64_t b0, int64_t b1) {
+        // 64-byte aligned: from malloc's large-block path a vector sits 16 bytes past a page, and then one in four
+        // of the kernels' 32-byte loads of decoded weights spans two cache lines
         thread_local std::vector<float> scratch;
-        const auto need = size_t(cpu::matmul_scratch_floats(w.cols));
+        const auto need = size_t(cpu::matmul_scratch_floats(w.cols)) + 16;
         if (scratch.size() < need) scratch.resize(need);
+        float* const scratch64 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
         const int64_t r0 = b0 * cpu::kRowBlock, r1 = std::min(w.rows, b1 * cpu::kRowBlock);
         struct CallMark {  // reset even when fn throws
             explicit CallMark(uint64_t c) { cpu::t_matmul_call = c; }
             ~CallMark() { cpu::t_matmul_call = 0; }
         } mark(call);
-        fn(w, x, n, y, r0, r1, scratch.data());
+        fn(w, x, n, y, r0, r1, scratch64);
     });
 }
 
