@@ -158,6 +158,7 @@ void register_bench(CLI::App& app) {
         const bool on_cuda = ops::backend() == ops::Backend::Cuda;
         const cuda::Stats g0 = on_cuda ? cuda::stats() : cuda::Stats{};
         const auto ph0 = phase_times::snapshot_ms();
+        const double flops0 = phase_times::matmul_flops();
         // one request through the engine, like every other client: the prompt in --chunk rows per pass, then
         // `tokens` decode passes (the first token comes from the prefill's last pass)
         Engine engine(*model, {.max_batch_rows = a->chunk, .max_sequences = 1,
@@ -179,6 +180,7 @@ void register_bench(CLI::App& app) {
         auto io1 = s->stats();
         const cuda::Stats g1 = on_cuda ? cuda::stats() : cuda::Stats{};
         const auto ph1 = phase_times::snapshot_ms();
+        const double prefill_flops = phase_times::matmul_flops() - flops0;
         auto c1 = s->cache().total_stats();
         // decode
         const int64_t gen0 = engine.stats().generated_tokens;
@@ -271,6 +273,15 @@ void register_bench(CLI::App& app) {
                                      (spine_raw_gbps > 0 ? pre_spine_bytes / 1e6 / spine_raw_gbps : 0);
             std::fprintf(stderr, "  limit   prefill reads need %.1f ms at the raw rate (%.2f GB): %.2f of the prefill's time\n",
                          pre_io_ms, (double(pre.device_bytes_read) + pre_spine_bytes) / 1e9, pre_io_ms / std::max(1e-9, prefill_ms));
+        }
+        if (!on_cuda && prefill_flops > 0) {  // the compute side's limit: the weight matmuls' flops at the FMA peak
+            const FmaPeak peak = measure_fma_peak(lo.n_threads);
+            const double at_peak_ms = prefill_flops / 1e9 / std::max(1e-9, peak.gflops) * 1e3;
+            std::fprintf(stderr,
+                         "  limit   prefill weight matmuls %.0f GFLOP (%.1f GFLOP/s over the prefill) need %.1f ms at the "
+                         "f32 FMA peak (%.1f GFLOP/s, %d threads, probed now): %.2f of the prefill's time\n",
+                         prefill_flops / 1e9, prefill_flops / 1e6 / std::max(1e-9, prefill_ms), at_peak_ms,
+                         peak.gflops, peak.threads, at_peak_ms / std::max(1e-9, prefill_ms));
         }
         if (on_cuda)  // where the time went: weight matmuls and attention on the GPU (copies and kernels), the rest
             std::fprintf(stderr,

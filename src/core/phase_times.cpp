@@ -6,6 +6,7 @@ namespace sluice::phase_times {
 
 namespace {
 std::array<std::atomic<double>, kCount> g_ms{};
+std::atomic<double> g_matmul_flops{0};
 }
 
 const char* name(Phase p) {
@@ -28,5 +29,8 @@ std::array<double, kCount> snapshot_ms() {
     for (size_t i = 0; i < out.size(); ++i) out[i] = g_ms[i].load(std::memory_order_relaxed);
     return out;
 }
+
+void add_matmul_flops(double flops) { g_matmul_flops.fetch_add(flops, std::memory_order_relaxed); }
+double matmul_flops() { return g_matmul_flops.load(std::memory_order_relaxed); }
 
 }  // namespace sluice::phase_times

@@ -1,4 +1,4 @@
-// Wall time of a forward pass's blocks, summed over calls since the process started (`bench` prints the prefill's
+// Wall time of a forward pass's blocks (and the weight matmuls' flops, below), summed over calls since the process started (`bench` prints the prefill's
 // and the decode's share): where a pass spends time that the GPU timeline and the read counters do not show, e.g.
 // the host work around each op. Each block's entry point holds a Scope; a scope inside another (the KDA delta rule
 // inside the KDA block) is counted in both. Relaxed atomics: cheap, and exact once the pass has returned.
@@ -15,6 +15,12 @@ const char* name(Phase p);
 
 void add(Phase p, double ms);
 std::array<double, kCount> snapshot_ms();
+
+// Floating-point operations of the weight matmuls (2 * n * rows * cols per ops::matmul call, either backend) since
+// the process started: `bench` sets the prefill's against the FMA peak. Attention, KDA and element-wise ops are not
+// counted.
+void add_matmul_flops(double flops);
+double matmul_flops();
 
 class Scope {
 public:

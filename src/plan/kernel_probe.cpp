@@ -4,6 +4,7 @@
 #include <chrono>
 #include <random>
 
+#include "core/thread_pool.h"
 #include "ops/exec_context.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
@@ -82,6 +83,25 @@ MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
         r.kernels[name] = std::move(k);
     }
     return r;
+}
+
+FmaPeak measure_fma_peak(int threads) {
+    ThreadPool pool(threads);
+    const int n = pool.n_threads();
+    constexpr int64_t kIterations = int64_t(1) << 21;  // ~50 ms of FMA chains per thread at ~3 GHz
+    std::vector<double> gflops;
+    for (int rep = 0; rep < 3; ++rep) {
+        std::vector<double> flops(size_t(n), 0.0);
+        const auto t0 = Clock::now();
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) flops[size_t(t)] = ops::fma_probe(kIterations);
+        });
+        double sum = 0;
+        for (double f : flops) sum += f;
+        gflops.push_back(sum / std::max(1e-9, seconds_since(t0)) / 1e9);
+    }
+    std::sort(gflops.begin(), gflops.end());
+    return {gflops[1], n};
 }
 
 }  // namespace sluice

@@ -30,4 +30,12 @@ const std::vector<std::pair<std::string, WeightFormat>>& probed_formats();  // e
 // on the process default backend (ops::backend(): the CLI's --device), which `device` names.
 MachineRates measure_kernel_rates(const KernelProbeOptions& options);
 
+// The f32 FMA peak of `threads` threads (0: all cores), GFLOP/s: ops::fma_probe on every thread of a pool, the
+// median of three runs of about 50 ms. The compute side's physical limit, as the read probe is the I/O side's.
+struct FmaPeak {
+    double gflops = 0;
+    int threads = 0;
+};
+FmaPeak measure_fma_peak(int threads);
+
 }  // namespace sluice

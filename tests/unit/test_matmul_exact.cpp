@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "core/phase_times.h"
 #include "core/thread_pool.h"
+#include "ops/exec_context.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 
@@ -253,6 +255,26 @@ TEST(MatmulExact, RowsBitIdenticalAcrossColumnRanges) {
             }
         }
     }
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// bench's compute limit counts 2 * n * rows * cols per ops::matmul call (through a context), and nothing for none.
+TEST(MatmulFlops, CountedPerCallThroughTheContext) {
+    const int64_t rows = 5, cols = 64, n = 3;
+    std::vector<float> src(size_t(rows * cols), 0.25f), x(size_t(n * cols), 1.0f), y(size_t(n * rows));
+    const QuantizedWeight q = quantize(src.data(), rows, cols, WeightFormat::BF16);
+    ExecContext ctx(1);
+    const double before = phase_times::matmul_flops();
+    ops::matmul(q.view(), x.data(), n, y.data(), ctx);
+    EXPECT_EQ(phase_times::matmul_flops() - before, 2.0 * n * rows * cols);
+    ops::matmul(q.view(), x.data(), 0, y.data(), ctx);
+    EXPECT_EQ(phase_times::matmul_flops() - before, 2.0 * n * rows * cols);
+    EXPECT_EQ(y[0], 16.0f);  // the call did run: 64 * 0.25
 }
 
 }  // namespace

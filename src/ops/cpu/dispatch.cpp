@@ -10,6 +10,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/phase_times.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cuda/backend.h"
 #include "ops/exec_context.h"
@@ -171,6 +172,7 @@ bool matmul_has_work(const Weight& w, int64_t n) {
 }  // namespace
 
 void matmul(const Weight& w, const float* x, int64_t n, float* y, ExecContext& ctx) {
+    if (n > 0) phase_times::add_matmul_flops(2.0 * double(n) * double(w.rows) * double(w.cols));
     if (ctx.backend() != Backend::Cuda) return cpu::matmul(w, x, n, y, ctx.pool());
     if (matmul_has_work(w, n)) cuda::matmul(w, x, n, y);
 }
