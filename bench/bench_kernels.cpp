@@ -22,6 +22,7 @@
 #include "core/cpu_features.h"
 #include "core/huge_pages.h"
 #include "core/thread_pool.h"
+#include "ops/kda.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 
@@ -190,6 +191,65 @@ void BM_Matmul(benchmark::State& state, WeightFormat f) {
     state.SetLabel(std::string(ops::cpu_path_name(ops::cpu_path())));
 }
 
+// ---- long contexts: attention and KDA per prefill row (issue: neither may dominate a chunk) --------------------
+
+// Kimi K3's shapes: MLA absorbed into the latent (96 heads, keys of 512 + 64, values of 512, one shared kv head) and
+// KDA (96 heads of 128). Attention: kAttnRows query rows at the end of a context of state.range(0) tokens (a row's
+// cost depends on its position alone; at 32k tokens 16 rows are already ~110 GFLOP). KDA: a chunk of kChunkRows.
+constexpr int64_t kChunkRows = 512, kAttnRows = 16, kHeads = 96, kLatent = 512, kRopeDim = 64, kKdaDim = 128;
+
+void BM_MlaAttention(benchmark::State& state) {
+    const int64_t ctx_tokens = state.range(0), cw = kLatent + kRopeDim;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> cache(size_t(ctx_tokens * cw)), q(size_t(kAttnRows * kHeads * cw)),
+        out(size_t(kAttnRows * kHeads * kLatent));
+    for (auto& v : cache) v = u(rng);
+    for (auto& v : q) v = u(rng);
+    std::vector<int64_t> pos(static_cast<size_t>(kAttnRows));
+    for (int64_t i = 0; i < kAttnRows; ++i) pos[size_t(i)] = ctx_tokens - kAttnRows + i;
+    AttentionParams ap;
+    ap.n_heads = kHeads;
+    ap.n_kv_heads = 1;
+    ap.head_dim_k = cw;
+    ap.head_dim_v = kLatent;
+    ap.scale = 1.0f / 16.0f;
+    for (auto _ : state) {
+        ops::cpu::attention(ap, q.data(), kAttnRows, pos.data(), cache.data(), cw, cache.data(), cw, out.data(),
+                            pool());
+        benchmark::DoNotOptimize(out.data());
+    }
+    // q.k over 576 and p.v over 512 per head and visible key, about ctx - rows/2 keys per row
+    const double keys = double(ctx_tokens) - double(kAttnRows) / 2;
+    state.counters["rows/s"] = benchmark::Counter(double(kAttnRows) * double(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["GFLOP/s"] = benchmark::Counter(
+        2.0 * double(kHeads) * double(cw + kLatent) * keys * double(kAttnRows) * double(state.iterations()) / 1e9,
+        benchmark::Counter::kIsRate);
+}
+
+void BM_KdaRecurrent(benchmark::State& state) {  // the delta rule: a fixed state, the same cost at any context
+    const int64_t P = kHeads * kKdaDim;
+    std::mt19937 rng(4);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> q(size_t(kChunkRows * P)), k(q.size()), v(q.size()), g(q.size()), o(q.size()),
+        beta(size_t(kChunkRows * kHeads)), S(size_t(kHeads * kKdaDim * kKdaDim), 0.0f);
+    for (auto* a : {&q, &k, &v}) for (auto& x : *a) x = u(rng) * 0.088f;  // about unit rows of 128
+    for (auto& x : g) x = -0.05f * (1.0f + u(rng));
+    for (auto& x : beta) x = 0.5f + 0.4f * u(rng);
+    const KdaHeadIo io{q.data(), k.data(), v.data(), g.data(), beta.data(), o.data(), P, kHeads};
+    for (auto _ : state) {
+        pool().parallel_for(kHeads, [&](int64_t h0, int64_t h1) {
+            for (int64_t h = h0; h < h1; ++h) {
+                const KdaHeadIo hio{io.q + h * kKdaDim, io.k + h * kKdaDim, io.v + h * kKdaDim, io.g + h * kKdaDim,
+                                    io.beta + h, io.o + h * kKdaDim, P, kHeads};
+                kda_recurrent(hio, kChunkRows, kKdaDim, S.data() + h * kKdaDim * kKdaDim);
+            }
+        });
+        benchmark::DoNotOptimize(o.data());
+    }
+    state.counters["rows/s"] = benchmark::Counter(double(kChunkRows) * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 // ---- summary ------------------------------------------------------------------------------------------------
 
 // Console output as usual, plus the medians collected for a table at the end.
@@ -266,6 +326,20 @@ private:
                         cell(r1 > 0 && r32 > 0 ? r32 / r1 : 0, "%.1fx").c_str(), flops);
         }
         std::printf("(GB/s counts weight payload + scale bytes read once per call)\n");
+        const double a4 = find(rows_, "BM_MlaAttention/4096"), a32 = find(rows_, "BM_MlaAttention/32768"),
+                     kda = find(rows_, "BM_KdaRecurrent");
+        if (a4 > 0 || a32 > 0 || kda > 0) {
+            std::printf("long contexts, per prefill row at the context's end (Kimi K3 shapes; one layer):\n");
+            auto attn = [&](const char* what, double rows_per_s, const std::string& name) {
+                if (rows_per_s <= 0) return;
+                const double g = find(gbps_, name);
+                std::printf("  MLA attention, %s: %.3f ms per row (%.1f GFLOP/s, %.0f%% of the FMA peak)\n", what,
+                            1e3 / rows_per_s, g, peak > 0 ? 100 * g / peak : 0);
+            };
+            attn("context 4096", a4, "BM_MlaAttention/4096");
+            attn("context 32768", a32, "BM_MlaAttention/32768");
+            if (kda > 0) std::printf("  KDA delta rule, any context: %.3f ms per row\n", 1e3 / kda);
+        }
     }
 
     static double find(const std::map<std::string, double>& m, const std::string& prefix) {
@@ -284,6 +358,8 @@ void register_all() {
     common(benchmark::RegisterBenchmark("BM_MemoryReadStreams", BM_MemoryReadStreams));
     common(benchmark::RegisterBenchmark("BM_MemoryTriad", BM_MemoryTriad));
     common(benchmark::RegisterBenchmark("BM_FmaPeak", BM_FmaPeak));
+    common(benchmark::RegisterBenchmark("BM_MlaAttention", BM_MlaAttention)->Arg(4096)->Arg(32768));
+    common(benchmark::RegisterBenchmark("BM_KdaRecurrent", BM_KdaRecurrent));  // ~1 s and ~10 s an iteration at 32k
     const std::pair<const char*, WeightFormat> formats[] = {{"bf16", WeightFormat::BF16},
                                                             {"mxfp4", WeightFormat::MXFP4},
                                                             {"int4", WeightFormat::INT4_G32},

@@ -48,6 +48,9 @@ bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch);
 void dequantize_range(const Weight& w, int64_t r, int64_t c0, int64_t k, float* out);
 double fma_probe(int64_t iterations);  // f32 FMAs on one core; returns the flops done
+// Attention's loops with AVX2 (avx2_attention.cpp), bit for bit those of ops/cpu/simd.h, as avx512's below.
+void attention_dots(const float* q, const float* const* keys, int64_t n_keys, int64_t n, float scale, float* out);
+void attention_axpys(const float* p, const float* const* values, int64_t n_values, float* acc, int64_t n);
 }  // namespace avx2
 
 namespace avx512 {  // needs avx512f/bw/vl/dq + fma + f16c
