@@ -66,8 +66,9 @@ struct Routing {
     std::vector<float> weights;    // [n, top_k]
 };
 
-// Sigmoid router with correction bias used for selection only (noaux_tc): logits = gate x in f32.
-Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
+// Sigmoid router with correction bias used for selection only (noaux_tc): logits = gate x in f32. The result is the
+// calling thread's buffer (grown once), valid until its next route_sigmoid or route_softmax; look-ahead has its own.
+const Routing& route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
                       int64_t n, ExecContext& ctx);
 
 // Look-ahead: applies the next MoE layer's router to this layer's input rows and hints the union of the experts it
@@ -77,8 +78,8 @@ void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p
 
 // Softmax router (Qwen3-MoE, Mixtral): probabilities = softmax(gate x) over all experts in f32; the top_k largest;
 // divided by their sum when norm_topk_prob (no epsilon), else the raw probabilities; times routed_scaling_factor.
-// n_group / topk_group are not used.
-Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ExecContext& ctx);
+// n_group / topk_group are not used. The result: as route_sigmoid's.
+const Routing& route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ExecContext& ctx);
 
 struct MoeStats {
     uint64_t rows = 0;
