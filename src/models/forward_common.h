@@ -64,10 +64,15 @@ inline const RowGroups& group_rows(RowGroups& into, const Batch& batch, std::spa
     return into;
 }
 
-// After a forward pass: each sequence's rows are in its caches; record their tokens.
+// After a forward pass: each sequence's rows are in its caches; record their tokens (a sequence's at once, so its
+// token list grows as one insert of them grows it; the ids through the calling thread's buffer, grown once).
 inline void append_rows(const Batch& batch, std::span<SequenceState* const> seqs, const RowGroups& rows_of) {
-    for (const auto& [s, rows] : rows_of)
-        for (int64_t r : rows) seqs[size_t(s)]->append(std::span<const int32_t>(&batch.tokens[size_t(r)], 1));
+    thread_local std::vector<int32_t> ids;
+    for (const auto& [s, rows] : rows_of) {
+        ids.clear();
+        for (int64_t r : rows) ids.push_back(batch.tokens[size_t(r)]);
+        seqs[size_t(s)]->append(ids);
+    }
 }
 
 // x[i, :d] = row batch.tokens[i] of the embedding matrix, for every row of the batch.
