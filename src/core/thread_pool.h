@@ -10,29 +10,16 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <thread>
-#include <type_traits>
 #include <vector>
+
+#include "core/function_ref.h"
 
 namespace sluice {
 
-// fn(begin, end), borrowed: the pool calls it only while parallel_for runs, so it refers to the caller's lambda
-// instead of copying it as a std::function would (which puts a lambda of more than two references on the heap: a
-// decode pass makes thousands of these calls).
-class RangeFn {
-public:
-    template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
-    RangeFn(F&& f)  // NOLINT: converts from any callable, as std::function did
-        : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-          call_([](void* o, int64_t b, int64_t e) { (*static_cast<std::remove_reference_t<F>*>(o))(b, e); }) {}
-    void operator()(int64_t begin, int64_t end) const { call_(obj_, begin, end); }
-
-private:
-    void* obj_;
-    void (*call_)(void*, int64_t, int64_t);
-};
+// fn(begin, end), borrowed (core/function_ref.h): the pool calls it only while parallel_for runs.
+using RangeFn = FunctionRef<void(int64_t, int64_t)>;
 
 class ThreadPool {
 public:

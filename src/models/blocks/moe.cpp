@@ -127,9 +127,9 @@ struct ExpertUsers {
 thread_local ExpertUsers t_users;
 }  // namespace
 
-void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
+void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, ExpertFn expert_fn,
                       const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
-                      MoeStats* stats, const std::function<void()>& while_reading) {
+                      MoeStats* stats, FunctionRef<void()> while_reading) {
     phase_times::Scope timed(phase_times::kMoe);
     ThreadPool& pool = ctx.pool();
     ScratchArena& arena = ctx.arena();
@@ -170,7 +170,7 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
 
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
-                 MoeStats* stats, const GluActivation& act, const std::function<void()>& while_reading) {
+                 MoeStats* stats, const GluActivation& act, FunctionRef<void()> while_reading) {
     auto swiglu = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
         SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", e,
                      ": weight shapes do not match hidden size ", hidden);

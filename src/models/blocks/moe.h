@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "core/scratch_arena.h"
 #include "experts/expert_source.h"
 #include "ops/exec_context.h"
@@ -88,22 +89,23 @@ struct MoeStats {
 };
 
 // Computes one routed expert for the m rows routed to it: y[m, hidden] = expert(x[m, hidden]).
-using ExpertFn = std::function<void(int32_t expert, const ExpertWeights& w, const float* x, int64_t m, float* y)>;
+// Borrowed (core/function_ref.h): called only while moe_forward_with runs.
+using ExpertFn = FunctionRef<void(int32_t expert, const ExpertWeights& w, const float* x, int64_t m, float* y)>;
 
 // out[n, H] = sum_k w_k * expert_k(x), each expert computed by `expert_fn` (architectures whose experts are not a
 // plain gated MLP, e.g. gpt-oss's fused clamped SwiGLU with biases). while_reading runs once after the misses are
 // issued and before any expert is computed, so it may still fill x: work that needs no routed expert overlaps
 // the reads without changing any result. expert_fn may carve from ctx's arena, for all n rows whatever m is (so the
 // high-water mark does not depend on the routing).
-void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
+void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, ExpertFn expert_fn,
                       const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
-                      MoeStats* stats = nullptr, const std::function<void()>& while_reading = {});
+                      MoeStats* stats = nullptr, FunctionRef<void()> while_reading = {});
 
 // out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given, computed while the experts are read and added last).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                  MoeStats* stats = nullptr, const GluActivation& act = {},
-                 const std::function<void()>& while_reading = {});
+                 FunctionRef<void()> while_reading = {});
 
 // The FFN of a DeepSeek-V3-style layer (DeepSeek-V3 / Kimi-K2, Kimi Linear): a sigmoid-routed MoE with correction
 // bias and optional shared experts, or a dense SwiGLU MLP.
