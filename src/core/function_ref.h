@@ -19,8 +19,9 @@ public:
     FunctionRef() = default;  // empty: operator bool is false
     template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
     FunctionRef(F&& f)  // NOLINT: converts from any callable, as std::function does
-        : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-          call_([](void* o, A... a) -> R { return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<A>(a)...); }) {}
+        : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))), call_([](void* o, A... a) -> R {
+              return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<A>(a)...);
+          }) {}
     R operator()(A... a) const { return call_(obj_, std::forward<A>(a)...); }
     explicit operator bool() const { return call_ != nullptr; }
 

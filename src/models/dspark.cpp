@@ -249,7 +249,8 @@ DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_draf
         float* row = out.logits.data() + i * V;
         ops::add(row, bias.data(), V, row);
         if (!confidence_w_.empty())
-            out.confidence.push_back(ops::sigmoid_dot(confidence_w_.data(), confidence_b_[0], t + i * d, d, e.data(), r));
+            out.confidence.push_back(
+                ops::sigmoid_dot(confidence_w_.data(), confidence_b_[0], t + i * d, d, e.data(), r));
         prev = int32_t(std::max_element(row, row + V) - row);
         out.drafts.push_back(prev);
     }

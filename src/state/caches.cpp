@@ -8,12 +8,14 @@
 
 namespace sluice {
 
-PagedRows::PagedRows(const PagedRows& o) : width_(o.width_), rows_(o.rows_), pool_(o.pool_), pages_(o.pages_), ptrs_(o.ptrs_) {
+PagedRows::PagedRows(const PagedRows& o)
+    : width_(o.width_), rows_(o.rows_), pool_(o.pool_), pages_(o.pages_), ptrs_(o.ptrs_) {
     for (const auto& p : pages_) PagePool::retain(p);
 }
 
 PagedRows::PagedRows(PagedRows&& o) noexcept
-    : width_(o.width_), rows_(o.rows_), pool_(std::move(o.pool_)), pages_(std::move(o.pages_)), ptrs_(std::move(o.ptrs_)) {
+    : width_(o.width_), rows_(o.rows_), pool_(std::move(o.pool_)), pages_(std::move(o.pages_)),
+      ptrs_(std::move(o.ptrs_)) {
     o.rows_ = 0;
     o.pages_.clear();
     o.ptrs_.clear();

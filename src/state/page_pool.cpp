@@ -8,7 +8,9 @@
 namespace sluice {
 
 PagePool::PagePool(int64_t page_floats, int64_t slab_pages, int64_t max_pages, std::string what)
-    : page_floats_(page_floats), slab_pages_(std::max<int64_t>(slab_pages, 1)), max_pages_(max_pages),
+    : page_floats_(page_floats),
+      slab_pages_(std::max<int64_t>(slab_pages, 1)),
+      max_pages_(max_pages),
       what_(std::move(what)) {
     SLUICE_ASSERT(page_floats > 0 && max_pages >= 0, "PagePool of ", page_floats, " floats a page, ", max_pages,
                   " pages at most");
@@ -91,16 +93,21 @@ StatePages::StatePages(const StateLayout& layout) {
 
 StatePages::StatePages(const StateLayout& layout, const StatePagePlan& plan) {
     for (const auto& l : layout.layers) {
-        if (l.width <= 0 || std::any_of(pools_.begin(), pools_.end(), [&](const auto& p) { return p.first == l.width; }))
+        if (l.width <= 0 ||
+            std::any_of(pools_.begin(), pools_.end(), [&](const auto& p) { return p.first == l.width; }))
             continue;
         const int64_t page_floats = PagedRows::k_page_rows * l.width;
         const int64_t planned = planned_pages(layout, plan, l.width);
-        // a few large slabs, the first when the first page is needed; at most 1 GiB each
+        // a few large slabs, each allocated when its first page is needed: a quarter of the running sequences' pages
+        // (not the prefix cache's, which may be "unlimited" without a budget), at most 1 GiB
         const int64_t slab_cap = std::max<int64_t>(1, int64_t((uint64_t(1) << 30) / (uint64_t(page_floats) * 4)));
-        const int64_t slab = std::clamp<int64_t>((planned + 3) / 4, 1, slab_cap);
-        pools_.emplace_back(l.width, std::make_shared<PagePool>(page_floats, slab, plan.bounded ? planned : 0,
-                                                                "caches of " + std::to_string(l.width) + " floats a row"));
-        unplanned_slab_pages_ = std::max(unplanned_slab_pages_, slab / std::max<int64_t>(1, caches_of_width(layout, l.width)));
+        const StatePagePlan running{plan.max_context_tokens, plan.max_sequences, 0, plan.bounded};
+        const int64_t slab = std::clamp<int64_t>((planned_pages(layout, running, l.width) + 3) / 4, 1, slab_cap);
+        pools_.emplace_back(l.width,
+                            std::make_shared<PagePool>(page_floats, slab, plan.bounded ? planned : 0,
+                                                       "caches of " + std::to_string(l.width) + " floats a row"));
+        unplanned_slab_pages_ =
+            std::max(unplanned_slab_pages_, slab / std::max<int64_t>(1, caches_of_width(layout, l.width)));
     }
 }
 

@@ -1,8 +1,9 @@
 // The op harness's checks of the recurrent-attention block's ops and the elementwise ops (tests/ops/op_harness.cpp
 // runs them): KDA's delta rule, its short convolution, q/k normalisation, decay gate and output gate, the residual
 // add, bias add, sigmoid, sigmoid gate and probe sigmoid (sigmoid_dot), and K3's attention residuals, each against
-// its ops::ref twin over odd and real shapes (1 to 4096 rows), with fresh random inputs, NaN-poisoned outputs (every element must be written), and a
-// row's bits the same alone as in a batch (the convolution, whose rows carry taps: the same in several calls as in one).
+// its ops::ref twin over odd and real shapes (1 to 4096 rows), with fresh random inputs, NaN-poisoned outputs (every
+// element must be written), and a row's bits the same alone as in a batch (the convolution, whose rows carry taps: the
+// same in several calls as in one).
 #include <algorithm>
 #include <cmath>
 #include <functional>
