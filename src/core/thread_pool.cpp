@@ -53,7 +53,7 @@ bool spin_until(Done done) {
 
 }  // namespace
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
+void ThreadPool::parallel_for(int64_t n, RangeFn fn, int64_t min_chunk) {
     if (n <= 0) return;
     min_chunk = std::max<int64_t>(1, min_chunk);
     const int parts = int(std::min<int64_t>(n_threads_, (n + min_chunk - 1) / min_chunk));
@@ -61,7 +61,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     run(n, parts, (n + parts - 1) / parts, 0, fn);
 }
 
-void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain, RangeFn fn) {
     if (n <= 0) return;
     grain = std::max<int64_t>(1, grain);
     const int parts = int(std::min<int64_t>(n_threads_, (n + grain - 1) / grain));
@@ -70,7 +70,7 @@ void ThreadPool::parallel_for_dynamic(int64_t n, int64_t grain, const std::funct
 }
 
 void ThreadPool::run(int64_t n, int parts, int64_t chunk, int64_t grain,
-                     const std::function<void(int64_t, int64_t)>& fn) {
+                     RangeFn fn) {
     bool wake;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -100,7 +100,7 @@ void ThreadPool::run(int64_t n, int parts, int64_t chunk, int64_t grain,
 
 // The job's fields are read here without the lock: they were written before the generation this thread saw
 // (release/acquire), and the caller does not change them until every share has reported.
-void ThreadPool::run_share(int index, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::run_share(int index, RangeFn fn) {
     try {
         if (job_grain_ == 0) {
             const int64_t begin = std::min(job_n_, index * job_chunk_), end = std::min(job_n_, begin + job_chunk_);
@@ -128,7 +128,7 @@ void ThreadPool::worker(int index) {
             cv_start_.wait(lock, fresh);
             --sleepers_;
         }
-        const std::function<void(int64_t, int64_t)>* job;
+        const RangeFn* job;
         {
             std::lock_guard<std::mutex> lock(mu_);
             if (stop_) return;

@@ -14,7 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/function_ref.h"
+
 namespace sluice {
+
+// fn(begin, end), borrowed (core/function_ref.h): the pool calls it only while parallel_for runs.
+using RangeFn = FunctionRef<void(int64_t, int64_t)>;
 
 class ThreadPool {
 public:
@@ -27,23 +32,23 @@ public:
 
     // Calls fn(begin, end) on disjoint ranges covering [0, n); blocks until all are done. Ranges are at least
     // min_chunk long (except the last). Exceptions thrown by fn are rethrown here (the first one).
-    void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1);
+    void parallel_for(int64_t n, RangeFn fn, int64_t min_chunk = 1);
 
     // Calls fn on [0, grain), [grain, 2 grain), ... (the last one shorter), each range on whichever thread is free
     // next; blocks until all are done. For work whose results do not depend on which thread runs a range (rows of
     // a matmul): threads that finish early take more ranges, where an even split waits for the slowest thread.
-    void parallel_for_dynamic(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+    void parallel_for_dynamic(int64_t n, int64_t grain, RangeFn fn);
 
 private:
     void worker(int index);
-    void run(int64_t n, int parts, int64_t chunk, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
-    void run_share(int index, const std::function<void(int64_t, int64_t)>& fn);  // this thread's ranges of the job
+    void run(int64_t n, int parts, int64_t chunk, int64_t grain, RangeFn fn);
+    void run_share(int index, RangeFn fn);  // this thread's ranges of the job
 
     int n_threads_;
     std::vector<std::thread> workers_;
     std::mutex mu_;
     std::condition_variable cv_start_, cv_done_;
-    const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+    const RangeFn* job_ = nullptr;
     int64_t job_n_ = 0, job_chunk_ = 0, job_grain_ = 0;  // job_grain_ > 0: dynamic ranges taken from next_
     std::atomic<int64_t> next_{0};
     int job_parts_ = 0;

@@ -11,8 +11,8 @@ uint64_t ExpertWeights::size_bytes() const {
 }
 
 void ResidentExpertSource::fetch(int64_t layer, std::span<const int32_t> experts,
-                                 const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
-                                 const std::function<void()>& while_reading) {
+                                 FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
+                                 FunctionRef<void()> while_reading) {
     if (while_reading) while_reading();
     SLUICE_ASSERT(layer >= 0 && size_t(layer) < experts_.size(), "layer ", layer);
     const auto& bank = experts_[size_t(layer)];

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "ops/weight.h"
 
 namespace sluice {
@@ -26,8 +27,8 @@ public:
     // arrive, on the calling thread. `weights` is valid only during the call. while_reading (optional) runs once
     // on the calling thread after the reads are issued: work that needs no expert (the shared expert) overlaps I/O.
     virtual void fetch(int64_t layer, std::span<const int32_t> experts,
-                       const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
-                       const std::function<void()>& while_reading = {}) = 0;
+                       FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
+                       FunctionRef<void()> while_reading = {}) = 0;
     // A hint that these experts of `layer` are likely needed soon: a streaming source starts reading them now.
     // Never changes results; a wrong guess only costs bandwidth.
     virtual void prefetch(int64_t layer, std::span<const int32_t> experts) {}
@@ -44,8 +45,8 @@ public:
     // experts[layer][e]; layers without routed experts have empty vectors.
     explicit ResidentExpertSource(std::vector<std::vector<ExpertWeights>> experts) : experts_(std::move(experts)) {}
     void fetch(int64_t layer, std::span<const int32_t> experts,
-               const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
-               const std::function<void()>& while_reading = {}) override;
+               FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
+               FunctionRef<void()> while_reading = {}) override;
     const std::vector<std::vector<ExpertWeights>>& all() const { return experts_; }
 
 private:

@@ -238,8 +238,8 @@ std::string StreamingExpertSource::check_landed(const Location& loc, const uint8
 }
 
 void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> experts,
-                                  const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
-                                  const std::function<void()>& while_reading) {
+                                  FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
+                                  FunctionRef<void()> while_reading) {
     const auto t_start = Clock::now();
     SLUICE_ASSERT(layer >= 0 && size_t(layer) < layout_.where.size(), "layer ", layer);
     const auto& bank = layout_.where[size_t(layer)];

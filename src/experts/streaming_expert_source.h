@@ -79,8 +79,8 @@ public:
     ~StreamingExpertSource() override;
 
     void fetch(int64_t layer, std::span<const int32_t> experts,
-               const std::function<void(size_t i, const ExpertWeights&)>& on_ready,
-               const std::function<void()>& while_reading = {}) override;
+               FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
+               FunctionRef<void()> while_reading = {}) override;
     void prefetch(int64_t layer, std::span<const int32_t> experts) override;
     void note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows,
                   std::span<const int32_t> row_choices = {}, int64_t top_k = 0) override;

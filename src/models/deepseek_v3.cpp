@@ -134,11 +134,12 @@ public:
                  std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
-        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
+        const RowGroups& rows_of = group_rows(rows_of_, batch, seqs, c.vocab_size, layout_.get());
 
         auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
 
-        std::vector<MlaSeqRows> seq_rows;
+        std::vector<MlaSeqRows>& seq_rows = seq_rows_;  // grown once
+        seq_rows.clear();
         for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
@@ -170,6 +171,7 @@ private:
     Rope rope_;
     RouterParams router_;
     std::vector<Layer> layers_;
+    std::vector<MlaSeqRows> seq_rows_;  // a pass's sequences and their caches, per layer
 };
 
 }  // namespace

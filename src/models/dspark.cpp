@@ -175,7 +175,10 @@ DSparkModel::DSparkModel(const std::string& dir, DSparkConfig cfg, const Model& 
 DSparkModel::Seq DSparkModel::new_seq() const {
     Seq s;
     s.caches.resize(layers_.size());
-    for (auto& c : s.caches) c.data.init(cfg_.mla.cache_width());
+    // the drafter's caches are outside the target's plan: one pool of their own, shared by the layers
+    const int64_t w = cfg_.mla.cache_width();
+    auto pool = std::make_shared<PagePool>(PagedRows::k_page_rows * w, 16, 0, "a DSpark drafter's caches");
+    for (auto& c : s.caches) c.data.init(w, pool);
     return s;
 }
 
@@ -245,12 +248,9 @@ DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_draf
         ops::matmul(markov_w2_, e.data(), 1, bias.data(), ctx_);
         float* row = out.logits.data() + i * V;
         ops::add(row, bias.data(), V, row);
-        if (!confidence_w_.empty()) {
-            double z = confidence_b_[0];
-            for (int64_t k = 0; k < d; ++k) z += double(confidence_w_[size_t(k)]) * t[i * d + k];
-            for (int64_t k = 0; k < r; ++k) z += double(confidence_w_[size_t(d + k)]) * e[size_t(k)];
-            out.confidence.push_back(float(1.0 / (1.0 + std::exp(-z))));
-        }
+        if (!confidence_w_.empty())
+            out.confidence.push_back(
+                ops::sigmoid_dot(confidence_w_.data(), confidence_b_[0], t + i * d, d, e.data(), r));
         prev = int32_t(std::max_element(row, row + V) - row);
         out.drafts.push_back(prev);
     }

@@ -152,7 +152,7 @@ public:
                  std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
-        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
+        const RowGroups& rows_of = group_rows(rows_of_, batch, seqs, c.vocab_size, layout_.get());
 
         auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
         const float eps = float(c.rms_norm_eps);
@@ -228,7 +228,7 @@ private:
     }
 
     void attention(ExecContext& ctx, int64_t il, const Layer& L, const float* x, int64_t n, const int64_t* positions,
-                   const std::map<int32_t, std::vector<int64_t>>& rows_of, std::span<SequenceState* const> seqs,
+                   const RowGroups& rows_of, std::span<SequenceState* const> seqs,
                    float* out) {
         const auto& c = cfg_;
         const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, hd = c.head_dim, kvw = kv_width();
@@ -276,13 +276,14 @@ private:
     }
 
     // Router: logits = W x + b; top-k on the logits; weights = softmax over the k selected (ascending expert id).
-    Routing route(ExecContext& ctx, const Layer& L, const float* x, int64_t n) {
+    // The result is routing_, reused by every layer and pass (grown once).
+    const Routing& route(ExecContext& ctx, const Layer& L, const float* x, int64_t n) {
         const int64_t E = cfg_.num_local_experts, K = cfg_.num_experts_per_tok;
         ScratchArena::Scope scope(ctx.arena());
         float* logits = ctx.arena().f32(n * E);
         ops::matmul(L.router, x, n, logits, ctx);
         add_bias(logits, L.router_bias, n);
-        Routing r;
+        Routing& r = routing_;
         r.top_k = K;
         r.experts.resize(size_t(n * K));
         r.weights.resize(size_t(n * K));
@@ -303,7 +304,7 @@ private:
         act.kind = ops::GluSpec::Kind::ClampedSwiglu;
         act.alpha = c.swiglu_alpha;
         act.limit = c.swiglu_limit;
-        const Routing r = route(ctx, L, x, n);
+        const Routing& r = route(ctx, L, x, n);
         ScratchArena::Scope scope(ctx.arena());
         float* bias_gu = ctx.arena().f32(2 * I);
         float* bias_d = ctx.arena().f32(d);
@@ -344,6 +345,7 @@ private:
     GptOssConfig cfg_;
     Rope rope_;
     std::vector<Layer> layers_;
+    Routing routing_;  // a layer's routing (route()); a model runs one pass at a time
 };
 
 }  // namespace

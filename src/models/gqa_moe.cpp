@@ -112,11 +112,12 @@ public:
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
         const float eps = float(c.rms_norm_eps);
-        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
+        const RowGroups& rows_of = group_rows(rows_of_, batch, seqs, c.vocab_size, layout_.get());
 
         auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
 
-        std::vector<GqaSeqRows> seq_rows;
+        std::vector<GqaSeqRows>& seq_rows = seq_rows_;  // grown once
+        seq_rows.clear();
         for (auto& [s, rows] : rows_of) seq_rows.push_back({rows, nullptr});
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
@@ -129,7 +130,7 @@ public:
 
             ops::rms_norm(x, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_softmax(router_, L.router, h, n, ctx);
+                const Routing& r = route_softmax(router_, L.router, h, n, ctx);
                 moe_forward(il, r, *experts_.source, nullptr, h, n, d, y, ctx);
             } else {
                 swiglu_forward(L.mlp, h, n, y, ctx);
@@ -162,6 +163,7 @@ private:
     Rope rope_;
     RouterParams router_;
     std::vector<Layer> layers_;
+    std::vector<GqaSeqRows> seq_rows_;  // a pass's sequences and their caches, per layer
 };
 
 }  // namespace

@@ -180,17 +180,25 @@ std::shared_ptr<const StateLayout> kimi_state_layout(const KimiConfig& c) {
 }
 
 
+// The layer's sequences with their caches: the calling thread's lists, grown once (a pass runs on one thread).
+namespace {
+thread_local std::vector<MlaSeqRows> t_mla_rows;
+thread_local std::vector<KdaSeqRows> t_kda_rows;
+}  // namespace
+
 void kimi_attention_forward(int64_t il, bool mla, const MlaConfig& mla_cfg, const MlaWeights& attn,
                             const KdaConfig& kda_cfg, const KdaWeights& kda, KdaForm form, const float* h, int64_t n,
                             const Batch& batch, std::span<SequenceState* const> seqs,
-                            const std::map<int32_t, std::vector<int64_t>>& rows_of, float* y, ExecContext& ctx) {
+                            const RowGroups& rows_of, float* y, ExecContext& ctx) {
     if (mla) {
         const Rope no_rope;
-        std::vector<MlaSeqRows> sr;
+        std::vector<MlaSeqRows>& sr = t_mla_rows;
+        sr.clear();
         for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->latent(il)});
         mla_forward(mla_cfg, attn, no_rope, h, n, batch.positions.data(), sr, y, ctx);
     } else {
-        std::vector<KdaSeqRows> sr;
+        std::vector<KdaSeqRows>& sr = t_kda_rows;
+        sr.clear();
         for (const auto& [s, rows] : rows_of) sr.push_back({rows, &seqs[size_t(s)]->kda(il)});
         kda_forward(kda_cfg, kda, h, n, sr, y, ctx, form);
     }

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -15,6 +14,7 @@
 #include "models/blocks/kda.h"
 #include "models/blocks/mla.h"
 #include "models/blocks/moe.h"
+#include "models/forward_common.h"
 #include "models/model.h"
 
 namespace sluice {
@@ -71,6 +71,6 @@ std::shared_ptr<const StateLayout> kimi_state_layout(const KimiConfig& c);
 void kimi_attention_forward(int64_t il, bool mla, const MlaConfig& mla_cfg, const MlaWeights& attn,
                             const KdaConfig& kda_cfg, const KdaWeights& kda, KdaForm form, const float* h, int64_t n,
                             const Batch& batch, std::span<SequenceState* const> seqs,
-                            const std::map<int32_t, std::vector<int64_t>>& rows_of, float* y, ExecContext& ctx);
+                            const RowGroups& rows_of, float* y, ExecContext& ctx);
 
 }  // namespace sluice

@@ -119,12 +119,13 @@ public:
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size, lat = c.routed_expert_hidden_size;
         const float eps = float(c.rms_norm_eps);
-        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
+        const RowGroups& rows_of = group_rows(rows_of_, batch, seqs, c.vocab_size, layout_.get());
 
         // p: the running sum since the last snapshot; blocks: snapshots of p at layers l % block_size == 0
         const EmbeddedPass pass(ctx, embed_, batch, d);
         float *p = pass.x, *h = pass.h, *y = pass.y, *t = ctx.arena().f32(n * d);
-        std::vector<const float*> blocks;
+        std::vector<const float*>& blocks = blocks_;  // grown once
+        blocks.clear();
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
             experts_.begin_layer(il);
             const Layer& L = layers_[size_t(il)];
@@ -147,7 +148,7 @@ public:
             attn_res(p, blocks, L.mlp_res, n, d, eps, t, ctx.pool());
             ops::rms_norm(t, L.post_attention_layernorm.data(), n, d, eps, h);
             if (L.moe) {
-                Routing r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx);
+                const Routing& r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx);
                 ScratchArena::Scope layer(ctx.arena());
                 float* xl = ctx.arena().f32(n * lat);
                 float* yl = ctx.arena().f32(n * lat);
@@ -199,7 +200,7 @@ private:
     // Copies layer il's output rows into each sequence's tap rows (every tap that names il). A sequence whose tap
     // rows do not reach its first row's position (a state restored from a file) gets none this pass.
     void write_taps(int64_t il, const float* p, const Batch& batch, std::span<SequenceState* const> seqs,
-                    const std::map<int32_t, std::vector<int64_t>>& rows_of) const {
+                    const RowGroups& rows_of) const {
         const int64_t d = cfg_.hidden_size, width = int64_t(taps_.size()) * d;
         for (size_t k = 0; k < taps_.size(); ++k) {
             if (taps_[k] != il) continue;
@@ -207,7 +208,7 @@ private:
                 PagedRows& t = seqs[size_t(s)]->taps();
                 if (t.width() != width) {
                     t.truncate(0);
-                    t.init(width);
+                    seqs[size_t(s)]->init_taps(width);
                 }
                 if (t.rows() < batch.positions[size_t(rows.front())]) continue;
                 for (int64_t r : rows) std::copy_n(p + r * d, d, t.write_row(batch.positions[size_t(r)]) + k * d);
@@ -228,6 +229,7 @@ private:
     RouterParams router_;
     AttnResWeights out_res_;
     std::vector<Layer> layers_;
+    std::vector<const float*> blocks_;  // a pass's block snapshots (forward)
     std::vector<int64_t> taps_;  // layers whose output rows go to SequenceState::taps() (set_hidden_taps)
 };
 

@@ -102,7 +102,7 @@ public:
                  std::vector<float>& logits) override {
         const auto& c = cfg_;
         const int64_t n = batch.size(), d = c.hidden_size;
-        const auto rows_of = group_rows(batch, seqs, c.vocab_size, layout_.get());
+        const RowGroups& rows_of = group_rows(rows_of_, batch, seqs, c.vocab_size, layout_.get());
 
         auto [pass, x, h, y] = EmbeddedPass(ctx, embed_, batch, d);
         for (int64_t il = 0; il < c.num_hidden_layers; ++il) {

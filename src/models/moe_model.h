@@ -34,7 +34,10 @@ inline std::shared_ptr<const StateLayout> gqa_state_layout(int64_t n_layers, int
 class MoeModel : public Model {
 public:
     const ModelInfo& info() const override { return info_; }
-    std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
+    // Its caches' pages come from the model's pools, sized from the plan's state reservation (state/page_pool.h).
+    std::unique_ptr<SequenceState> new_sequence() const override {
+        return std::make_unique<SequenceState>(layout_, pages_);
+    }
     ExecOptions exec_options() const override { return exec_; }
     const StreamingExpertSource* streaming() const override { return experts_.streaming; }
     const ResidencyPlan* residency() const override { return experts_.plan ? &*experts_.plan : nullptr; }
@@ -53,6 +56,10 @@ protected:
                         SpineLayers spine) {
         act_bytes_ = act_bytes;
         const uint64_t state = layout_->reserve_bytes(opt.max_context_tokens, opt.max_sequences, opt.snapshot_rows);
+        // the per-token caches' pages: what the plan reserves for them, a hard bound when the budget makes it binding
+        pages_ = std::make_shared<StatePages>(
+            *layout_, StatePagePlan{opt.max_context_tokens, opt.max_sequences, opt.prefix_cache_bytes,
+                                    opt.memory_budget_bytes > 0});
         // under a budget experts stream, and with them the look-ahead routing that the plan's formula counts
         const bool look_ahead = opt.memory_budget_bytes > 0 || opt.stream_experts || !opt.streaming.experts_dirs.empty();
         experts_ = setup_experts(ck, std::move(experts), opt, spine_bytes, state,
@@ -63,7 +70,7 @@ protected:
     // A pass's end, after its layers: the sequences' tokens recorded, the experts' layers closed, and the logits of
     // the final residual stream x [n, d].
     void finish_pass(ExecContext& ctx, const Batch& batch, std::span<SequenceState* const> seqs,
-                     const std::map<int32_t, std::vector<int64_t>>& rows_of, const float* x, int64_t d, float eps,
+                     const RowGroups& rows_of, const float* x, int64_t d, float eps,
                      std::vector<float>& logits) {
         append_rows(batch, seqs, rows_of);
         experts_.end_layers();
@@ -71,6 +78,9 @@ protected:
     }
 
     ExecOptions exec_;
+    // A pass's rows by sequence, refilled every pass (group_rows). Like the experts' source and the spine streamer,
+    // this makes a model run one pass at a time, whatever contexts its passes come from.
+    RowGroups rows_of_;
     Weight embed_, lm_head_;   // [vocab, hidden]
     std::vector<float> norm_;  // the final norm [hidden]
     std::shared_ptr<const StateLayout> layout_;
@@ -79,6 +89,7 @@ protected:
 
 private:
     std::function<uint64_t(int64_t rows, bool look_ahead)> act_bytes_;
+    std::shared_ptr<StatePages> pages_;
 };
 
 }  // namespace sluice

@@ -13,8 +13,18 @@
 
 namespace sluice {
 
+namespace {
+// Each thread's buffers of the two forms, grown to the head size (and chunk) once: a pass allocates nothing here
+// after its first calls.
+struct KdaScratch {
+    std::vector<float> mem, G, A, Aqk, U, W, vnew, tmp;
+};
+thread_local KdaScratch t_kda;
+}  // namespace
+
 void kda_recurrent(const KdaHeadIo& io, int64_t T, int64_t D, float* S) {
-    std::vector<float> mem(static_cast<size_t>(D), 0.0f);
+    std::vector<float>& mem = t_kda.mem;
+    mem.assign(static_cast<size_t>(D), 0.0f);
     for (int64_t t = 0; t < T; ++t) {
         const float* q = io.q + t * io.stride;
         const float* k = io.k + t * io.stride;
@@ -47,7 +57,8 @@ void kda_recurrent(const KdaHeadIo& io, int64_t T, int64_t D, float* S) {
 
 void kda_chunked(const KdaHeadIo& io, int64_t T, int64_t D, int64_t chunk, float* S) {
     SLUICE_ASSERT(chunk > 0, "chunk size");
-    std::vector<float> G, A, Aqk, U, W, vnew, tmp;
+    KdaScratch& buf = t_kda;
+    std::vector<float>&G = buf.G, &A = buf.A, &Aqk = buf.Aqk, &U = buf.U, &W = buf.W, &vnew = buf.vnew, &tmp = buf.tmp;
     for (int64_t t0 = 0; t0 < T; t0 += chunk) {
         const int64_t c = std::min(chunk, T - t0);
         auto q = [&](int64_t i, int64_t d) { return io.q[(t0 + i) * io.stride + d]; };

@@ -8,22 +8,62 @@
 
 namespace sluice {
 
+PagedRows::PagedRows(const PagedRows& o)
+    : width_(o.width_), rows_(o.rows_), pool_(o.pool_), pages_(o.pages_), ptrs_(o.ptrs_) {
+    for (const auto& p : pages_) PagePool::retain(p);
+}
+
+PagedRows::PagedRows(PagedRows&& o) noexcept
+    : width_(o.width_), rows_(o.rows_), pool_(std::move(o.pool_)), pages_(std::move(o.pages_)),
+      ptrs_(std::move(o.ptrs_)) {
+    o.rows_ = 0;
+    o.pages_.clear();
+    o.ptrs_.clear();
+}
+
+PagedRows& PagedRows::operator=(const PagedRows& o) {
+    if (this != &o) *this = PagedRows(o);
+    return *this;
+}
+
+PagedRows& PagedRows::operator=(PagedRows&& o) noexcept {
+    if (this == &o) return *this;
+    truncate(0);
+    width_ = o.width_;
+    rows_ = o.rows_;
+    pool_ = std::move(o.pool_);
+    pages_ = std::move(o.pages_);
+    ptrs_ = std::move(o.ptrs_);
+    o.rows_ = 0;
+    o.pages_.clear();
+    o.ptrs_.clear();
+    return *this;
+}
+
+void PagedRows::init(int64_t width, std::shared_ptr<PagePool> pool) {
+    SLUICE_ASSERT(rows_ == 0 && width > 0, "PagedRows::init(", width, ") of a cache holding ", rows_, " rows");
+    SLUICE_ASSERT(!pool || pool->page_floats() == k_page_rows * width, "PagedRows::init(", width,
+                  ") with a pool of pages of ", pool ? pool->page_floats() : 0, " floats");
+    width_ = width;
+    pool_ = pool ? std::move(pool) : std::make_shared<PagePool>(k_page_rows * width, 16, 0, "a cache of its own");
+}
+
 float* PagedRows::write_row(int64_t t) {
     SLUICE_ASSERT(t >= 0 && t <= rows_ && width_ > 0, "PagedRows: write of row ", t, " with ", rows_, " rows");
     const size_t p = size_t(t / k_page_rows);
-    const size_t page_floats = size_t(k_page_rows * width_);
     if (p == pages_.size()) {
-        pages_.emplace_back(new float[page_floats]);
-        ptrs_.push_back(pages_.back().get());
-    } else if (pages_[p].use_count() > 1) {
+        pages_.push_back(pool_->acquire());
+        ptrs_.push_back(pages_.back().data);
+    } else if (PagePool::holders(pages_[p]) > 1) {
         // shared with a fork or a cached prefix: this sequence gets its own copy before it writes
-        std::shared_ptr<float[]> own(new float[page_floats]);
-        std::copy_n(pages_[p].get(), page_floats, own.get());
-        pages_[p] = std::move(own);
-        ptrs_[p] = pages_[p].get();
+        const PagePool::Page own = pool_->acquire();
+        std::copy_n(pages_[p].data, size_t(k_page_rows * width_), own.data);
+        pool_->release(pages_[p]);
+        pages_[p] = own;
+        ptrs_[p] = own.data;
     }
     rows_ = std::max(rows_, t + 1);
-    return pages_[p].get() + (t % k_page_rows) * width_;
+    return pages_[p].data + (t % k_page_rows) * width_;
 }
 
 float* PagedRows::write_rows(int64_t t, int64_t count) {
@@ -37,8 +77,11 @@ float* PagedRows::write_rows(int64_t t, int64_t count) {
 void PagedRows::truncate(int64_t n) {
     rows_ = std::min(rows_, std::max<int64_t>(n, 0));
     const size_t keep = size_t((rows_ + k_page_rows - 1) / k_page_rows);
-    pages_.resize(keep);
-    ptrs_.resize(keep);
+    for (size_t i = keep; i < pages_.size(); ++i) pool_->release(pages_[i]);
+    if (keep < pages_.size()) {
+        pages_.resize(keep);
+        ptrs_.resize(keep);
+    }
 }
 
 void KdaState::reset(int64_t heads, int64_t dim, int64_t kernel) {

@@ -8,24 +8,34 @@
 #include <vector>
 
 #include "ops/ops.h"
+#include "state/page_pool.h"
 
 namespace sluice {
 
-// A per-token cache of one layer: rows of `width` floats in pages of k_page_rows rows. Copies share pages; a write
-// into a shared page copies that page first (copy-on-write), so fork() and the prefix cache cost no copies of the
-// rows they have in common, and memory grows a page at a time (no vector doubling past the plan).
+// A per-token cache of one layer: rows of `width` floats in pages of k_page_rows rows, taken from a PagePool
+// (state/page_pool.h). Copies share pages (reference-counted in the pool); a write into a shared page copies that page
+// first (copy-on-write), so fork() and the prefix cache cost no copies of the rows they have in common, and memory
+// grows a page at a time (no vector doubling past the plan).
 class PagedRows {
 public:
     static constexpr int64_t k_page_shift = 6;
     static constexpr int64_t k_page_rows = int64_t(1) << k_page_shift;
-    void init(int64_t width) { width_ = width; }
+    PagedRows() = default;
+    PagedRows(const PagedRows& o);
+    PagedRows(PagedRows&& o) noexcept;
+    PagedRows& operator=(const PagedRows& o);
+    PagedRows& operator=(PagedRows&& o) noexcept;
+    ~PagedRows() { truncate(0); }
+    // Empty, with rows of `width` floats from `pool` (pages of k_page_rows * width floats); without a pool, from a
+    // pool of its own that grows as needed (caches outside a model's plan: a drafter's, tests').
+    void init(int64_t width, std::shared_ptr<PagePool> pool = nullptr);
     int64_t width() const { return width_; }
     int64_t rows() const { return rows_; }
     // Row t (t <= rows()) to write; rows() becomes at least t + 1.
     float* write_row(int64_t t);
     // Rows [t, t + count) to write, contiguous: all in t's page (t <= rows()); rows() becomes at least t + count.
     float* write_rows(int64_t t, int64_t count);
-    const float* row(int64_t t) const { return pages_[size_t(t / k_page_rows)].get() + (t % k_page_rows) * width_; }
+    const float* row(int64_t t) const { return ptrs_[size_t(t / k_page_rows)] + (t % k_page_rows) * width_; }
     void truncate(int64_t n);  // keeps rows < n
     ops::RowView view() const { return {ptrs_.data(), nullptr, k_page_shift, width_}; }
     uint64_t page_bytes() const { return uint64_t(k_page_rows * width_) * sizeof(float); }
@@ -33,13 +43,14 @@ public:
     // Calls f(page, page_bytes()) for each page (the prefix cache counts a page its entries share once).
     template <class F>
     void each_page(F&& f) const {
-        for (const auto& p : pages_) f(static_cast<const void*>(p.get()), page_bytes());
+        for (const float* p : ptrs_) f(static_cast<const void*>(p), page_bytes());
     }
 
 private:
     int64_t width_ = 0, rows_ = 0;
-    std::vector<std::shared_ptr<float[]>> pages_;
-    std::vector<const float*> ptrs_;  // pages_[i].get(), for views
+    std::shared_ptr<PagePool> pool_;
+    std::vector<PagePool::Page> pages_;
+    std::vector<const float*> ptrs_;  // pages_[i].data, for views
 };
 
 // MLA: per token the normalised latent c_kv followed by the rope key: [n_tokens, cache_width] f32.

@@ -46,8 +46,10 @@ uint64_t StateLayout::reserve_bytes(int64_t max_context_tokens, int64_t max_sequ
     return b;
 }
 
-SequenceState::SequenceState(std::shared_ptr<const StateLayout> layout) : layout_(std::move(layout)) {
+SequenceState::SequenceState(std::shared_ptr<const StateLayout> layout, std::shared_ptr<StatePages> pages)
+    : layout_(std::move(layout)), pages_(std::move(pages)) {
     SLUICE_ASSERT(layout_, "SequenceState without a layout");
+    if (!pages_) pages_ = std::make_shared<StatePages>(*layout_);
     const size_t L = layout_->layers.size();
     latent_.resize(L);
     kv_.resize(L);
@@ -55,10 +57,10 @@ SequenceState::SequenceState(std::shared_ptr<const StateLayout> layout) : layout
     for (size_t l = 0; l < L; ++l) {
         const auto& d = layout_->layers[l];
         if (d.kind == StateLayout::Kind::kda) kda_[l].reset(d.kda_heads, d.kda_head_dim, d.conv_kernel);
-        if (d.kind == StateLayout::Kind::latent) latent_[l].data.init(d.width);
+        if (d.kind == StateLayout::Kind::latent) latent_[l].data.init(d.width, pages_->pool(d.width));
         if (d.kind == StateLayout::Kind::kv) {
-            kv_[l].k.init(d.width);
-            kv_[l].v.init(d.width);
+            kv_[l].k.init(d.width, pages_->pool(d.width));
+            kv_[l].v.init(d.width, pages_->pool(d.width));
         }
     }
 }

@@ -54,7 +54,8 @@ bool operator==(const StateLayout::Layer& a, const StateLayout::Layer& b);
 
 class SequenceState {
 public:
-    explicit SequenceState(std::shared_ptr<const StateLayout> layout);
+    // Caches' pages from `pages` (the model's, sized from its memory plan); without, from pools of the state's own.
+    explicit SequenceState(std::shared_ptr<const StateLayout> layout, std::shared_ptr<StatePages> pages = nullptr);
 
     const StateLayout& layout() const { return *layout_; }
     // Whether this state was made from `layout` (the model that made it).
@@ -73,6 +74,7 @@ public:
     // caches. Not part of the layout: state files and the memory plan do not carry it, so a restored state has
     // fewer tap rows than positions (a drafter that needs them drafts nothing until they are there again).
     PagedRows& taps() { return taps_; }
+    void init_taps(int64_t width) { taps_.init(width, pages_->pool(width)); }  // empty, rows of `width` floats
     const PagedRows& taps() const { return taps_; }
     // The model has written these rows (positions n_past.. in order) into every layer.
     void append(std::span<const int32_t> tokens) { tokens_.insert(tokens_.end(), tokens.begin(), tokens.end()); }
@@ -101,6 +103,7 @@ private:
     SequenceState(const SequenceState&) = default;
     SequenceState& operator=(SequenceState&&) = default;
     std::shared_ptr<const StateLayout> layout_;
+    std::shared_ptr<StatePages> pages_;  // where the caches' pages come from (declared first: destroyed last)
     std::vector<int32_t> tokens_;
     std::vector<MlaCache> latent_;  // [layers]: used by latent layers
     std::vector<KvCache> kv_;       // [layers]: used by kv layers

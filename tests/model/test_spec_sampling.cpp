@@ -111,7 +111,8 @@ public:
     std::unique_ptr<SequenceState> new_sequence() const override { return std::make_unique<SequenceState>(layout_); }
     void forward(ExecContext&, const Batch& batch, std::span<SequenceState* const> seqs,
                  std::vector<float>& logits) override {
-        const auto rows_of = group_rows(batch, seqs, V, layout_.get());
+        RowGroups groups;
+        const RowGroups& rows_of = group_rows(groups, batch, seqs, V, layout_.get());
         append_rows(batch, seqs, rows_of);
         logits.clear();
         for (int64_t i = 0; i < batch.size(); ++i)

@@ -230,6 +230,63 @@ TEST(PagedRows, CopyOnWriteAndTruncate) {
     EXPECT_EQ(c.size_bytes(), uint64_t(2 * P * W) * sizeof(float));
 }
 
+// The pool: a page freed by its last holder is handed out again; a bounded pool refuses one page more with one Error
+// (also for the copy a write into a shared page needs), leaving the caches as they were.
+TEST(PagePool, ReusesPagesAndRefusesPastItsBound) {
+    const int64_t W = 3, P = PagedRows::k_page_rows;
+    auto pool = std::make_shared<PagePool>(P * W, 2, 3, "test caches");
+    PagedRows a;
+    a.init(W, pool);
+    for (int64_t t = 0; t < 3 * P; ++t) a.write_row(t)[0] = float(t);
+    EXPECT_EQ(pool->pages_in_use(), 3);
+    EXPECT_EQ(pool->pages_allocated(), 3);  // a slab of two, then the one left to the bound
+    try {
+        a.write_row(3 * P);
+        ADD_FAILURE() << "a fourth page from a pool of three";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("memory plan"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(a.rows(), 3 * P);
+    PagedRows b = a;  // shares all three
+    EXPECT_EQ(pool->pages_in_use(), 3);
+    EXPECT_THROW(b.write_row(3 * P - 1), Error);  // copy-on-write needs a page
+    EXPECT_EQ(b.row(3 * P - 1), a.row(3 * P - 1));
+    a.truncate(P);  // b still holds the last two
+    EXPECT_EQ(pool->pages_in_use(), 3);
+    const float* last = b.row(2 * P);
+    b.truncate(2 * P);  // its last holder: back to the pool
+    EXPECT_EQ(pool->pages_in_use(), 2);
+    b.write_row(2 * P)[0] = 7.0f;
+    EXPECT_EQ(b.row(2 * P), last) << "the freed page is handed out again";
+    a = PagedRows();
+    b = PagedRows();
+    EXPECT_EQ(pool->pages_in_use(), 0);
+}
+
+// A model's pools hold what the plan reserves for the per-token caches (StateLayout::reserve_bytes), and the prefix
+// cache's bytes as pages on top.
+TEST(PagePool, PlannedPagesAreTheReservation) {
+    StateLayout L;
+    L.add_latent(8);
+    L.add_kv(4);
+    L.add_kda(2, 4, 4);
+    L.add_latent(8);
+    const int64_t P = PagedRows::k_page_rows;
+    const StatePagePlan plan{10 * P, 3, 0, true};
+    const int64_t latent = StatePages::planned_pages(L, plan, 8), kv = StatePages::planned_pages(L, plan, 4);
+    EXPECT_EQ(latent, 2 * (10 + 3));
+    EXPECT_EQ(kv, 2 * (10 + 3));
+    EXPECT_EQ(StatePages::planned_pages(L, plan, 5), 0);
+    EXPECT_EQ(uint64_t(latent * P * 8 + kv * P * 4) * sizeof(float),
+              L.reserve_bytes(plan.max_context_tokens, plan.max_sequences) - L.recurrent_bytes() * 3);
+    const StatePagePlan cached{10 * P, 3, 2 * P * L.bytes_per_token(), true};
+    EXPECT_EQ(StatePages::planned_pages(L, cached, 8), 2 * (10 + 3 + 2));
+    StatePages pages(L, plan);
+    EXPECT_EQ(pages.pool(8)->max_pages(), latent);
+    EXPECT_EQ(pages.pool(4)->max_pages(), kv);
+    EXPECT_EQ(pages.pool(6)->max_pages(), 0) << "a width outside the plan (the taps) is not bounded";
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, StateTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
 
 // Bad state files: each refused with the file named, the target left empty.

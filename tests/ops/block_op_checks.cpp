@@ -1,8 +1,9 @@
 // The op harness's checks of the recurrent-attention block's ops and the elementwise ops (tests/ops/op_harness.cpp
 // runs them): KDA's delta rule, its short convolution, q/k normalisation, decay gate and output gate, the residual
-// add, bias add, sigmoid and sigmoid gate, and K3's attention residuals, each against its ops::ref twin over odd and
-// real shapes (1 to 4096 rows), with fresh random inputs, NaN-poisoned outputs (every element must be written), and a
-// row's bits the same alone as in a batch (the convolution, whose rows carry taps: the same in several calls as in one).
+// add, bias add, sigmoid, sigmoid gate and probe sigmoid (sigmoid_dot), and K3's attention residuals, each against
+// its ops::ref twin over odd and real shapes (1 to 4096 rows), with fresh random inputs, NaN-poisoned outputs (every
+// element must be written), and a row's bits the same alone as in a batch (the convolution, whose rows carry taps: the
+// same in several calls as in one).
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -287,6 +288,19 @@ void check_elementwise(const char* name, std::mt19937& rng) {
                 ops::mul_sigmoid(b.data() + r0 * w, m * w, o);
             }), cat(name, " mul_sigmoid", shape, ": a row's bits depend on the other rows"));
         }
+    // sigmoid_dot: a probe over two inputs side by side (DSpark's confidence), near 0.5 and saturated both ways
+    for (int64_t n1 : {1, 7, 1024})
+        for (int64_t n2 : {0, 3, 256})
+            for (float scale : {0.05f, 8.0f}) {
+                const auto w = random_vec(n1 + n2, rng, scale), x1 = random_vec(n1, rng), x2 = random_vec(n2, rng);
+                for (float bias : {0.0f, -30.0f, 30.0f}) {
+                    const float got = ops::sigmoid_dot(w.data(), bias, x1.data(), n1, x2.data(), n2);
+                    const float want = ops::ref::sigmoid_dot(w.data(), bias, x1.data(), n1, x2.data(), n2);
+                    report(std::abs(got - want) <= 1e-6f * std::abs(want) + 1e-12f,
+                           cat(name, " sigmoid_dot n1 ", n1, " n2 ", n2, " scale ", scale, " bias ", bias, ": ", got,
+                               " vs reference ", want));
+                }
+            }
 }
 
 // Block Attention Residuals over J candidates: against the double twin, every output written (NaN-poisoned), a

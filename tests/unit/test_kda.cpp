@@ -156,12 +156,12 @@ TEST(KdaBlock, PiecesEqualWholeAndFormsAgree) {
         cuts.push_back(n);
         int64_t r0 = 0;
         for (int64_t r1 : cuts) {
-            KdaSeqRows s;
-            for (int64_t r = 0; r < r1 - r0; ++r) s.rows.push_back(r);
-            s.state = &st;
+            std::vector<int64_t> rows;
+            for (int64_t r = 0; r < r1 - r0; ++r) rows.push_back(r);
+            const KdaSeqRows s{rows, &st};
             ExecContext ctx(2, ops::Backend::Cpu);  // a fresh arena per call: its high-water mark is that call's
             ctx.arena().reserve(kda_scratch_bytes(c, r1 - r0));
-            kda_forward(c, w, x.data() + r0 * hid, r1 - r0, {s}, out.data() + r0 * hid, ctx, form);
+            kda_forward(c, w, x.data() + r0 * hid, r1 - r0, {&s, 1}, out.data() + r0 * hid, ctx, form);
             EXPECT_EQ(ctx.arena().high_water_bytes(), kda_scratch_bytes(c, r1 - r0));
             EXPECT_EQ(ctx.arena().overflow_allocations(), 0u);
             r0 = r1;

@@ -42,7 +42,7 @@ struct GqaWeights {
 
 // The rows of one sequence inside a batch: batch row indices (increasing positions) and that sequence's cache.
 struct GqaSeqRows {
-    std::vector<int64_t> rows;
+    std::span<const int64_t> rows;  // batch rows of this sequence, in position order (RowGroups' lists)
     KvCache* cache = nullptr;
 };
 

@@ -20,7 +20,7 @@ uint64_t kda_scratch_bytes(const KdaConfig& c, int64_t n) {
            std::max(A::f32_bytes(n * D), 4 * A::f32_bytes(n * 3 * P) + A::f32_bytes(n * H));
 }
 
-void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, const std::vector<KdaSeqRows>& seqs,
+void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, std::span<const KdaSeqRows> seqs,
                  float* out, ExecContext& ctx, KdaForm form) {
     phase_times::Scope timed(phase_times::kKda);
     ThreadPool& pool = ctx.pool();

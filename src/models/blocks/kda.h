@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/scratch_arena.h"
@@ -46,7 +47,7 @@ struct KdaWeights {
 };
 
 struct KdaSeqRows {
-    std::vector<int64_t> rows;  // batch rows of this sequence, in position order
+    std::span<const int64_t> rows;  // batch rows of this sequence, in position order
     KdaState* state = nullptr;
 };
 
@@ -55,7 +56,7 @@ enum class KdaForm { Recurrent, Chunked };
 // out[n, hidden] = KDA(x[n, hidden]); each sequence's rows are run in order through its state. `form` chooses how
 // a sequence's rows are evaluated (Chunked: chunks of chunk_size starting at that sequence's first row).
 // It runs in ctx (its backend and pool); its activations come from ctx's arena.
-void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, const std::vector<KdaSeqRows>& seqs,
+void kda_forward(const KdaConfig& c, const KdaWeights& w, const float* x, int64_t n, std::span<const KdaSeqRows> seqs,
                  float* out, ExecContext& ctx, KdaForm form);
 // What kda_forward carves for n rows.
 uint64_t kda_scratch_bytes(const KdaConfig& c, int64_t n);

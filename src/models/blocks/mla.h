@@ -59,7 +59,7 @@ struct MlaWeights {
 
 // The rows of one sequence inside a batch: batch row indices (increasing positions) and that sequence's cache.
 struct MlaSeqRows {
-    std::vector<int64_t> rows;
+    std::span<const int64_t> rows;  // batch rows of this sequence, in position order (RowGroups' lists)
     MlaCache* cache = nullptr;
 };
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <span>
 #include <numeric>
 
 #include "core/error.h"
@@ -50,13 +50,18 @@ uint64_t moe_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, int64_t int
 }
 
 namespace {
-Routing route_with(const ops::RouterSpec& spec, const Weight& gate, const float* bias, const float* x, int64_t n,
-                   ExecContext& ctx) {
+// Buffers of the calling thread that grow to their largest size once, so routing a pass allocates nothing after the
+// first passes (the MLA and attention per-thread buffers' pattern). A pass runs on one thread at a time; the
+// layer's routing and the look-ahead's guess, alive together, have one each.
+thread_local Routing t_routing, t_guess;
+thread_local std::vector<int32_t> t_guess_experts;
+
+const Routing& route_with(const ops::RouterSpec& spec, const Weight& gate, const float* bias, const float* x, int64_t n,
+                          ExecContext& ctx, Routing& r) {
     phase_times::Scope timed(phase_times::kRoute);
     ScratchArena::Scope scope(ctx.arena());
     float* logits = ctx.arena().f32(n * spec.n_experts);
     ops::matmul(gate, x, n, logits, ctx);
-    Routing r;
     r.top_k = spec.top_k;
     r.experts.resize(size_t(n * spec.top_k));
     r.weights.resize(size_t(n * spec.top_k));
@@ -68,44 +73,73 @@ ops::RouterSpec spec_of(const RouterParams& p, ops::RouterSpec::Scoring scoring)
 }
 }  // namespace
 
-Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
-                      int64_t n, ExecContext& ctx) {
+const Routing& route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
+                             int64_t n, ExecContext& ctx) {
     return route_with(spec_of(p, ops::RouterSpec::Scoring::Sigmoid), gate, bias.empty() ? nullptr : bias.data(), x, n,
-                      ctx);
+                      ctx, t_routing);
 }
 
 void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p, const Weight& gate,
                       const std::vector<float>& bias, const float* x, int64_t n, ExecContext& ctx) {
-    const Routing guess = route_sigmoid(p, gate, bias, x, n, ctx);
-    std::vector<int32_t> experts(guess.experts);
+    const Routing& guess = route_with(spec_of(p, ops::RouterSpec::Scoring::Sigmoid), gate,
+                                      bias.empty() ? nullptr : bias.data(), x, n, ctx, t_guess);
+    std::vector<int32_t>& experts = t_guess_experts;
+    experts.assign(guess.experts.begin(), guess.experts.end());
     std::sort(experts.begin(), experts.end());
     experts.erase(std::unique(experts.begin(), experts.end()), experts.end());
     source.prefetch(layer, experts);
 }
 
-Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ExecContext& ctx) {
-    return route_with(spec_of(p, ops::RouterSpec::Scoring::Softmax), gate, nullptr, x, n, ctx);
+const Routing& route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ExecContext& ctx) {
+    return route_with(spec_of(p, ops::RouterSpec::Scoring::Softmax), gate, nullptr, x, n, ctx, t_routing);
 }
 
-void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
+namespace {
+// A layer's experts and the (row, slot) pairs of each, by counting sort (ascending expert id, slots in order: what
+// a map of expert -> slots gave); the calling thread's, grown once.
+struct ExpertUsers {
+    std::vector<int64_t> start;  // [max expert + 2]: expert e's slots are slots[start[e], start[e + 1])
+    std::vector<int64_t> slots;  // row * K + k
+    std::vector<int32_t> experts;
+    std::vector<uint32_t> rows;
+    void build(std::span<const int32_t> chosen) {
+        const int32_t top = chosen.empty() ? 0 : *std::max_element(chosen.begin(), chosen.end());
+        start.assign(size_t(top) + 2, 0);
+        for (int32_t e : chosen) ++start[size_t(e) + 1];
+        experts.clear();
+        rows.clear();
+        for (int32_t e = 0; e <= top; ++e)
+            if (start[size_t(e) + 1] > 0) {
+                experts.push_back(e);
+                rows.push_back(uint32_t(start[size_t(e) + 1]));
+            }
+        std::partial_sum(start.begin(), start.end(), start.begin());
+        slots.resize(chosen.size());
+        for (size_t s = 0; s < chosen.size(); ++s) slots[size_t(start[size_t(chosen[s])]++)] = int64_t(s);
+        // start[e] now ends expert e's slots: shift back so it begins them
+        for (size_t e = start.size() - 1; e > 0; --e) start[e] = start[e - 1];
+        start[0] = 0;
+    }
+    std::span<const int64_t> of(int32_t e) const {
+        return {slots.data() + start[size_t(e)], size_t(start[size_t(e) + 1] - start[size_t(e)])};
+    }
+};
+thread_local ExpertUsers t_users;
+}  // namespace
+
+void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, ExpertFn expert_fn,
                       const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
-                      MoeStats* stats, const std::function<void()>& while_reading) {
+                      MoeStats* stats, FunctionRef<void()> while_reading) {
     phase_times::Scope timed(phase_times::kMoe);
     ThreadPool& pool = ctx.pool();
     ScratchArena& arena = ctx.arena();
     const int64_t K = routing.top_k;
-    // union of experts -> the (row, slot) pairs that use each
-    std::map<int32_t, std::vector<int64_t>> users;  // expert -> slots (row * K + k)
-    for (int64_t s = 0; s < n * K; ++s) users[routing.experts[size_t(s)]].push_back(s);
-    std::vector<int32_t> experts;
-    experts.reserve(users.size());
-    std::vector<uint32_t> rows;
-    rows.reserve(users.size());
-    for (const auto& [e, s] : users) {
-        experts.push_back(e);
-        rows.push_back(uint32_t(s.size()));
-    }
-    source.note_use(layer, experts, rows, routing.experts, K);
+    // union of experts -> the (row, slot) pairs that use each (the callbacks below may run on other threads: they
+    // use this thread's buffers through `users`)
+    ExpertUsers& users = t_users;
+    users.build(std::span<const int32_t>(routing.experts.data(), size_t(n * K)));
+    const std::vector<int32_t>& experts = users.experts;
+    source.note_use(layer, experts, users.rows, routing.experts, K);
 
     ScratchArena::Scope scope(arena);
     // every slot is written by the expert its row chose (each row's top_k experts are distinct) before the combine
@@ -115,7 +149,7 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
     // a prefill chunk's gather and scatter are tens of MB an expert: split over the pool (copies: bits unchanged)
     const int64_t min_rows = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, hidden));
     source.fetch(layer, experts, [&](size_t i, const ExpertWeights& w) {
-        const auto& slots = users[experts[i]];
+        const std::span<const int64_t> slots = users.of(experts[i]);
         const int64_t m = int64_t(slots.size());
         pool.parallel_for(m, [&](int64_t j0, int64_t j1) {
             for (int64_t j = j0; j < j1; ++j) std::copy_n(x + (slots[size_t(j)] / K) * hidden, hidden, xs + j * hidden);
@@ -136,7 +170,7 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
 
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
-                 MoeStats* stats, const GluActivation& act, const std::function<void()>& while_reading) {
+                 MoeStats* stats, const GluActivation& act, FunctionRef<void()> while_reading) {
     auto swiglu = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
         SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", e,
                      ": weight shapes do not match hidden size ", hidden);
@@ -155,7 +189,7 @@ void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const Sigm
                              const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
                              float* y, ExecContext& ctx) {
     if (!ffn.moe) return swiglu_forward(ffn.mlp, x, n, y, ctx);
-    const Routing r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, ctx);
+    const Routing& r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, ctx);
     auto hint_next = [&] {
         if (look_ahead && next && next->moe)
             prefetch_experts(source, layer + 1, p, next->router, next->router_bias, x, n, ctx);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/function_ref.h"
 #include "core/scratch_arena.h"
 #include "experts/expert_source.h"
 #include "ops/exec_context.h"
@@ -66,8 +67,9 @@ struct Routing {
     std::vector<float> weights;    // [n, top_k]
 };
 
-// Sigmoid router with correction bias used for selection only (noaux_tc): logits = gate x in f32.
-Routing route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
+// Sigmoid router with correction bias used for selection only (noaux_tc): logits = gate x in f32. The result is the
+// calling thread's buffer (grown once), valid until its next route_sigmoid or route_softmax; look-ahead has its own.
+const Routing& route_sigmoid(const RouterParams& p, const Weight& gate, const std::vector<float>& bias, const float* x,
                       int64_t n, ExecContext& ctx);
 
 // Look-ahead: applies the next MoE layer's router to this layer's input rows and hints the union of the experts it
@@ -77,8 +79,8 @@ void prefetch_experts(ExpertSource& source, int64_t layer, const RouterParams& p
 
 // Softmax router (Qwen3-MoE, Mixtral): probabilities = softmax(gate x) over all experts in f32; the top_k largest;
 // divided by their sum when norm_topk_prob (no epsilon), else the raw probabilities; times routed_scaling_factor.
-// n_group / topk_group are not used.
-Routing route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ExecContext& ctx);
+// n_group / topk_group are not used. The result: as route_sigmoid's.
+const Routing& route_softmax(const RouterParams& p, const Weight& gate, const float* x, int64_t n, ExecContext& ctx);
 
 struct MoeStats {
     uint64_t rows = 0;
@@ -87,22 +89,23 @@ struct MoeStats {
 };
 
 // Computes one routed expert for the m rows routed to it: y[m, hidden] = expert(x[m, hidden]).
-using ExpertFn = std::function<void(int32_t expert, const ExpertWeights& w, const float* x, int64_t m, float* y)>;
+// Borrowed (core/function_ref.h): called only while moe_forward_with runs.
+using ExpertFn = FunctionRef<void(int32_t expert, const ExpertWeights& w, const float* x, int64_t m, float* y)>;
 
 // out[n, H] = sum_k w_k * expert_k(x), each expert computed by `expert_fn` (architectures whose experts are not a
 // plain gated MLP, e.g. gpt-oss's fused clamped SwiGLU with biases). while_reading runs once after the misses are
 // issued and before any expert is computed, so it may still fill x: work that needs no routed expert overlaps
 // the reads without changing any result. expert_fn may carve from ctx's arena, for all n rows whatever m is (so the
 // high-water mark does not depend on the routing).
-void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, const ExpertFn& expert_fn,
+void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, ExpertFn expert_fn,
                       const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
-                      MoeStats* stats = nullptr, const std::function<void()>& while_reading = {});
+                      MoeStats* stats = nullptr, FunctionRef<void()> while_reading = {});
 
 // out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given, computed while the experts are read and added last).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                  MoeStats* stats = nullptr, const GluActivation& act = {},
-                 const std::function<void()>& while_reading = {});
+                 FunctionRef<void()> while_reading = {});
 
 // The FFN of a DeepSeek-V3-style layer (DeepSeek-V3 / Kimi-K2, Kimi Linear): a sigmoid-routed MoE with correction
 // bias and optional shared experts, or a dense SwiGLU MLP.

@@ -3,13 +3,13 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <span>
 
 namespace sluice {
 
 // Calls f(first_row, count) for each maximal run of consecutive batch rows in `rows` (increasing).
 template <class F>
-void for_each_run(const std::vector<int64_t>& rows, F&& f) {
+void for_each_run(std::span<const int64_t> rows, F&& f) {
     for (size_t i = 0; i < rows.size();) {
         size_t j = i + 1;
         while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;

@@ -43,4 +43,11 @@ void mul_sigmoid(const float* gate, int64_t count, float* y) {
     for (int64_t i = 0; i < count; ++i) y[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
 }
 
+float sigmoid_dot(const float* w, float bias, const float* x1, int64_t n1, const float* x2, int64_t n2) {
+    double z = bias;
+    for (int64_t k = 0; k < n1; ++k) z += double(w[k]) * x1[k];
+    for (int64_t k = 0; k < n2; ++k) z += double(w[n1 + k]) * x2[k];
+    return float(1.0 / (1.0 + std::exp(-z)));
+}
+
 }  // namespace sluice::ops

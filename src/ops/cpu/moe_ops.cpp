@@ -27,6 +27,8 @@ struct RouteScratch {
     std::vector<int32_t> idx, gidx;
     std::vector<uint8_t> keep;
 };
+// each thread's, grown to the router's size once: routing allocates nothing after the first passes
+thread_local RouteScratch t_route_scratch;
 
 void route_sigmoid_row(const RouterSpec& p, const float* l, const float* bias, RouteScratch& w, int32_t* experts,
                        float* weights) {
@@ -104,7 +106,7 @@ void route(const RouterSpec& s, const float* logits, const float* bias, int64_t 
                  "route: ", s.n_experts, " experts in ", s.n_group, " groups, keeping ", s.topk_group);
     const int64_t E = s.n_experts, K = s.top_k;
     pool.parallel_for(n, [&](int64_t r0, int64_t r1) {
-        RouteScratch w;
+        RouteScratch& w = t_route_scratch;
         for (int64_t r = r0; r < r1; ++r) {
             const float* l = logits + r * E;
             switch (s.scoring) {

@@ -39,4 +39,11 @@ void mul_sigmoid(const float* gate, int64_t count, float* y) {
     for (int64_t i = 0; i < count; ++i) y[i] = float(double(y[i]) / (1.0 + std::exp(-double(gate[i]))));
 }
 
+// in long double, over the two inputs as one concatenated vector
+float sigmoid_dot(const float* w, float bias, const float* x1, int64_t n1, const float* x2, int64_t n2) {
+    long double z = bias;
+    for (int64_t k = 0; k < n1 + n2; ++k) z += (long double)w[k] * (k < n1 ? x1[k] : x2[k - n1]);
+    return float(1.0L / (1.0L + std::exp(-z)));
+}
+
 }  // namespace sluice::ops::ref
