@@ -237,14 +237,8 @@ void BM_KdaRecurrent(benchmark::State& state) {  // the delta rule: a fixed stat
     for (auto& x : g) x = -0.05f * (1.0f + u(rng));
     for (auto& x : beta) x = 0.5f + 0.4f * u(rng);
     const KdaHeadIo io{q.data(), k.data(), v.data(), g.data(), beta.data(), o.data(), P, kHeads};
-    for (auto _ : state) {
-        pool().parallel_for(kHeads, [&](int64_t h0, int64_t h1) {
-            for (int64_t h = h0; h < h1; ++h) {
-                const KdaHeadIo hio{io.q + h * kKdaDim, io.k + h * kKdaDim, io.v + h * kKdaDim, io.g + h * kKdaDim,
-                                    io.beta + h, io.o + h * kKdaDim, P, kHeads};
-                kda_recurrent(hio, kChunkRows, kKdaDim, S.data() + h * kKdaDim * kKdaDim);
-            }
-        });
+    for (auto _ : state) {  // the blocks' entry (the heads over the pool), on the CPU
+        ops::kda_recurrent_heads(io, kHeads, kChunkRows, kKdaDim, S.data(), ops::Backend::Cpu, &pool());
         benchmark::DoNotOptimize(o.data());
     }
     state.counters["rows/s"] = benchmark::Counter(double(kChunkRows) * double(state.iterations()), benchmark::Counter::kIsRate);

@@ -1,5 +1,5 @@
-// Wall time of a forward pass's blocks (and the weight matmuls' flops, below), summed over calls since the process started (`bench` prints the prefill's
-// and the decode's share): where a pass spends time that the GPU timeline and the read counters do not show, e.g.
+// Wall time of a forward pass's blocks (and the weight matmuls' flops, below), summed over calls since the process
+// started (`bench` prints the prefill's and the decode's share): where a pass spends time that the GPU timeline and the read counters do not show, e.g.
 // the host work around each op. Each block's entry point holds a Scope; a scope inside another (the KDA delta rule
 // inside the KDA block) is counted in both. Relaxed atomics: cheap, and exact once the pass has returned.
 #pragma once

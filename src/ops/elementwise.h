@@ -1,6 +1,7 @@
 // The elementwise ops of a forward pass besides ops.h's norms and GLUs: the residual add, the bias add, the
-// sigmoid, the sigmoid gate and a linear probe's sigmoid. Reference twins in ops::ref (ops/reference/elementwise.cpp), checked by the op harness (tests/ops). Each
-// element's arithmetic is one float operation or function, so no bit depends on the rows around it.
+// sigmoid, the sigmoid gate and a linear probe's sigmoid. Reference twins in ops::ref (ops/reference/elementwise.cpp),
+// checked by the op harness (tests/ops). Each element's arithmetic is one float operation or function, so no bit
+// depends on the rows around it.
 #pragma once
 
 #include <cstdint>

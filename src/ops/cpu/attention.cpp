@@ -54,11 +54,21 @@ void cpu::attention(const AttentionParams& p, const float* q, int64_t n_rows, co
     const int64_t per_kv = n_rows * group;  // pairs are numbered kv head major, then row, then head in the group
     // the same bits on every path (avx512_attention.cpp): only the speed differs
 #if defined(SLUICE_CPU_X86)
-    const CpuPath path = cpu_path();
-    const bool wide = path == CpuPath::Avx512 || path == CpuPath::Amx;
-    const auto dots = wide ? cpu::avx512::attention_dots : path == CpuPath::Avx2 ? cpu::avx2::attention_dots : portable_dots;
-    const auto axpys =
-        wide ? cpu::avx512::attention_axpys : path == CpuPath::Avx2 ? cpu::avx2::attention_axpys : portable_axpys;
+    auto dots = portable_dots;
+    auto axpys = portable_axpys;
+    switch (cpu_path()) {
+        case CpuPath::Avx512:
+        case CpuPath::Amx:
+            dots = cpu::avx512::attention_dots;
+            axpys = cpu::avx512::attention_axpys;
+            break;
+        case CpuPath::Avx2:
+            dots = cpu::avx2::attention_dots;
+            axpys = cpu::avx2::attention_axpys;
+            break;
+        default:
+            break;
+    }
 #else
     const auto dots = portable_dots;
     const auto axpys = portable_axpys;

@@ -195,10 +195,12 @@ void cpu::matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPoo
     pool.parallel_for_dynamic(blocks, grain, [&](int64_t b0, int64_t b1) {
         // 64-byte aligned: from malloc's large-block path a vector sits 16 bytes past a page, and then one in four
         // of the kernels' 32-byte loads of decoded weights spans two cache lines
+        constexpr uintptr_t kAlign = 64;
         thread_local std::vector<float> scratch;
-        const auto need = size_t(cpu::matmul_scratch_floats(w.cols)) + 16;
+        const auto need = size_t(cpu::matmul_scratch_floats(w.cols)) + kAlign / sizeof(float);
         if (scratch.size() < need) scratch.resize(need);
-        float* const scratch64 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
+        const uintptr_t at = reinterpret_cast<uintptr_t>(scratch.data());
+        float* const scratch64 = reinterpret_cast<float*>((at + kAlign - 1) & ~(kAlign - 1));
         const int64_t r0 = b0 * cpu::kRowBlock, r1 = std::min(w.rows, b1 * cpu::kRowBlock);
         struct CallMark {  // reset even when fn throws
             explicit CallMark(uint64_t c) { cpu::t_matmul_call = c; }

@@ -157,6 +157,8 @@ void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
 template <class D, int NR>
 void fused_range(const Weight& w, const float* x, float* y, int64_t r0, int64_t r1) {
     int64_t r = r0;
+    // One input row, 32-column decoders: a row's FMA chain is serial (the bit-identity order), so 8 rows give the
+    // FMA units 8 independent chains where 4 left their latency exposed. (Two input rows already have 8.)
     if constexpr (NR == 1 && D::kVecs == 4)
         for (; r + 8 <= r1; r += 8) fused_rows<D, 8, NR>(w, r, x, y);
     for (; r + 4 <= r1; r += 4) fused_rows<D, 4, NR>(w, r, x, y);
