@@ -9,9 +9,10 @@ that the same bench run measured right after its decode (`--save-rates`: kernels
 read's latency, the raw drive rate), so both see the same machine load, and prints the median projection next to
 the median measurement with the error.
 
-Routing: the synth models' random weights route close to uniformly, so plan's default (hit rate = cache share)
-applies; the trained model's routing is skewed, so for it a first bench run records usage counts
-(--usage-stats) that plan reads. Uses only the standard library.
+Routing (--routing): `trace` (the default): for each model a first bench run with another seed records the
+routing (--trace-experts), and plan replays that trace through its cache simulation for the decode hit rate;
+`counts`: the trained model's usage counts (--usage-stats), uniform routing for the synth models; `uniform`: plan's
+default for every model. Uses only the standard library.
 
     python3 bench/plan_check.py --sluice build/release/bin/sluice [--reps 3] [--json out.json]
 """
@@ -56,6 +57,10 @@ def main():
                          "workers from stalling every matmul's barrier")
     ap.add_argument("--no-prefetch", action="store_true",
                     help="bench without the look-ahead reads (plan does not model their wasted guesses)")
+    ap.add_argument("--routing", choices=["trace", "counts", "uniform"], default="trace",
+                    help="what plan is told of the routing (see above)")
+    ap.add_argument("--timing", choices=["pipeline", "overlap", "serial"], default="pipeline",
+                    help="plan's time model")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--work", help="folder for the synth models and rates (default: a temporary one)")
     a = ap.parse_args()
@@ -71,19 +76,26 @@ def main():
         models.append((name, d))
     models.append(("sluice-k2-tiny", os.path.abspath(TINY)))
 
-    common = ["--ctx", str(a.ctx), "--tokens", str(a.tokens), "--prompt-tokens", "16", "--raw-seconds", "1",
+    common = ["--ctx", str(a.ctx), "--prompt-tokens", "16", "--raw-seconds", "1",
               "-t", str(a.threads)]
     if a.no_prefetch:
         common.append("--no-prefetch")
 
     rows = []
     for name, d in models:
-        usage = None
-        if name == "sluice-k2-tiny":  # trained routing is skewed: record its use counts first (another seed)
+        routing = []  # what plan is told of this model's routing, recorded by a run with another seed
+        if a.routing == "trace":
+            trace = os.path.join(work, name + ".trace")
+            run([S, "bench", "-m", d, "--memory", "100G", *common, "--tokens", "128", "--seed", "7",
+                 "--trace-experts", trace])
+            routing = ["--trace", trace]
+        elif a.routing == "counts" and name == "sluice-k2-tiny":  # trained routing is skewed: its use counts
             usage = os.path.join(work, "tiny_usage.json")
             if os.path.exists(usage):
                 os.remove(usage)
-            run([S, "bench", "-m", d, "--memory", "100G", *common, "--seed", "7", "--usage-stats", usage])
+            run([S, "bench", "-m", d, "--memory", "100G", *common, "--tokens", str(a.tokens), "--seed", "7",
+                 "--usage-stats", usage])
+            routing = ["--usage-stats", usage]
         big = last_json(run([S, "plan", "-m", d, "--memory", "100G", "--ctx", str(a.ctx), "--drives", "1GB/s",
                              "--json"]).stdout)
         minimum = big["memory_plan"]["min_bytes"]
@@ -96,12 +108,12 @@ def main():
                 # read's latency, the raw drive rate), so projection and measurement see the same machine load
                 rates = os.path.join(work, "rates_%s_%d.json" % (name, rep))
                 meas.append(last_json(run([S, "bench", "-m", d, "--memory", str(budget), *common, "--json",
+                                           "--tokens", str(a.tokens),
                                            "--seed", str(rep + 1), "--save-rates", rates,
                                            "--rates-formats", "model"]).stdout))
                 cmd = [S, "plan", "-m", d, "--memory", str(budget), "--ctx", str(a.ctx), "--drives",
-                       "%.4fGB/s" % meas[-1]["raw_read_gbps"], "--rates", rates, "--json"]
-                if usage:
-                    cmd += ["--usage-stats", usage]
+                       "%.4fGB/s" % meas[-1]["raw_read_gbps"], "--rates", rates, "--timing", a.timing, "--json",
+                       *routing]
                 proj.append(last_json(run(cmd).stdout))
             tok = statistics.median(m["tok_per_s"] for m in meas)
             raw = statistics.median(m["raw_read_gbps"] for m in meas)

@@ -9,7 +9,9 @@
 #include "common.h"
 #include "core/error.h"
 #include "experts/residency.h"
+#include "experts/expert_trace.h"
 #include "experts/usage_stats.h"
+#include "formats/checkpoint.h"
 #include "plan/projection.h"
 
 namespace sluice::cli {
@@ -18,6 +20,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, like, memory, drives, device = "cpu", rates, usage_stats, batch_sizes = "1,4,16,64,256";
+    std::string trace, cache_policy = "lru", timing = "pipeline";
     int64_t threads = 0, ctx = 4096, parallel = 1, prefill_chunk = 256, pass_rows = 0;
     bool json = false, overlap = false;
 };
@@ -65,7 +68,7 @@ void run_plan(const PlanArgs& a) {
     mc.threads = a.threads;
     if (!a.rates.empty()) mc.rates = load_rates(a.rates);
     PlanSettings s{.ctx = a.ctx, .parallel = a.parallel, .prefill_chunk = a.prefill_chunk, .pass_rows = a.pass_rows,
-                   .batch_sizes = {}, .overlap = a.overlap};
+                   .batch_sizes = {}, .timing = a.overlap ? "overlap" : a.timing, .cache_policy = a.cache_policy};
     for (const std::string& b : split(a.batch_sizes)) {
         size_t used = 0;
         long long v = 0;
@@ -80,6 +83,16 @@ void run_plan(const PlanArgs& a) {
     }
     const ModelShape m = a.model.empty() ? shape_from_published(a.like) : shape_from_folder(a.model);
     if (!a.usage_stats.empty()) s.usage_share = usage_shares(a.usage_stats, m);
+    ExpertTrace trace;
+    if (!a.trace.empty()) {
+        trace = read_expert_trace(a.trace);  // Error naming the file when it is not a whole trace
+        check_trace_shape(trace, a.trace, m);
+        if (!a.model.empty()) {
+            const ModelFingerprint f = model_fingerprint(Checkpoint(a.model), 0, 0, 0);
+            check_trace_model(trace, a.trace, f.config_hash, f.weights_hash, m.n_experts);
+        }
+        s.trace = &trace;
+    }
     const Projection p = project(m, mc, s);
     if (a.json)
         std::printf("%s\n", projection_json(m, mc, s, p).c_str());
@@ -94,9 +107,9 @@ void register_plan(CLI::App& app) {
     auto* sub = app.add_subcommand("plan", "Memory plan and projected tok/s of a model on a machine described by flags");
     sub->footer(
         "Example: sluice plan --like kimi-k3 --memory 64G --drives 7GB/s,7GB/s --rates rates.json\n"
-        "The memory plan is the engine's (spine, state, staging, expert cache). Expert misses assume uniform\n"
-        "routing (hit rate = cache share) unless --usage-stats gives measured counts. Times come from the kernel and\n"
-        "drive rates in --rates (sluice bench --save-rates FILE); the drives' rates are --drives'.");
+        "The memory plan is the engine's (spine, state, staging, expert cache). Hit rates come from the cache policy\n"
+        "run over uniform routing, the counts of --usage-stats, or the routing --trace recorded. Times come from the\n"
+        "kernel and drive rates in --rates (sluice bench --save-rates FILE); the drives' rates are --drives'.");
     auto* model = sub->add_option("-m,--model", a->model, "model folder (Hugging Face layout)");
     auto* like = sub->add_option("--like", a->like,
                                  "a published model instead of a folder: kimi-k3, kimi-k2, deepseek-v3, kimi-linear, "
@@ -120,8 +133,18 @@ void register_plan(CLI::App& app) {
                     "activations are reserved (default: the largest of --prefill-chunk and --batch-sizes)")
         ->check(CLI::NonNegativeNumber);
     sub->add_option("--batch-sizes", a->batch_sizes, "decode batch sizes to project")->capture_default_str();
-    sub->add_flag("--overlap", a->overlap,
-                  "time a pass as max(I/O, compute) (full overlap) instead of their sum (what bench measures here)");
+    sub->add_option("--trace", a->trace,
+                    "routing the engine recorded on this model (--trace-experts of generate/bench): decode's hit rate "
+                    "is its replay through the cache");
+    sub->add_option("--cache-policy", a->cache_policy, "the engine's --cache-policy, simulated for the hit rates")
+        ->check(CLI::IsMember({"lru", "lfu", "next-use", "markov"}))
+        ->capture_default_str();
+    sub->add_option("--timing", a->timing,
+                    "time of a pass: pipeline (reads overlapped with compute as the engine does), overlap "
+                    "(max(I/O, compute)) or serial (their sum)")
+        ->check(CLI::IsMember({"pipeline", "overlap", "serial"}))
+        ->capture_default_str();
+    sub->add_flag("--overlap", a->overlap, "the same as --timing overlap");
     sub->add_flag("--json", a->json, "one JSON object on stdout");
     sub->callback([a] {
         if (a->model.empty() == a->like.empty())

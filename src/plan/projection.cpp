@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
 #include "io/direct_reader.h"
 #include "models/expert_setup.h"
+#include "plan/cache_sim.h"
 
 namespace sluice {
 
@@ -39,34 +41,51 @@ double ms_for(double bytes, double gbps) { return gbps > 0 ? bytes / (gbps * 1e6
 }  // namespace
 
 PassProjection project_pass(const ModelShape& m, const ResidencyPlan& plan, const MachineRates& rates, double hit_rate,
-                            double drive_gbps, int64_t rows, int64_t logit_rows, bool overlap) {
+                            double drive_gbps, int64_t rows, int64_t logit_rows, const std::string& timing) {
     PassProjection p;
     p.rows = rows;
+    p.hit_rate = hit_rate;
     const double E = double(m.n_experts), k = double(m.top_k), L = double(m.n_moe_layers), R = double(rows);
+    const double h = std::clamp(hit_rate, 0.0, 1.0);
     p.distinct_experts = distinct_experts(E, k, R);
     const double experts_used = p.distinct_experts * L;  // per pass, all MoE layers
-    p.expert_bytes_read = experts_used * (1.0 - hit_rate) * double(m.expert_slot_bytes);
+    p.expert_bytes_read = experts_used * (1.0 - h) * double(m.expert_slot_bytes);
     p.spine_bytes_read = double(plan.spine_streamed_bytes);
     p.io_ms = ms_for(p.expert_bytes_read + p.spine_bytes_read, drive_gbps);
     // a layer's misses are issued together: the first lands after one read's latency, the rest stream behind it
-    const double layers_missing = L * (1.0 - std::pow(std::clamp(hit_rate, 0.0, 1.0), p.distinct_experts));
-    p.io_ms += layers_missing * rates.drive_latency_ms;
+    const double miss_any = 1.0 - std::pow(h, p.distinct_experts);  // chance that a layer misses at all
+    p.io_ms += L * miss_any * rates.drive_latency_ms;
     const bool timed = !rates.kernels.empty();
-    if (timed) {
-        double c = 0, calls = 0;
-        for (const auto& [fmt, bytes] : m.spine_matmul_bytes) c += ms_for(double(bytes), kernel_for(rates, fmt).at(R));
-        calls += double(m.spine_matmuls);
-        if (logit_rows > 0 && m.head_bytes > 0) {
-            c += ms_for(double(m.head_bytes), kernel_for(rates, m.head_format).at(double(logit_rows)));
-            calls += 1;
-        }
-        const double rows_per_expert = p.distinct_experts > 0 ? R * k / p.distinct_experts : 1.0;
-        c += ms_for(experts_used * double(m.expert_bytes), kernel_for(rates, m.expert_format).at(rows_per_expert));
-        calls += experts_used * double(m.expert_matmuls);
-        c += calls * rates.matmul_overhead_us / 1000.0;
-        p.compute_ms = c;
+    if (!timed) {
+        p.pass_ms = p.io_ms;
+        p.tok_per_s = p.pass_ms > 0 ? 1000.0 * R / p.pass_ms : 0.0;
+        return p;
     }
-    p.pass_ms = overlap ? std::max(p.io_ms, p.compute_ms) : p.io_ms + p.compute_ms;
+    const double overhead_ms = rates.matmul_overhead_us / 1000.0;
+    double spine_ms = 0;  // the spine's matrices, the head included: not overlapped with the layer's reads
+    for (const auto& [fmt, bytes] : m.spine_matmul_bytes) spine_ms += ms_for(double(bytes), kernel_for(rates, fmt).at(R));
+    spine_ms += double(m.spine_matmuls) * overhead_ms;
+    if (logit_rows > 0 && m.head_bytes > 0)
+        spine_ms += ms_for(double(m.head_bytes), kernel_for(rates, m.head_format).at(double(logit_rows))) + overhead_ms;
+    const double rows_per_expert = p.distinct_experts > 0 ? R * k / p.distinct_experts : 1.0;
+    const double expert_ms = ms_for(double(m.expert_bytes), kernel_for(rates, m.expert_format).at(rows_per_expert)) +
+                             double(m.expert_matmuls) * overhead_ms;  // c_e: one expert's compute
+    p.compute_ms = spine_ms + experts_used * expert_ms;
+    if (timing == "overlap") {
+        p.pass_ms = std::max(p.io_ms, p.compute_ms);
+    } else if (timing == "serial") {
+        p.pass_ms = p.io_ms + p.compute_ms;
+    } else {  // pipeline (the top of projection.h)
+        const double d = p.distinct_experts, miss = d * (1.0 - h);
+        const double read_ms = ms_for(double(m.expert_slot_bytes), drive_gbps);           // τ
+        const double first_ms = miss_any * std::max(rates.drive_latency_ms, read_ms);     // λ: the first miss lands
+        double layer_ms = d * expert_ms;
+        if (miss > 0)
+            layer_ms = std::max({layer_ms, first_ms + miss * expert_ms,
+                                 first_ms + std::max(0.0, miss - 1.0) * read_ms + std::min(1.0, miss) * expert_ms});
+        // the drives cannot deliver the pass's bytes faster than their rate
+        p.pass_ms = std::max(spine_ms + L * layer_ms, ms_for(p.expert_bytes_read + p.spine_bytes_read, drive_gbps));
+    }
     p.tok_per_s = p.pass_ms > 0 ? 1000.0 * R / p.pass_ms : 0.0;
     return p;
 }
@@ -77,6 +96,8 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
         SLUICE_CHECK(std::isfinite(g) && g > 0, "--drives: every drive rate must be > 0, got ", g, " GB/s");
     SLUICE_CHECK(machine.memory_bytes > 0, "--memory: the budget must be > 0");
     SLUICE_CHECK(s.prefill_chunk > 0, "--prefill-chunk must be > 0");
+    SLUICE_CHECK(s.timing == "pipeline" || s.timing == "overlap" || s.timing == "serial", "timing model '", s.timing,
+                 "': pipeline, overlap or serial");
     Projection p;
     int64_t pass_rows = s.pass_rows > 0 ? s.pass_rows : s.prefill_chunk;
     if (s.pass_rows <= 0)
@@ -89,14 +110,25 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
     const uint64_t cache_bytes = std::min(p.plan.expert_cache_bytes, n_all * m.expert_slot_bytes);
     p.cache_slots = m.expert_slot_bytes ? cache_bytes / m.expert_slot_bytes : 0;
     p.cache_share = n_all ? std::min(1.0, double(p.cache_slots) / double(n_all)) : 1.0;
-    if (!s.usage_share.empty()) {
-        p.hit_rate = skewed_hit_rate(s.usage_share, double(p.cache_slots));
-        p.hit_model = "usage counts (--usage-stats): hit rate = routing share of the " + std::to_string(p.cache_slots) +
-                      " most-used experts (the cache keeps the popular ones; an upper bound for LRU)";
-    } else {
-        p.hit_rate = p.cache_share;
-        p.hit_model = "uniform routing: hit rate = cache share (cached experts / all routed experts)";
-    }
+
+    // hit rates: the engine's policy over a routing stream at this cache size (plan/cache_sim.h)
+    std::vector<double> shares = s.usage_share;
+    if (shares.empty() && s.trace) shares = trace_usage_shares(*s.trace, m);
+    const std::string routing = !s.usage_share.empty() ? "measured usage counts (--usage-stats)"
+                                : s.trace            ? "the trace's usage counts"
+                                                     : "uniform routing";
+    if (!s.usage_share.empty()) p.popular_share = skewed_hit_rate(s.usage_share, double(p.cache_slots));
+    const bool can_simulate = m.n_moe_layers > 0 && m.n_experts > 0 && m.top_k > 0;
+    auto hit_for = [&](int64_t rows) {
+        if (!can_simulate) return 1.0;
+        if (s.trace && rows == 1) return replay_cache(*s.trace, p.cache_slots, 1, s.cache_policy).hit_rate;
+        CacheSimOptions o;
+        o.policy = s.cache_policy;
+        return simulate_cache(m.n_moe_layers, m.n_experts, m.top_k, shares, p.cache_slots, rows, o).hit_rate;
+    };
+    p.hit_model = s.cache_policy + " cache simulated at " + std::to_string(p.cache_slots) + " slots over " +
+                  (s.trace ? "the recorded trace (decode) and " : "") + routing;
+    p.hit_rate = hit_for(1);
     for (double g : machine.drives_gbps) p.drive_gbps += g;
     MachineRates rates;
     if (!machine.rates) {
@@ -120,10 +152,38 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
         p.timed = !rates.kernels.empty();
         if (!p.timed) p.untimed_reason = "the --rates file has no kernel rates";
     }
-    p.decode = project_pass(m, p.plan, rates, p.hit_rate, p.drive_gbps, 1, 1, s.overlap);
-    p.prefill = project_pass(m, p.plan, rates, p.hit_rate, p.drive_gbps, s.prefill_chunk, 1, s.overlap);
-    for (int64_t b : s.batch_sizes) p.batches.push_back(project_pass(m, p.plan, rates, p.hit_rate, p.drive_gbps, b, b, s.overlap));
+    auto pass = [&](int64_t rows, int64_t logit_rows, double hit) {
+        return project_pass(m, p.plan, rates, hit, p.drive_gbps, rows, logit_rows, s.timing);
+    };
+    p.decode = pass(1, 1, p.hit_rate);
+    p.prefill = pass(s.prefill_chunk, 1, hit_for(s.prefill_chunk));
+    for (int64_t b : s.batch_sizes) p.batches.push_back(pass(b, b, b == 1 ? p.hit_rate : hit_for(b)));
     return p;
+}
+
+std::vector<double> trace_usage_shares(const ExpertTrace& t, const ModelShape& m) {
+    std::map<uint16_t, std::vector<double>> by_layer;
+    for (const TraceRecord& r : t.records) {
+        auto& row = by_layer[r.layer];
+        row.resize(size_t(m.n_experts), 0.0);
+        for (uint16_t e : r.choices)
+            if (e < row.size()) row[e] += 1;
+    }
+    SLUICE_CHECK(int64_t(by_layer.size()) == m.n_moe_layers, "the trace routes ", by_layer.size(),
+                 " MoE layers, the model has ", m.n_moe_layers);
+    std::vector<double> shares;
+    for (auto& [layer, row] : by_layer) shares.insert(shares.end(), row.begin(), row.end());
+    return shares;
+}
+
+void check_trace_shape(const ExpertTrace& t, const std::string& path, const ModelShape& m) {
+    SLUICE_CHECK(int64_t(t.header.n_experts) == m.n_experts, "--trace ", path, ": recorded on a model with ",
+                 t.header.n_experts, " experts per layer; this one has ", m.n_experts);
+    SLUICE_CHECK(int64_t(t.header.n_layers) == m.n_layers, "--trace ", path, ": recorded on a model with ",
+                 t.header.n_layers, " layers; this one has ", m.n_layers);
+    bool decode = false;
+    for (const TraceRecord& r : t.records) decode |= r.n_rows == 1;
+    SLUICE_CHECK(decode, "--trace ", path, ": no decode pass (one row) to replay");
 }
 
 double parse_drive_rate(const std::string& text) {

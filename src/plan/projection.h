@@ -2,19 +2,21 @@
 // (experts/residency.h, the same function the engine calls at load) and a machine's rates (plan/rates.h), the bytes a
 // token reads and the time a forward pass takes.
 //
-// Misses: an expert is a cache hit with probability h = cached experts / all experts (uniform routing; the LRU cache
-// holds some set of that size), or, with usage counts (--usage-stats), h = the routing mass of the most-used experts
-// that fit (the cache ends up holding the popular ones; an upper bound for LRU). Each miss reads one cache slot.
-// Distinct experts a pass of R rows touches per MoE layer: E·(1−(1−k/E)^R) (independent routing), each read once
-// and multiplied with R·k/distinct rows on average.
-// Time of a pass: compute = Σ matrices bytes / kernel rate at their row count + one call overhead per matmul;
-// I/O = missed slot bytes (+ streamed spine) / the drives' rate, plus one read's latency for each MoE layer that
-// misses at all (probability 1−h^distinct; its misses are issued together). The engine overlaps them (each layer's misses are
-// read while its cache hits and shared expert compute, the next layer's likely experts are read ahead while this
-// layer and the next attention compute), so a pass could take max(I/O, compute). On the machine the projection was
-// checked on (2 shared vCPUs, a virtual disk: bench/plan_check.py) reads cost CPU time and bench measures little
-// overlap, and the sum I/O + compute predicts the measured decode speed better; it is the default, and `overlap`
-// (plan --overlap) gives max(I/O, compute), the bound for a machine whose reads take no compute time.
+// Hit rate: the engine's replacement policy run over a stream of routing decisions at the plan's cache size
+// (plan/cache_sim.h), per pass size: uniform routing by default, the measured counts of --usage-stats, or for decode
+// a trace the engine recorded (--trace). Distinct experts a pass of R rows touches per MoE layer: E·(1−(1−k/E)^R)
+// (independent routing), each read once and multiplied with R·k/distinct rows on average.
+//
+// Time of a pass (the default, "pipeline"): what the engine overlaps and what it does not. Per MoE layer, the spine's
+// matrices (attention, router, shared expert: c_s) run before the layer's misses are known; then the misses are all
+// issued at once and the experts are computed one after another, the cached ones first and each missed one as its
+// bytes land: with d distinct experts, m of them missed (m = d·(1−h)), c_e the compute of one expert, τ the read of
+// one slot at the drives' rate and λ the time until the first miss lands (one read alone: max(latency, τ), times the
+// chance that the layer misses at all),
+//   layer = c_s + max(d·c_e, λ + m·c_e, λ + (m−1)·τ + c_e)
+// (compute-bound; latency then compute; drive-bound with the last expert's compute behind the last read). A streamed
+// spine shares the drives, so a pass takes at least all its bytes at the drives' rate. `overlap` (plan --overlap)
+// gives max(I/O, compute) instead, the bound for perfect overlap; `serial`, their sum.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/expert_trace.h"
 #include "experts/residency.h"
 #include "plan/model_shape.h"
 #include "plan/rates.h"
@@ -44,13 +47,16 @@ struct PlanSettings {
     // largest pass projected here (the prefill chunk or the largest batch)
     int64_t pass_rows = 0;
     std::vector<int64_t> batch_sizes = {1, 4, 16, 64, 256};
-    bool overlap = false;              // true: max(I/O, compute); false: their sum (see the top of this file)
-    std::vector<double> usage_share;   // optional: each expert's share of routing (sums to n_moe_layers), any order
+    std::string timing = "pipeline";   // "pipeline" | "overlap" (max(I/O, compute)) | "serial" (their sum)
+    std::vector<double> usage_share;   // optional: [n_moe_layers * n_experts] each expert's share of its layer's routing
+    const ExpertTrace* trace = nullptr;  // optional: routing the engine recorded on this model (decode hit rate)
+    std::string cache_policy = "lru";  // the engine's --cache-policy
 };
 
 struct PassProjection {
     int64_t rows = 0;                     // rows in the pass (B sequences decoding, or P prompt tokens)
     double distinct_experts = 0;          // per MoE layer
+    double hit_rate = 0;                  // of the cache, for passes of this size (plan/cache_sim.h)
     double expert_bytes_read = 0;         // per pass: missed slots
     double spine_bytes_read = 0;          // per pass: streamed spine
     double io_ms = 0, compute_ms = 0, pass_ms = 0;
@@ -62,8 +68,9 @@ struct Projection {
     ResidencyPlan plan;
     uint64_t cache_slots = 0;
     double cache_share = 0;   // cached experts / all routed experts
-    double hit_rate = 0;      // expected, under the routing model
-    std::string hit_model;    // "uniform routing: hit rate = cache share" or the usage-skew form
+    double hit_rate = 0;      // decode's (the other passes' are in their PassProjection)
+    double popular_share = 0; // with usage shares: the routing share of the most-used experts that fit (a bound)
+    std::string hit_model;    // how the hit rates were found
     double drive_gbps = 0;    // all drives together
     bool timed = false;       // rates were given for this device
     std::string untimed_reason;
@@ -81,10 +88,16 @@ double distinct_experts(double n_experts, double top_k, double rows);  // E·(1�
 // Hit rate when the cache holds `slots` experts of `n` with these routing shares (any scale; sorted here).
 double skewed_hit_rate(std::vector<double> shares, double slots);
 PassProjection project_pass(const ModelShape& m, const ResidencyPlan& plan, const MachineRates& rates, double hit_rate,
-                            double drive_gbps, int64_t rows, int64_t logit_rows, bool overlap);
+                            double drive_gbps, int64_t rows, int64_t logit_rows, const std::string& timing);
 
 std::string projection_text(const ModelShape& m, const PlanMachine& machine, const PlanSettings& s, const Projection& p);
 std::string projection_json(const ModelShape& m, const PlanMachine& machine, const PlanSettings& s, const Projection& p);
+
+// A trace's routing as usage shares ([n_moe_layers * n_experts], layers in order); Error when its layers do not fit.
+std::vector<double> trace_usage_shares(const ExpertTrace& t, const ModelShape& m);
+// Error naming the file unless the trace's shape (layers, experts, architecture) is this model's and it has a decode
+// pass. (The CLI also checks the checkpoint's fingerprint when the model is a folder.)
+void check_trace_shape(const ExpertTrace& t, const std::string& path, const ModelShape& m);
 
 // "7GB/s", "7 GB/s", "3500MB/s", "7" (GB/s) -> GB/s (decimal, as drives are rated). Throws Error naming the text.
 double parse_drive_rate(const std::string& text);

@@ -18,15 +18,19 @@ std::string drives_text(const std::vector<double>& d) {
     for (double g : d) s += (s.empty() ? "" : ",") + fmt("%g", g) + " GB/s";
     return s;
 }
-const char* overlap_text(bool overlap) {
-    return overlap ? "max(I/O, compute) (--overlap): full overlap, as the engine is built for (a layer's misses are "
-                     "read while its hits and shared expert compute; the next layer's likely experts are read ahead)"
-                   : "I/O + compute: the engine overlaps reads with compute, but bench measured little overlap where "
-                     "reads cost CPU time (bench/plan_check.py); --overlap gives max(I/O, compute)";
+const char* timing_text(const std::string& timing) {
+    if (timing == "overlap") return "max(I/O, compute) (--timing overlap): the bound for perfect overlap";
+    if (timing == "serial") return "I/O + compute (--timing serial): no overlap at all";
+    return "pipeline (the default): per MoE layer, the spine's matrices, then the experts computed one after "
+           "another, each missed one as its read lands (plan/projection.h); at least all reads at the drives' rate";
+}
+std::string time_model_json(const std::string& timing) {
+    return timing == "overlap" ? "max(io, compute)" : timing == "serial" ? "io + compute" : "pipeline";
 }
 nlohmann::json pass_json(const PassProjection& p, bool timed) {
     nlohmann::json j = {{"rows", p.rows},
                         {"distinct_experts_per_layer", p.distinct_experts},
+                        {"hit_rate", p.hit_rate},
                         {"expert_bytes_read", p.expert_bytes_read},
                         {"spine_bytes_read", p.spine_bytes_read},
                         {"bytes_read_per_token", p.bytes_read_per_token()},
@@ -55,10 +59,14 @@ std::string projection_text(const ModelShape& m, const PlanMachine& mc, const Pl
     os << "\n\n" << p.plan.describe();
     os << "  experts cached     " << p.cache_slots << " of " << m.n_moe_layers * m.n_experts << " ("
        << fmt("%.2f%%", 100 * p.cache_share) << ")\n\n";
-    os << "expert misses: " << p.hit_model << "; expected hit rate " << fmt("%.2f%%", 100 * p.hit_rate) << "\n";
+    os << "expert misses: " << p.hit_model << "; decode hit rate " << fmt("%.2f%%", 100 * p.hit_rate);
+    if (p.popular_share > 0)
+        os << " (the " << p.cache_slots << " most-used experts take " << fmt("%.2f%%", 100 * p.popular_share)
+           << " of the routing)";
+    os << "\n";
     os << "a pass of R rows touches E(1-(1-k/E)^R) distinct experts per MoE layer, each read once\n";
     if (p.timed)
-        os << "time per pass = " << overlap_text(s.overlap) << "\n"
+        os << "time per pass = " << timing_text(s.timing) << "\n"
            << "kernel rates: " << (mc.rates ? std::to_string(mc.rates->threads) : std::string("?"))
            << " thread(s) as measured"
            << (mc.threads > 0 && mc.rates && mc.rates->threads > 0 && mc.threads != mc.rates->threads
@@ -69,16 +77,16 @@ std::string projection_text(const ModelShape& m, const PlanMachine& mc, const Pl
         os << "no time projection: " << p.untimed_reason << "\n";
     os << "\n";
     char line[256];
-    std::snprintf(line, sizeof line, "%-18s %6s %9s %13s %9s %11s %10s %10s\n", "", "rows", "experts", "MB read/tok",
-                  "I/O ms", "compute ms", "pass ms", "tok/s");
+    std::snprintf(line, sizeof line, "%-18s %6s %9s %6s %13s %9s %11s %10s %10s\n", "", "rows", "experts", "hits",
+                  "MB read/tok", "I/O ms", "compute ms", "pass ms", "tok/s");
     os << line;
     auto print = [&](const std::string& what, const PassProjection& x) {
         const bool reads = x.io_ms > 0;
         const std::string tps = p.timed ? fmt("%.2f", x.tok_per_s)
                                 : reads ? fmt("%.2f", 1000.0 * double(x.rows) / x.io_ms)
                                         : std::string("-");
-        std::snprintf(line, sizeof line, "%-18s %6lld %9.1f %13.3f %9.2f %11s %10s %10s%s\n", what.c_str(),
-                      (long long)x.rows, x.distinct_experts, x.bytes_read_per_token() / 1e6, x.io_ms,
+        std::snprintf(line, sizeof line, "%-18s %6lld %9.1f %5.1f%% %13.3f %9.2f %11s %10s %10s%s\n", what.c_str(),
+                      (long long)x.rows, x.distinct_experts, 100 * x.hit_rate, x.bytes_read_per_token() / 1e6, x.io_ms,
                       p.timed ? fmt("%.2f", x.compute_ms).c_str() : "-", p.timed ? fmt("%.2f", x.pass_ms).c_str() : "-",
                       tps.c_str(), p.timed ? "" : reads ? " (drive-bound ceiling)" : " (nothing to read: not drive-bound)");
         os << line;
@@ -120,7 +128,9 @@ std::string projection_json(const ModelShape& m, const PlanMachine& mc, const Pl
     j["drive_gbps"] = p.drive_gbps;
     j["timed"] = p.timed;
     if (!p.timed) j["untimed_reason"] = p.untimed_reason;
-    j["time_model"] = p.timed ? (s.overlap ? "max(io, compute)" : "io + compute") : "io only";
+    j["time_model"] = p.timed ? time_model_json(s.timing) : "io only";
+    j["cache_policy"] = s.cache_policy;
+    if (p.popular_share > 0) j["popular_share"] = p.popular_share;
     j["prefill_chunk"] = s.prefill_chunk;
     j["decode"] = pass_json(p.decode, p.timed);
     j["prefill"] = pass_json(p.prefill, p.timed);

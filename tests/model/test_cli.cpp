@@ -327,7 +327,8 @@ TEST(Cli, BenchSavesRatesThatPlanUses) {
     const std::string rates = test::temp_dir("cli_bench_rates") + "/rates.json";
     int status = -1;
     const std::string err = run("bench -m " + tiny + " --memory 80M --ctx 256 --tokens 2 --prompt-tokens 2 "
-                                "--raw-seconds 0.2 -t 1 --save-rates " + rates + " --rates-formats model",
+                                "--raw-seconds 0.2 -t 1 --save-rates " + rates + " --rates-formats model "
+                                "--trace-experts " + rates + ".trace",
                                 &status, true);
     ASSERT_EQ(status, 0) << err;
     EXPECT_NE(err.find("need "), std::string::npos) << err;
@@ -349,4 +350,24 @@ TEST(Cli, BenchSavesRatesThatPlanUses) {
     const std::string e = run("plan --like kimi-k3 --memory 64G --drives 7GB/s --rates " + rates, &status, true);
     EXPECT_EQ(status, 1);
     EXPECT_NE(e.find("no kernel rate for mxfp4"), std::string::npos) << e;
+    // the routing bench recorded, replayed through the cache at plan's size (the decode hit rate), any policy
+    const std::string trace = rates + ".trace";
+    for (const char* policy : {"lru", "next-use"}) {
+        const auto t = nlohmann::json::parse(run("plan -m " + tiny + " --memory 80M --ctx 256 --drives 2GB/s --trace " +
+                                                     trace + " --cache-policy " + policy + " --json",
+                                                 &status));
+        ASSERT_EQ(status, 0) << policy;
+        EXPECT_NE(t["hit_model"].get<std::string>().find("recorded trace"), std::string::npos);
+        EXPECT_EQ(t["cache_policy"].get<std::string>(), policy);
+        EXPECT_GE(t["hit_rate"].get<double>(), 0.0);
+    }
+    // a trace of another model, or cut short: one line naming the file
+    const std::string other = run("plan -m " + kFixture + " --memory 200M --drives 7GB/s --trace " + trace, &status, true);
+    EXPECT_EQ(status, 1);
+    EXPECT_NE(other.find(trace), std::string::npos) << other;
+    EXPECT_EQ(other.find('\n'), other.size() - 1) << other;
+    std::filesystem::resize_file(trace, std::filesystem::file_size(trace) - 5);
+    const std::string cut = run("plan -m " + tiny + " --memory 80M --drives 7GB/s --trace " + trace, &status, true);
+    EXPECT_EQ(status, 1);
+    EXPECT_NE(cut.find("is truncated"), std::string::npos) << cut;
 }

@@ -6,6 +6,7 @@
 
 #include "../support/test_util.h"
 #include "core/error.h"
+#include "plan/cache_sim.h"
 #include "plan/model_shape.h"
 #include "plan/projection.h"
 #include "plan/rates.h"
@@ -72,33 +73,108 @@ TEST(Plan, DecodePass) {
     MachineRates r = flat_rates(1.0);
     // decode: 1 distinct expert per layer, 2 in all; hit rate 0.5 -> 1 MB read -> 1 ms at 1 GB/s.
     // compute: 2 MB spine + 2 MB experts at 1 GB/s = 4 ms; I/O + compute = 5 ms -> 200 tok/s; overlapped 4 ms.
-    PassProjection p = project_pass(m, plan, r, 0.5, 1.0, 1, 1, false);
+    PassProjection p = project_pass(m, plan, r, 0.5, 1.0, 1, 1, "serial");
     EXPECT_DOUBLE_EQ(p.distinct_experts, 1.0);
     EXPECT_DOUBLE_EQ(p.expert_bytes_read, 1e6);
     EXPECT_NEAR(p.io_ms, 1.0, 1e-12);
     EXPECT_NEAR(p.compute_ms, 4.0, 1e-12);
     EXPECT_NEAR(p.tok_per_s, 200.0, 1e-9);
-    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, true).tok_per_s, 250.0, 1e-9);
+    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, "overlap").tok_per_s, 250.0, 1e-9);
     // a read's latency of 0.5 ms for each layer that misses at all: with h = 0.5 and one expert, half of them
     r.drive_latency_ms = 0.5;
-    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, false).io_ms, 1.0 + 2 * 0.5 * 0.5, 1e-12);
+    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, "serial").io_ms, 1.0 + 2 * 0.5 * 0.5, 1e-12);
     // a call overhead of 100 us for each of 4 spine + 2 x 3 expert matmuls: +1 ms
     r.drive_latency_ms = 0;
     r.matmul_overhead_us = 100;
-    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, false).compute_ms, 5.0, 1e-12);
+    EXPECT_NEAR(project_pass(m, plan, r, 0.5, 1.0, 1, 1, "serial").compute_ms, 5.0, 1e-12);
     // a streamed spine is read on every pass
     plan.spine_streamed_bytes = 3'000'000;
-    EXPECT_NEAR(project_pass(m, plan, flat_rates(1.0), 0.5, 1.0, 1, 1, false).io_ms, 4.0, 1e-12);
+    EXPECT_NEAR(project_pass(m, plan, flat_rates(1.0), 0.5, 1.0, 1, 1, "serial").io_ms, 4.0, 1e-12);
+}
+
+TEST(Plan, PipelineTiming) {
+    const ModelShape m = toy();
+    const ResidencyPlan plan;
+    MachineRates r = flat_rates(1.0);
+    r.drive_latency_ms = 0.5;
+    // nothing cached: per layer 1 miss; c_e = 1 ms, τ = 1 ms, the first miss lands after max(0.5, 1) = 1 ms:
+    // layer = max(1, 1 + 1, 1 + 0 + 1) = 2 ms; pass = 2 ms of spine + 2 layers x 2 ms = 6 ms (reads alone: 2 ms)
+    EXPECT_NEAR(project_pass(m, plan, r, 0.0, 1.0, 1, 1, "pipeline").pass_ms, 6.0, 1e-12);
+    // serial: I/O 2 ms + 2 x 0.5 ms latency, compute 4 ms: 7 ms; overlap: 4 ms
+    EXPECT_NEAR(project_pass(m, plan, r, 0.0, 1.0, 1, 1, "serial").pass_ms, 7.0, 1e-12);
+    EXPECT_NEAR(project_pass(m, plan, r, 0.0, 1.0, 1, 1, "overlap").pass_ms, 4.0, 1e-12);
+    // a slow drive (0.25 GB/s): τ = 4 ms; layer = max(1, 4 + 1, 4 + 0 + 1) = 5 ms: pass = 2 + 10 = 12 ms
+    EXPECT_NEAR(project_pass(m, plan, r, 0.0, 0.25, 1, 1, "pipeline").pass_ms, 12.0, 1e-12);
+    // everything cached: compute only, 2 + 2 x 1 = 4 ms
+    EXPECT_NEAR(project_pass(m, plan, r, 1.0, 1.0, 1, 1, "pipeline").pass_ms, 4.0, 1e-12);
 }
 
 TEST(Plan, BatchReadsEachExpertOnce) {
     const ModelShape m = toy();
     const ResidencyPlan plan;
     // 4 rows: distinct = 4 (1 - 0.75^4) = 2.734375 per layer; nothing cached: 2 x 2.734375 MB read, shared by 4 rows
-    const PassProjection p = project_pass(m, plan, flat_rates(1.0), 0.0, 2.0, 4, 4, false);
+    const PassProjection p = project_pass(m, plan, flat_rates(1.0), 0.0, 2.0, 4, 4, "pipeline");
     EXPECT_NEAR(p.distinct_experts, 2.734375, 1e-12);
     EXPECT_NEAR(p.bytes_read_per_token(), 2 * 2.734375e6 / 4, 1e-6);
     EXPECT_NEAR(p.io_ms, 2 * 2.734375 / 2.0, 1e-12);
+}
+
+TEST(Plan, CacheSimulationSeesTheLayerCycle) {
+    // 3 MoE layers, top 16 of 32: a token touches 48 experts. With 19 slots (20%), LRU has evicted every expert of a
+    // layer by the time the next token comes back to it (the other two layers' 32 came between): nothing hits.
+    EXPECT_EQ(simulate_cache(3, 32, 16, {}, 19, 1, {}).hit_rate, 0.0);
+    // With 48 (50%) it keeps one token's experts and no more: a hit exactly when the next token re-chooses one, 1/2.
+    EXPECT_NEAR(simulate_cache(3, 32, 16, {}, 48, 1, {}).hit_rate, 0.5, 0.01);
+    // the cache share would have said 20% and 50%; a cache that holds everything hits always
+    EXPECT_EQ(simulate_cache(3, 32, 16, {}, 96, 1, {}).hit_rate, 1.0);
+    // next-use keeps the experts of the layers coming next, so it hits where LRU cannot
+    CacheSimOptions next_use;
+    next_use.policy = "next-use";
+    EXPECT_GT(simulate_cache(3, 32, 16, {}, 19, 1, next_use).hit_rate, 0.05);
+    // deterministic for a seed
+    EXPECT_EQ(simulate_cache(3, 32, 4, {}, 30, 2, {}).hit_rate, simulate_cache(3, 32, 4, {}, 30, 2, {}).hit_rate);
+}
+
+TEST(Plan, CacheSimulationFollowsUsageShares) {
+    // one layer, top 1 of 8, one slot: LRU hits when a token chooses what the previous one did: sum of p^2
+    std::vector<double> shares(8, 0.1 / 7);
+    shares[3] = 0.9;
+    double want = 0.81;
+    for (int i = 0; i < 7; ++i) want += (0.1 / 7) * (0.1 / 7);
+    EXPECT_NEAR(simulate_cache(1, 8, 1, shares, 1, 1, {}).hit_rate, want, 0.01);
+    EXPECT_NEAR(simulate_cache(1, 8, 1, {}, 1, 1, {}).hit_rate, 1.0 / 8, 0.01);  // uniform: 1/8
+    EXPECT_NE(error_of([] { (void)simulate_cache(2, 8, 1, std::vector<double>(8, 1.0), 1, 1, {}); })
+                  .find("usage shares"),
+              std::string::npos);
+}
+
+TEST(Plan, CacheReplaysATrace) {
+    ExpertTrace t;
+    t.header.n_layers = 2;
+    t.header.n_experts = 4;
+    for (uint32_t pass = 0; pass < 6; ++pass) {  // layer 1 alternates between experts 0 and 1
+        TraceRecord r;
+        r.pass = pass;
+        r.layer = 1;
+        r.top_k = 1;
+        r.n_rows = 1;
+        r.choices = {uint16_t(pass % 2)};
+        r.distinct = {{uint16_t(pass % 2), 0}};
+        t.records.push_back(r);
+    }
+    EXPECT_EQ(replay_cache(t, 1, 1, "lru").hit_rate, 0.0);  // one slot: always the other one
+    EXPECT_EQ(replay_cache(t, 2, 1, "lru").hit_rate, 1.0);  // two: both stay after the warm-up round
+    EXPECT_NE(error_of([&] { (void)replay_cache(t, 2, 4, "lru"); }).find("no pass of 4 rows"), std::string::npos);
+    ModelShape m = toy();
+    m.n_layers = 2;
+    m.n_moe_layers = 1;
+    const std::vector<double> shares = trace_usage_shares(t, m);
+    EXPECT_EQ(shares, (std::vector<double>{3, 3, 0, 0}));
+    EXPECT_NO_THROW(check_trace_shape(t, "t.trace", m));
+    m.n_experts = 8;  // recorded on another model: the file and the field are named
+    const std::string e = error_of([&] { check_trace_shape(t, "t.trace", m); });
+    EXPECT_NE(e.find("t.trace"), std::string::npos) << e;
+    EXPECT_NE(e.find("experts"), std::string::npos) << e;
 }
 
 TEST(Plan, ImpossibleFiguresAreErrors) {

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
@@ -48,4 +52,66 @@ TEST(Sampler, RejectsBadParameters) {
     EXPECT_THROW(Sampler({.temperature = 1, .top_p = 0}), Error);
     EXPECT_THROW(Sampler({.temperature = 1, .top_p = 1.5f}), Error);
     EXPECT_THROW(Sampler({.temperature = 1, .min_p = 2}), Error);
+}
+
+// The candidates' order is logit descending, ties by id (-0 equal to +0, NaN never first): checked against the
+// plain comparison sort the sampler used before its integer keys, draw for draw, on logits full of ties, signed
+// zeros and infinities, with and without top-k / top-p / min-p.
+TEST(Sampler, SameDrawsAsAComparisonSort) {
+    auto reference = [](const SamplingParams& p, std::mt19937_64& rng, const std::vector<float>& l) {
+        std::vector<int32_t> ids(l.size());
+        std::iota(ids.begin(), ids.end(), 0);
+        size_t keep = p.top_k > 0 ? std::min(l.size(), size_t(p.top_k)) : l.size();
+        std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), [&](int32_t a, int32_t b) {
+            return l[size_t(a)] > l[size_t(b)] || (l[size_t(a)] == l[size_t(b)] && a < b);
+        });
+        ids.resize(keep);
+        const float mx = l[size_t(ids[0])] / p.temperature;
+        std::vector<double> prob(keep);
+        double sum = 0;
+        for (size_t i = 0; i < keep; ++i) sum += (prob[i] = std::exp(double(l[size_t(ids[i])] / p.temperature - mx)));
+        for (auto& q : prob) q /= sum;
+        size_t n = keep;
+        while (n > 1 && prob[n - 1] == 0) --n;
+        if (p.min_p > 0)
+            while (n > 1 && prob[n - 1] < double(p.min_p) * prob[0]) --n;
+        if (p.top_p < 1) {
+            double cum = 0;
+            for (size_t i = 0; i < n; ++i)
+                if ((cum += prob[i]) >= double(p.top_p)) {
+                    n = i + 1;
+                    break;
+                }
+        }
+        double total = 0;
+        for (size_t i = 0; i < n; ++i) total += prob[i];
+        const double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+        double cum = 0;
+        for (size_t i = 0; i < n; ++i)
+            if (u < (cum += prob[i])) return ids[i];
+        return ids[n - 1];
+    };
+    const std::vector<SamplingParams> params = {{.temperature = 1.0f, .seed = 3},
+                                                {.temperature = 0.5f, .top_k = 7, .seed = 4},
+                                                {.temperature = 2.0f, .top_p = 0.8f, .min_p = 0.02f, .seed = 5},
+                                                {.temperature = 1e4f, .seed = 6}};
+    std::mt19937 gen(9);
+    for (const SamplingParams& p : params) {
+        Sampler s(p);
+        std::mt19937_64 ref_rng(p.seed);
+        for (int step = 0; step < 300; ++step) {
+            std::vector<float> l(size_t(40 + step % 50));
+            for (auto& v : l) {
+                const int pick = int(gen() % 8);
+                v = pick == 0 ? 0.0f : pick == 1 ? -0.0f : pick == 2 ? 1.5f : pick == 3 ? -INFINITY
+                                                                         : float(int(gen() % 9) - 4) * 0.25f;
+            }
+            ASSERT_EQ(s.sample(l), reference(p, ref_rng, l)) << "params " << &p - params.data() << " step " << step;
+        }
+    }
+    // the first candidate with top-k 1: -0 and +0 tie (lowest id), NaN is never it
+    Sampler k1({.temperature = 1.0f, .top_k = 1, .seed = 1});
+    EXPECT_EQ(k1.sample(std::vector<float>{-0.0f, 0.0f, -1.0f}), 0);
+    EXPECT_EQ(k1.sample(std::vector<float>{-1.0f, 0.0f, -0.0f}), 1);
+    EXPECT_EQ(k1.sample(std::vector<float>{NAN, -3.0f, -2.0f}), 2);
 }
