@@ -4,6 +4,7 @@
 #include <chrono>
 #include <random>
 
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "ops/exec_context.h"
 #include "ops/ops.h"
@@ -40,6 +41,10 @@ const std::vector<std::pair<std::string, WeightFormat>>& probed_formats() {
     return f;
 }
 
+std::string kernel_shape_key(const std::string& format, int64_t rows, int64_t cols) {
+    return format + "@" + std::to_string(rows) + "x" + std::to_string(cols);
+}
+
 MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
     // in a context on the process default backend: where the engine's passes run (the CLI's --device)
     ExecContext ctx(o.threads);
@@ -48,11 +53,16 @@ MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
     r.threads = ctx.pool().n_threads();
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const int64_t rows = o.matrix_rows, cols = o.matrix_cols;
-    std::vector<float> src(size_t(rows * cols));
+    int64_t max_cols = o.matrix_cols, max_rows = o.matrix_rows;
+    for (const auto& sh : o.shapes) {
+        SLUICE_CHECK(sh.rows > 0 && sh.cols > 0, "kernel probe: shape ", sh.rows, "x", sh.cols);
+        max_cols = std::max(max_cols, sh.cols);
+        max_rows = std::max(max_rows, sh.rows);
+    }
+    std::vector<float> src(size_t(max_rows * max_cols));
     for (auto& v : src) v = u(rng);
     const int64_t max_n = o.row_counts.empty() ? 1 : o.row_counts.back();
-    std::vector<float> x(size_t(max_n * cols)), y(size_t(max_n * rows));
+    std::vector<float> x(size_t(max_n * max_cols)), y(size_t(max_n * max_rows));
     for (auto& v : x) v = u(rng);
     // the fixed cost of a call: a tiny matrix, hot in cache, one row
     {
@@ -62,8 +72,7 @@ MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
             1e6 * median_call_seconds([&](int64_t) { ops::matmul(w, x.data(), 1, y.data(), ctx); }, o.repetitions,
                                       o.seconds_per_point / 4);
     }
-    for (const auto& [name, format] : probed_formats()) {
-        if (!o.formats.empty() && std::find(o.formats.begin(), o.formats.end(), name) == o.formats.end()) continue;
+    auto measure = [&](WeightFormat format, int64_t rows, int64_t cols) {
         // copies cycling through a pool of pool_bytes, so the weights are not the cache's (unless it is larger)
         std::vector<QuantizedWeight> copies;
         copies.push_back(quantize(src.data(), rows, cols, format));
@@ -80,7 +89,17 @@ MachineRates measure_kernel_rates(const KernelProbeOptions& o) {
             k.rows.push_back(n);
             k.gbps.push_back(double(one) / bytes_s / 1e9);
         }
-        r.kernels[name] = std::move(k);
+        return k;
+    };
+    for (const auto& [name, format] : probed_formats()) {
+        if (!o.formats.empty() && std::find(o.formats.begin(), o.formats.end(), name) == o.formats.end()) continue;
+        r.kernels[name] = measure(format, o.matrix_rows, o.matrix_cols);
+    }
+    for (const auto& sh : o.shapes) {
+        const auto& all = probed_formats();
+        auto it = std::find_if(all.begin(), all.end(), [&](const auto& f) { return f.first == sh.format; });
+        SLUICE_CHECK(it != all.end(), "kernel probe: no CPU format named ", sh.format);
+        r.kernels[kernel_shape_key(sh.format, sh.rows, sh.cols)] = measure(it->second, sh.rows, sh.cols);
     }
     return r;
 }

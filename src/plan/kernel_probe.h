@@ -22,7 +22,16 @@ struct KernelProbeOptions {
     double seconds_per_point = 0.15;
     int repetitions = 3;
     std::vector<std::string> formats;  // empty: every probed format
+    // also these matrix shapes (a format name of probed_formats, rows, cols), kept as kernels["fmt@RxC"]
+    struct Shape {
+        std::string format;
+        int64_t rows = 0, cols = 0;
+    };
+    std::vector<Shape> shapes;
 };
+
+// The rates file's key of a shape-specific kernel rate: "mxfp4@384x448".
+std::string kernel_shape_key(const std::string& format, int64_t rows, int64_t cols);
 
 const std::vector<std::pair<std::string, WeightFormat>>& probed_formats();  // every CPU format a checkpoint ships
 

@@ -201,6 +201,11 @@ ModelShape shape_from_tensors(std::vector<ShapeTensor> tensors, const std::strin
     m.n_moe_layers = int64_t(moe_layers.size());
     m.expert_bytes = m.routed_expert_bytes_total / uint64_t(m.n_moe_layers * m.n_experts);
     m.expert_matmuls = std::max<int64_t>(1, int64_t(expert_matrices_first.size()));
+    const int64_t inter = get_int_any(t, {"moe_intermediate_size", "intermediate_size"}, 0);
+    if (inter > 0 && m.hidden_size > 0 && (m.expert_matmuls == 2 || m.expert_matmuls == 3)) {
+        if (m.expert_matmuls == 2) m.expert_matrix_shapes = {{2 * inter, m.hidden_size}, {m.hidden_size, inter}};
+        else m.expert_matrix_shapes = {{inter, m.hidden_size}, {inter, m.hidden_size}, {m.hidden_size, inter}};
+    }
     uint64_t streamable = 0;
     m.layer_read_bytes.resize(size_t(m.n_layers));
     for (size_t l = 0; l < layer_ext.size(); ++l) {

@@ -35,6 +35,9 @@ struct ModelShape {
     uint64_t expert_slot_bytes = 0;       // ... and as read: its parts' 4 KiB-aligned reads (one cache slot)
     std::string expert_format;            // e.g. "mxfp4", "bf16" (the format of its matrices)
     int64_t expert_matmuls = 0;           // matrices per expert (3; gpt-oss's fused gate_up: 2)
+    // [rows, cols] of each of an expert's matrices, from config.json (gate and up [I, H], down [H, I]; gpt-oss's
+    // fused gate_up [2I, H]); empty when the config does not say. Kernel rates depend on the shape (short rows).
+    std::vector<std::pair<int64_t, int64_t>> expert_matrix_shapes;
     uint64_t routed_expert_bytes_total = 0;
     uint64_t spine_bytes = 0;             // resident when nothing streams: every non-expert tensor (+ gpt-oss biases)
     uint64_t spine_fixed_bytes = 0;       // the part that never streams (embeddings, head, norms, routers, ...)

@@ -11,6 +11,7 @@
 #include "io/direct_reader.h"
 #include "models/expert_setup.h"
 #include "plan/cache_sim.h"
+#include "plan/kernel_probe.h"
 
 namespace sluice {
 
@@ -68,8 +69,20 @@ PassProjection project_pass(const ModelShape& m, const ResidencyPlan& plan, cons
     if (logit_rows > 0 && m.head_bytes > 0)
         spine_ms += ms_for(double(m.head_bytes), kernel_for(rates, m.head_format).at(double(logit_rows))) + overhead_ms;
     const double rows_per_expert = p.distinct_experts > 0 ? R * k / p.distinct_experts : 1.0;
-    const double expert_ms = ms_for(double(m.expert_bytes), kernel_for(rates, m.expert_format).at(rows_per_expert)) +
-                             double(m.expert_matmuls) * overhead_ms;  // c_e: one expert's compute
+    // c_e: one expert's compute, each matrix at the rate probed at its shape when the rates have it
+    double expert_ms = double(m.expert_matmuls) * overhead_ms;
+    double elements = 0;
+    for (const auto& [rows_m, cols_m] : m.expert_matrix_shapes) elements += double(rows_m) * double(cols_m);
+    bool shaped = elements > 0;
+    for (const auto& [rows_m, cols_m] : m.expert_matrix_shapes)
+        shaped = shaped && rates.kernels.count(kernel_shape_key(m.expert_format, rows_m, cols_m));
+    if (shaped) {
+        for (const auto& [rows_m, cols_m] : m.expert_matrix_shapes)
+            expert_ms += ms_for(double(m.expert_bytes) * double(rows_m) * double(cols_m) / elements,
+                                rates.kernels.at(kernel_shape_key(m.expert_format, rows_m, cols_m)).at(rows_per_expert));
+    } else {
+        expert_ms += ms_for(double(m.expert_bytes), kernel_for(rates, m.expert_format).at(rows_per_expert));
+    }
     p.compute_ms = spine_ms + experts_used * expert_ms;
     if (timing == "overlap") {
         p.pass_ms = std::max(p.io_ms, p.compute_ms);

@@ -7,6 +7,7 @@
 #include "../support/test_util.h"
 #include "core/error.h"
 #include "plan/cache_sim.h"
+#include "plan/kernel_probe.h"
 #include "plan/model_shape.h"
 #include "plan/projection.h"
 #include "plan/rates.h"
@@ -107,6 +108,20 @@ TEST(Plan, PipelineTiming) {
     EXPECT_NEAR(project_pass(m, plan, r, 0.0, 0.25, 1, 1, "pipeline").pass_ms, 12.0, 1e-12);
     // everything cached: compute only, 2 + 2 x 1 = 4 ms
     EXPECT_NEAR(project_pass(m, plan, r, 1.0, 1.0, 1, 1, "pipeline").pass_ms, 4.0, 1e-12);
+}
+
+TEST(Plan, ExpertsAtTheRateOfTheirOwnShape) {
+    ModelShape m = toy();
+    m.expert_matrix_shapes = {{100, 300}, {100, 300}, {300, 100}};
+    const ResidencyPlan plan;
+    MachineRates r = flat_rates(1.0);
+    // without shape rates: 2 MB spine + 2 experts x 1 MB at 1 GB/s = 4 ms
+    EXPECT_NEAR(project_pass(m, plan, r, 1.0, 1.0, 1, 1, "pipeline").compute_ms, 4.0, 1e-12);
+    // the short-row down projection (a third of the bytes) at 0.5 GB/s: each expert 2/3 ms + 2/3 ms = 4/3 ms
+    r.kernels[kernel_shape_key("bf16", 100, 300)] = {{1}, {1.0}};
+    EXPECT_NEAR(project_pass(m, plan, r, 1.0, 1.0, 1, 1, "pipeline").compute_ms, 4.0, 1e-12);  // not all shapes: format rate
+    r.kernels[kernel_shape_key("bf16", 300, 100)] = {{1}, {0.5}};
+    EXPECT_NEAR(project_pass(m, plan, r, 1.0, 1.0, 1, 1, "pipeline").compute_ms, 2.0 + 2 * 4.0 / 3.0, 1e-12);
 }
 
 TEST(Plan, BatchReadsEachExpertOnce) {
