@@ -29,7 +29,8 @@ struct CacheSimOptions {
     uint64_t measured_accesses = 300000;  // expert lookups counted after the warm-up (the estimate's sample)
     // Bound on the simulation's work (slot visits of victim searches, which are O(slots) each as in the engine):
     // a huge cache is simulated for fewer passes (never fewer than 8 measured).
-    uint64_t max_work = uint64_t(4) << 28;
+    uint64_t max_work = uint64_t(1) << 28;
+    bool lru_through_policy = false;  // tests: LRU through LruPolicy's scan instead of the recency list (same victims)
 };
 
 struct CacheSimResult {

@@ -146,6 +146,14 @@ TEST(Plan, CacheSimulationSeesTheLayerCycle) {
     CacheSimOptions next_use;
     next_use.policy = "next-use";
     EXPECT_GT(simulate_cache(3, 32, 16, {}, 19, 1, next_use).hit_rate, 0.05);
+    // LRU's recency list picks the same victims as LruPolicy's scan of every slot
+    CacheSimOptions scan;
+    scan.lru_through_policy = true;
+    for (uint64_t slots : {5, 19, 40, 70})
+        for (int64_t rows : {1, 3, 40})
+            EXPECT_EQ(simulate_cache(3, 32, 4, {}, slots, rows, {}).hit_rate,
+                      simulate_cache(3, 32, 4, {}, slots, rows, scan).hit_rate)
+                << slots << " slots, " << rows << " rows";
     // deterministic for a seed
     EXPECT_EQ(simulate_cache(3, 32, 4, {}, 30, 2, {}).hit_rate, simulate_cache(3, 32, 4, {}, 30, 2, {}).hit_rate);
 }
