@@ -142,10 +142,15 @@ TEST(Eagle3, GreedySameAsPlain) {
 }
 
 // The drafter's cache, kept across calls (rows added for what the target accepted, cut back where the context
-// changed), drafts at every call what a fresh drafter given the whole context drafts.
+// changed), drafts at every call what a fresh drafter given the whole context drafts. The engine is handed the true
+// continuation instead (its last token wrong every other call), so that drafts are accepted, several tokens at a
+// time, and rejected: random weights would have every draft rejected.
 TEST(Eagle3, IncrementalCacheMatchesAFreshDrafter) {
     auto model = load_model(dirs().target.string());
     auto clean = load_model(dirs().target.string());
+    const auto p = prompt();
+    std::vector<int32_t> truth = p;
+    for (int32_t t : test::reference_generate(*model, p, 32, false).ids) truth.push_back(t);
     Eagle3Drafter ed(dirs().eagle.string(), *model);
     Eagle3Drafter fresh(dirs().eagle.string(), *clean);
     Drafter kept = ed.drafter();
@@ -158,13 +163,20 @@ TEST(Eagle3, IncrementalCacheMatchesAFreshDrafter) {
         const auto s = prefill(*clean, ctx.first(ctx.size() - 1));
         EXPECT_EQ(fresh.drafter()(ctx, max, s.get()), d) << "context of " << ctx.size();
         ++calls;
-        return d;
+        std::vector<int32_t> oracle;
+        for (size_t i = ctx.size(); i < truth.size() && int64_t(oracle.size()) < max; ++i) oracle.push_back(truth[i]);
+        if (calls % 2 == 0 && !oracle.empty()) oracle.back() = (oracle.back() + 1) % 256;
+        return oracle;
     };
     GenerateOptions g;
-    g.max_new_tokens = 24;
+    g.max_new_tokens = 32;
     g.stop_at_eos = false;
-    generate_speculative(*model, prompt(), g, so);
+    SpeculativeStats st;
+    const GenerateResult r = generate_speculative(*model, p, g, so, &st);
+    EXPECT_EQ(r.ids, std::vector<int32_t>(truth.begin() + int64_t(p.size()), truth.end()));
     EXPECT_GT(calls, 3);
+    EXPECT_GT(st.accepted, calls);                           // several tokens accepted per call
+    EXPECT_LT(st.accepted, st.drafted);                      // and some rejected
     EXPECT_LT(ed.stats().ingested, fresh.stats().ingested);  // the kept cache was reused
 }
 
