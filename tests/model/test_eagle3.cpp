@@ -178,6 +178,14 @@ TEST(Eagle3, IncrementalCacheMatchesAFreshDrafter) {
     EXPECT_GT(st.accepted, calls);                           // several tokens accepted per call
     EXPECT_LT(st.accepted, st.drafted);                      // and some rejected
     EXPECT_LT(ed.stats().ingested, fresh.stats().ingested);  // the kept cache was reused
+    // a context that changed inside, not only grew (token 28 of 30): row 27 pairs the taps at 27 with token 28, so
+    // rows 27 and 28 are made again, and the drafts are a fresh drafter's
+    std::vector<int32_t> other(truth.begin(), truth.begin() + 30);
+    other[28] = (other[28] + 1) % 256;
+    const int64_t before = ed.stats().ingested;
+    const auto mine = kept(other, 4, prefill(*model, std::span<const int32_t>(other).first(29)).get());
+    EXPECT_EQ(ed.stats().ingested - before, 2);
+    EXPECT_EQ(mine, fresh.drafter()(other, 4, prefill(*clean, std::span<const int32_t>(other).first(29)).get()));
 }
 
 // The chain is deterministic and reads the taps: moving every tap one layer changes its logits and drafts.
