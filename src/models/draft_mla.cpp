@@ -17,6 +17,8 @@ double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m
 
 DraftMla parse_draft_mla(const JsonObject& j, const std::string& where, int64_t hidden_size, double rms_norm_eps,
                          int64_t max_position_embeddings) {
+    const std::string act = j.get_string("hidden_act", "silu");
+    SLUICE_CHECK(act == "silu", where, ": field 'hidden_act' must be silu, got '", act, "'");
     SLUICE_CHECK(!j.get_bool("mla_use_output_gate", false), where,
                  ": field 'mla_use_output_gate' true is not supported (the drafter's layout has no g_proj)");
     DraftMla out;
@@ -52,6 +54,16 @@ DraftMla parse_draft_mla(const JsonObject& j, const std::string& where, int64_t 
     }
     m.softmax_scale = float(s);
     return out;
+}
+
+void check_drafter_fits(const std::string& where, int64_t hidden_size, int64_t target_hidden_size, int64_t vocab_size,
+                        const ModelInfo& target, const char* why) {
+    SLUICE_CHECK(hidden_size == target.hidden_size, where, ": field 'hidden_size' ", hidden_size,
+                 " differs from the target's hidden_size ", target.hidden_size, " (", why, ")");
+    SLUICE_CHECK(target_hidden_size == target.hidden_size, where, ": field 'target_hidden_size' ", target_hidden_size,
+                 " differs from the target's hidden_size ", target.hidden_size);
+    SLUICE_CHECK(vocab_size == target.vocab_size, where, ": field 'vocab_size' ", vocab_size,
+                 " differs from the target's vocab_size ", target.vocab_size);
 }
 
 MlaWeights bind_draft_mla(const Checkpoint& ck, const std::string& a, const MlaConfig& m, int64_t in_width) {

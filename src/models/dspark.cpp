@@ -39,13 +39,8 @@ DSparkConfig parse_config(const JsonObject& j, const std::string& where, const M
                              {"num_hidden_layers", c.num_hidden_layers}, {"markov_rank", c.markov_rank},
                              {"block_size", c.block_size}});
     // fit the target
-    SLUICE_CHECK(c.hidden_size == target.hidden_size, where, ": field 'hidden_size' ", c.hidden_size,
-                 " differs from the target's hidden_size ", target.hidden_size,
-                 " (the drafter shares the target's embedding and LM head)");
-    SLUICE_CHECK(c.target_hidden_size == target.hidden_size, where, ": field 'target_hidden_size' ",
-                 c.target_hidden_size, " differs from the target's hidden_size ", target.hidden_size);
-    SLUICE_CHECK(c.vocab_size == target.vocab_size, where, ": field 'vocab_size' ", c.vocab_size,
-                 " differs from the target's vocab_size ", target.vocab_size);
+    check_drafter_fits(where, c.hidden_size, c.target_hidden_size, c.vocab_size, target,
+                       "the drafter shares the target's embedding and LM head");
     if (j.has("draft_vocab_size"))
         SLUICE_CHECK(j.get_int("draft_vocab_size") == c.vocab_size, where, ": field 'draft_vocab_size' ",
                      j.get_int("draft_vocab_size"), " differs from vocab_size ", c.vocab_size,
@@ -64,8 +59,6 @@ DSparkConfig parse_config(const JsonObject& j, const std::string& where, const M
     SLUICE_CHECK(mh == "vanilla", where, ": field 'markov_head_type' '", mh, "' is not supported (vanilla only)");
     SLUICE_CHECK(!c.enable_confidence_head || c.confidence_head_with_markov, where,
                  ": field 'confidence_head_with_markov' false is not supported (the release has true)");
-    const std::string act = j.get_string("hidden_act", "silu");
-    SLUICE_CHECK(act == "silu", where, ": field 'hidden_act' must be silu, got '", act, "'");
     DraftMla a = parse_draft_mla(j, where, c.hidden_size, c.rms_norm_eps, c.max_position_embeddings);
     c.mla = a.mla;
     c.rope = std::move(a.rope);

@@ -50,13 +50,8 @@ Eagle3Config parse_config(const JsonObject& j, const std::string& where, const M
     SLUICE_CHECK(c.num_hidden_layers == 1, where, ": field 'num_hidden_layers' ", c.num_hidden_layers,
                  " is not supported (the EAGLE-3 head has one layer)");
     // fit the target
-    SLUICE_CHECK(c.hidden_size == target.hidden_size, where, ": field 'hidden_size' ", c.hidden_size,
-                 " differs from the target's hidden_size ", target.hidden_size,
-                 " (the drafter reads the target's embedding)");
-    SLUICE_CHECK(c.target_hidden_size == target.hidden_size, where, ": field 'target_hidden_size' ",
-                 c.target_hidden_size, " differs from the target's hidden_size ", target.hidden_size);
-    SLUICE_CHECK(c.vocab_size == target.vocab_size, where, ": field 'vocab_size' ", c.vocab_size,
-                 " differs from the target's vocab_size ", target.vocab_size);
+    check_drafter_fits(where, c.hidden_size, c.target_hidden_size, c.vocab_size, target,
+                       "the drafter reads the target's embedding");
     SLUICE_CHECK(c.draft_vocab_size == c.vocab_size, where, ": field 'draft_vocab_size' ", c.draft_vocab_size,
                  " differs from vocab_size ", c.vocab_size, " (a reduced draft vocabulary, d2t, is not supported)");
     SLUICE_CHECK(!c.aux_layer_ids.empty(), where, ": field '", kAuxIds, "' is empty");
@@ -68,8 +63,6 @@ Eagle3Config parse_config(const JsonObject& j, const std::string& where, const M
         SLUICE_CHECK(j.get_int("num_aux_hidden_states") == int64_t(c.aux_layer_ids.size()), where,
                      ": field 'num_aux_hidden_states' ", j.get_int("num_aux_hidden_states"), " differs from the ",
                      c.aux_layer_ids.size(), " entries of ", kAuxIds);
-    const std::string act = j.get_string("hidden_act", "silu");
-    SLUICE_CHECK(act == "silu", where, ": field 'hidden_act' must be silu, got '", act, "'");
     DraftMla a = parse_draft_mla(j, where, c.hidden_size, c.rms_norm_eps, c.max_position_embeddings);
     c.mla = a.mla;
     c.rope = std::move(a.rope);

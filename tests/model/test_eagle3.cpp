@@ -23,8 +23,8 @@
 #include "runtime/eagle3_drafter.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
+#include "../support/k3_drafter.h"
 #include "../support/reference_decode.h"
-#include "../support/scratch_dir.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
@@ -32,70 +32,26 @@ using nlohmann::json;
 
 namespace {
 
-// One K3 target (5 layers: KDA and MLA, two AttnRes blocks) and its EAGLE-3 drafter, made once per process.
-struct Dirs {
-    fs::path root, target, eagle;
-};
-const Dirs& dirs() {
-    static const Dirs d = [] {
-        Dirs x;
-        x.root = test::scratch_dir("eagle3");
-        x.target = x.root / "k3";
-        x.eagle = x.root / "eagle3";
-        synth_checkpoint({.like = "kimi-k3", .layers = 5, .experts = 4, .scale_down = 32, .seed = 7,
-                          .out_dir = x.target.string(), .sync = false});
-        synth_checkpoint({.like = "kimi-k3-eagle3", .layers = 1, .scale_down = 32, .seed = 13,
-                          .out_dir = x.eagle.string(), .target_dir = x.target.string(), .sync = false});
-        return x;
-    }();
+const test::K3DrafterDirs& dirs() {
+    static const test::K3DrafterDirs d = test::make_k3_drafter("eagle3", "kimi-k3-eagle3", 1, 13);
     return d;
 }
 
-std::vector<int32_t> prompt() { return {5, 17, 3, 99, 42, 7, 11, 150, 31, 64, 2, 8, 200, 13, 77, 5, 17, 3}; }
-
-// The target's state after a plain prefill of ids (taps on when the model's are).
-std::unique_ptr<SequenceState> prefill(Model& m, std::span<const int32_t> ids) {
-    auto seq = m.new_sequence();
-    SequenceState* seqs[] = {seq.get()};
-    Batch b;
-    std::vector<float> logits;
-    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, i + 1 == ids.size());
-    m.forward(*make_exec_context(m), b, seqs, logits);
-    return seq;
-}
-
-// A copy of the EAGLE-3 folder with config.json edited by f (weights linked).
 fs::path edited(const std::string& name, const std::function<void(json&)>& f) {
-    const fs::path dir = dirs().root / name;
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    fs::create_symlink(fs::absolute(dirs().eagle / "model.safetensors"), dir / "model.safetensors");
-    json c = json::parse(std::ifstream(dirs().eagle / "config.json"));
-    f(c);
-    std::ofstream(dir / "config.json") << c.dump(2);
-    return dir;
+    return test::edited_drafter(dirs(), name, f);
 }
-
-std::string load_error(const fs::path& dir) {
-    auto target = load_model(dirs().target.string());
-    try {
-        Eagle3Model::load(dir.string(), *target);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+std::string load_error(const fs::path& dir) { return test::drafter_load_error<Eagle3Model>(dirs(), dir); }
 
 }  // namespace
 
 TEST(Eagle3, SynthWritesThePublishedLayout) {
-    const json c = json::parse(std::ifstream(dirs().eagle / "config.json"));
+    const json c = json::parse(std::ifstream(dirs().drafter / "config.json"));
     EXPECT_EQ(c["architectures"], json::array({"Eagle3DeepseekV2ForCausalLM"}));
     EXPECT_EQ(c["num_hidden_layers"], 1);
     EXPECT_EQ(c["eagle_config"]["eagle_aux_hidden_state_layer_ids"], json::array({1, 3, 5}));  // [2,46,90] on 5
     EXPECT_TRUE(c["fc_norm"].get<bool>() && c["norm_output"].get<bool>());
     EXPECT_EQ(c["draft_vocab_size"], c["vocab_size"]);
-    Checkpoint ck(dirs().eagle.string());
+    Checkpoint ck(dirs().drafter.string());
     EXPECT_EQ(ck.names().size(), 20u);  // the release's 19 and the copy of the target's embedding
     const int64_t h = c["hidden_size"], V = c["vocab_size"], q = c["q_lora_rank"];
     const int64_t cw = int64_t(c["kv_lora_rank"]) + int64_t(c["qk_rope_head_dim"]);
@@ -114,30 +70,15 @@ TEST(Eagle3, SynthWritesThePublishedLayout) {
     EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes()), 0);
     // the mapping keeps the release's ids on a 93-layer target
     EXPECT_EQ(synth::eagle3_aux_layer_ids(93), (std::vector<int64_t>{2, 46, 90}));
-    EXPECT_TRUE(is_eagle3_checkpoint(dirs().eagle.string()));
+    EXPECT_TRUE(is_eagle3_checkpoint(dirs().drafter.string()));
     EXPECT_FALSE(is_eagle3_checkpoint(dirs().target.string()));
 }
 
 // The target verifies every draft: greedy output with EAGLE-3 drafts is the plain greedy output, token for token.
 TEST(Eagle3, GreedySameAsPlain) {
     auto model = load_model(dirs().target.string());
-    const auto p = prompt();
-    const auto ref = test::reference_generate(*model, p, 40, false);
-    Eagle3Drafter ed(dirs().eagle.string(), *model);
-    for (int64_t k : {1, 3, 7}) {
-        SCOPED_TRACE(k);
-        GenerateOptions g;
-        g.max_new_tokens = 40;
-        g.stop_at_eos = false;
-        SpeculativeOptions so;
-        so.draft_tokens = k;
-        so.drafter = ed.drafter();
-        SpeculativeStats st;
-        const GenerateResult r = generate_speculative(*model, p, g, so, &st);
-        EXPECT_EQ(r.ids, ref.ids);
-        EXPECT_GT(st.drafted, 0);  // it drafted: the taps were there
-        EXPECT_EQ(st.forward_passes + st.accepted, int64_t(r.ids.size()) - 1);
-    }
+    Eagle3Drafter ed(dirs().drafter.string(), *model);
+    test::expect_greedy_same_as_plain(*model, [&] { return ed.drafter(); });
     EXPECT_EQ(ed.stats().no_taps, 0);
 }
 
@@ -148,11 +89,11 @@ TEST(Eagle3, GreedySameAsPlain) {
 TEST(Eagle3, IncrementalCacheMatchesAFreshDrafter) {
     auto model = load_model(dirs().target.string());
     auto clean = load_model(dirs().target.string());
-    const auto p = prompt();
+    const auto p = test::drafter_prompt();
     std::vector<int32_t> truth = p;
     for (int32_t t : test::reference_generate(*model, p, 32, false).ids) truth.push_back(t);
-    Eagle3Drafter ed(dirs().eagle.string(), *model);
-    Eagle3Drafter fresh(dirs().eagle.string(), *clean);
+    Eagle3Drafter ed(dirs().drafter.string(), *model);
+    Eagle3Drafter fresh(dirs().drafter.string(), *clean);
     Drafter kept = ed.drafter();
     int64_t calls = 0;
     SpeculativeOptions so;
@@ -160,7 +101,7 @@ TEST(Eagle3, IncrementalCacheMatchesAFreshDrafter) {
     so.gate = false;
     so.drafter = [&](std::span<const int32_t> ctx, int64_t max, const SequenceState* target) {
         const auto d = kept(ctx, max, target);
-        const auto s = prefill(*clean, ctx.first(ctx.size() - 1));
+        const auto s = test::prefill(*clean, ctx.first(ctx.size() - 1));
         EXPECT_EQ(fresh.drafter()(ctx, max, s.get()), d) << "context of " << ctx.size();
         ++calls;
         std::vector<int32_t> oracle;
@@ -183,20 +124,20 @@ TEST(Eagle3, IncrementalCacheMatchesAFreshDrafter) {
     std::vector<int32_t> other(truth.begin(), truth.begin() + 30);
     other[28] = (other[28] + 1) % 256;
     const int64_t before = ed.stats().ingested;
-    const auto mine = kept(other, 4, prefill(*model, std::span<const int32_t>(other).first(29)).get());
+    const auto mine = kept(other, 4, test::prefill(*model, std::span<const int32_t>(other).first(29)).get());
     EXPECT_EQ(ed.stats().ingested - before, 2);
-    EXPECT_EQ(mine, fresh.drafter()(other, 4, prefill(*clean, std::span<const int32_t>(other).first(29)).get()));
+    EXPECT_EQ(mine, fresh.drafter()(other, 4, test::prefill(*clean, std::span<const int32_t>(other).first(29)).get()));
 }
 
 // The chain is deterministic and reads the taps: moving every tap one layer changes its logits and drafts.
 TEST(Eagle3, DeterministicAndSensitiveToTaps) {
     auto model = load_model(dirs().target.string());
-    auto em = Eagle3Model::load(dirs().eagle.string(), *model);
-    const auto ids = prompt();
+    auto em = Eagle3Model::load(dirs().drafter.string(), *model);
+    const auto ids = test::drafter_prompt();
     const int64_t W = em->config().tap_width(), L = int64_t(ids.size()) - 1, N = 7;
     const auto run = [&](const std::vector<int64_t>& layers) {
         model->set_hidden_taps(layers);
-        const auto s = prefill(*model, std::span<const int32_t>(ids).first(size_t(L)));
+        const auto s = test::prefill(*model, std::span<const int32_t>(ids).first(size_t(L)));
         EXPECT_EQ(s->taps().width(), W);
         std::vector<float> rows(size_t(L * W));
         for (int64_t t = 0; t < L; ++t) std::copy_n(s->taps().row(t), W, rows.data() + t * W);
@@ -209,7 +150,7 @@ TEST(Eagle3, DeterministicAndSensitiveToTaps) {
             npy_write_f32((fs::path(dump) / "taps.npy").string(), rows.data(), {L, W});
             npy_write_f32((fs::path(dump) / "logits.npy").string(), ch.logits.data(), {N, em->config().vocab_size});
             std::ofstream(fs::path(dump) / "meta.json")
-                << json{{"tokens", ids}, {"drafts", ch.drafts}, {"eagle3", fs::absolute(dirs().eagle)},
+                << json{{"tokens", ids}, {"drafts", ch.drafts}, {"eagle3", fs::absolute(dirs().drafter)},
                         {"target", fs::absolute(dirs().target)}}.dump(2);
         }
         return ch;
@@ -230,7 +171,7 @@ TEST(Eagle3, DeterministicAndSensitiveToTaps) {
 }
 
 TEST(Eagle3, LoadErrorsNameTheField) {
-    EXPECT_EQ(load_error(dirs().eagle), "");
+    EXPECT_EQ(load_error(dirs().drafter), "");
     const auto ids = [](std::vector<int64_t> v) {
         return [v](json& c) { c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = v; };
     };
