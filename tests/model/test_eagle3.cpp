@@ -40,6 +40,7 @@ const test::K3DrafterDirs& dirs() {
 fs::path edited(const std::string& name, const std::function<void(json&)>& f) {
     return test::edited_drafter(dirs(), name, f);
 }
+
 std::string load_error(const fs::path& dir) { return test::drafter_load_error<Eagle3Model>(dirs(), dir); }
 
 }  // namespace
