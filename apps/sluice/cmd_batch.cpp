@@ -97,12 +97,13 @@ void register_batch(CLI::App& app) {
         // without a chat template, chat lines fail validation with a message that says so
         TextSide text = load_text_side(a->m.model, "batch");
         if (a->b.model_id.empty()) a->b.model_id = model_id_from_folder(a->m.model);
-        const auto [model, draft, dspark, eo] = load_serving_model(a->m, a->e, a->batch_rows);
+        const auto [model, draft, dspark, eagle3, eo] = load_serving_model(a->m, a->e, a->batch_rows);
         a->b.speculative_tokens = a->e.speculative;
         if (draft) a->b.make_drafter = [d = draft.get()] { return d->drafter(); };
         a->b.draft_gate = a->e.draft_gate == "on";
         if (draft) a->b.draft_bytes_per_token = pass_bytes_per_token(draft->model(), *model);
         if (dspark) a->b.make_drafter = [d = dspark.get()] { return d->drafter(); };
+        if (eagle3) a->b.make_drafter = [d = eagle3.get()] { return d->drafter(); };
         Engine engine(*model, eo);
         a->b.resume = !a->restart;
         a->b.cancel = &g_cancel;
@@ -125,7 +126,11 @@ void register_batch(CLI::App& app) {
             if (a->e.speculative > 0)
                 std::fprintf(stderr, "speculative (%s): %lld drafted, %lld accepted, %lld decode passes, %lld "
                              "draft-model passes, %lld request steps gated off\n",
-                             draft ? "draft_model" : dspark ? "dspark" : "prompt_lookup", (long long)es.drafted,
+                             draft    ? "draft_model"
+                             : dspark ? "dspark"
+                             : eagle3 ? "eagle3"
+                                      : "prompt_lookup",
+                             (long long)es.drafted,
                              (long long)es.accepted, (long long)es.decode_steps,
                              (long long)(draft ? draft->stats().forward_passes : 0), (long long)es.gate_off_steps);
         }

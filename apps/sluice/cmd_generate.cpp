@@ -114,7 +114,8 @@ void register_generate(CLI::App& app) {
     sub->add_option("--draft-model", a->draft_model,
                     "draft with this model (same tokenizer as -m, checked at load) instead of prompt lookup; needs "
                     "--speculative N. A Kimi K3 DSpark drafter folder (model_type k3_dspark) is detected: it drafts "
-                    "blocks of up to 7 from the target's hidden states");
+                    "blocks of up to 7 from the target's hidden states; so is an EAGLE-3 drafter (architectures "
+                    "Eagle3DeepseekV2ForCausalLM): it drafts N tokens one at a time from them");
     sub->add_option("--draft-memory", a->draft_memory,
                     "the draft model's share of --memory (default: a quarter); the target gets the rest");
     sub->add_option("--session", a->session,
@@ -167,7 +168,8 @@ void register_generate(CLI::App& app) {
         auto model = load_model(a->m.model, load);
         std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->chunk);
         std::unique_ptr<DSparkDrafter> dspark = load_dspark(draft_plan, *model);
-        const char* drafter_name = draft ? "draft_model" : dspark ? "dspark" : "prompt_lookup";
+        std::unique_ptr<Eagle3Drafter> eagle3 = load_eagle3(draft_plan, *model);
+        const char* drafter_name = draft ? "draft_model" : dspark ? "dspark" : eagle3 ? "eagle3" : "prompt_lookup";
         GenerateOptions opt;
         opt.max_new_tokens = a->n;
         opt.prefill_chunk = a->chunk;
@@ -202,6 +204,7 @@ void register_generate(CLI::App& app) {
             if (draft) so.draft_bytes_per_token = pass_bytes_per_token(draft->model(), *model);
             if (draft) so.drafter = draft->drafter();
             if (dspark) so.drafter = dspark->drafter();
+            if (eagle3) so.drafter = eagle3->drafter();
             r = generate_speculative(*model, prompt_ids, opt, so, &spec_stats, on_token);
         } else {
             r = generate(*model, prompt_ids, opt, on_token);
@@ -246,6 +249,12 @@ void register_generate(CLI::App& app) {
                          "%lld without target taps, %.1f ms\n", (long long)ds.calls, (long long)ds.blocks,
                          (long long)ds.ingested, (long long)ds.drafted, (long long)ds.no_taps, ds.ms);
         }
+        if (a->m.stats && eagle3) {
+            const Eagle3Stats& es = eagle3->stats();
+            std::fprintf(stderr, "eagle3: %lld calls, %lld draft chains, %lld context rows added, %lld drafted, "
+                         "%lld without target taps, %.1f ms\n", (long long)es.calls, (long long)es.chains,
+                         (long long)es.ingested, (long long)es.drafted, (long long)es.no_taps, es.ms);
+        }
         if (a->json) {
             nlohmann::json j;
             j["ids"] = r.ids;
@@ -277,6 +286,10 @@ void register_generate(CLI::App& app) {
             if (dspark) {
                 j["draft_block_passes"] = dspark->stats().blocks;
                 j["draft_ms"] = dspark->stats().ms;
+            }
+            if (eagle3) {
+                j["draft_chains"] = eagle3->stats().chains;
+                j["draft_ms"] = eagle3->stats().ms;
             }
             if (streaming) {
                 j["expert_bytes_read"] = streaming->stats().bytes_read;

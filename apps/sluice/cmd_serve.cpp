@@ -155,7 +155,7 @@ void register_serve(CLI::App& app) {
         if (!text.chat_template)
             std::fprintf(stderr, "sluice: warning: no chat template (%s); /v1/chat/completions will answer 400\n",
                          text.template_error.c_str());
-        const auto [model, draft, dspark, eo] = load_serving_model(a->m, a->e, a->batch_rows);
+        const auto [model, draft, dspark, eagle3, eo] = load_serving_model(a->m, a->e, a->batch_rows);
         Engine engine(*model, eo);
         api::ServerOptions so;
         so.host = a->host;
@@ -169,6 +169,7 @@ void register_serve(CLI::App& app) {
         so.draft_gate = a->e.draft_gate == "on";
         if (draft) so.draft_bytes_per_token = pass_bytes_per_token(draft->model(), *model);
         if (dspark) so.make_drafter = [d = dspark.get()] { return d->drafter(); };
+        if (eagle3) so.make_drafter = [d = eagle3.get()] { return d->drafter(); };
         so.request_timeout_s = a->timeout_s;
         so.ping_interval_s = a->ping_s;
         so.max_waiting = a->max_waiting;

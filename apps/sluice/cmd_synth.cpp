@@ -74,6 +74,8 @@ void register_synth(CLI::App& app) {
         "real model's, e.g. 163840 for Kimi K2, to get its embedding and head bytes).\n"
         "kimi-k3-dspark writes K3's DSpark drafter (Inferact/Kimi-K3-DSpark layout: config.json and the 68\n"
         "tensors for --layers 5) sized for --target K3_DIR; its own widths follow --scale-down.\n"
+        "kimi-k3-eagle3 writes K3's EAGLE-3 drafter (lightseekorg/kimi-k3-eagle3.1-mla layout: config.json and\n"
+        "its 19 tensors plus the copy of the target's embedding; one layer) sized for --target K3_DIR likewise.\n"
         "Example: sluice synth --like kimi-k2 --layers 2 --experts 8 --scale-down 16 -o m");
     sub->add_option("--like", args->opts.like, "Model layout to copy: " + synth_model_names())->required();
     sub->add_option("--layers", args->opts.layers, "Number of layers (num_hidden_layers)")->required();
@@ -81,7 +83,7 @@ void register_synth(CLI::App& app) {
                     "Routed experts per MoE layer (top-k is clamped to it; not used by kimi-k3-dspark)")
         ->capture_default_str();
     sub->add_option("--target", args->opts.target_dir,
-                    "kimi-k3-dspark: the Kimi K3 checkpoint the drafter is sized for (hidden size, vocabulary, "
+                    "kimi-k3-dspark, kimi-k3-eagle3: the Kimi K3 checkpoint the drafter is sized for (hidden size, vocabulary, "
                     "tapped layers; its embedding is copied)");
     sub->add_option("--top-k", args->opts.top_k,
                     "Experts per token (kimi-k2, deepseek-v3 layouts; default: the layout's, clamped to --experts)");

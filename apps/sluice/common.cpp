@@ -157,6 +157,12 @@ DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const st
         plan.dspark = true;
         return plan;
     }
+    if (is_eagle3_checkpoint(draft_dir)) {
+        SLUICE_CHECK(draft_memory.empty(), "--draft-memory: ", draft_dir,
+                     " is an EAGLE-3 drafter, which reads the target's hidden states and takes no share of the budget");
+        plan.eagle3 = true;
+        return plan;
+    }
     const MemorySplit split =
         split_memory_budget(target.memory_budget_bytes, draft_memory.empty() ? 0 : parse_size(draft_memory));
     target.memory_budget_bytes = split.target_bytes;
@@ -178,9 +184,14 @@ std::unique_ptr<DSparkDrafter> load_dspark(const DraftPlan& plan, Model& target)
     return std::make_unique<DSparkDrafter>(plan.dir, target, plan.load.n_threads);
 }
 
+std::unique_ptr<Eagle3Drafter> load_eagle3(const DraftPlan& plan, Model& target) {
+    if (plan.dir.empty() || !plan.eagle3) return nullptr;
+    return std::make_unique<Eagle3Drafter>(plan.dir, target, plan.load.n_threads);
+}
+
 std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& target, const std::string& target_dir,
                                        int64_t prefill_chunk) {
-    if (plan.dir.empty() || plan.dspark) return nullptr;
+    if (plan.dir.empty() || plan.dspark || plan.eagle3) return nullptr;
     std::unique_ptr<Model> dm;
     try {
         dm = load_model(plan.dir, plan.load);
@@ -204,6 +215,7 @@ ServingModel load_serving_model(const ModelArgs& m, const EngineArgs& e, int64_t
     s.model = load_model(m.model, lo);
     s.draft = load_draft(draft_plan, *s.model, m.model, batch_rows);
     s.dspark = load_dspark(draft_plan, *s.model);
+    s.eagle3 = load_eagle3(draft_plan, *s.model);
     s.engine.max_batch_rows = batch_rows;
     s.engine.max_sequences = m.parallel;
     s.engine.max_context_tokens = m.ctx;

@@ -12,6 +12,7 @@
 #include "models/model.h"
 #include "runtime/draft_model.h"
 #include "runtime/dspark_drafter.h"
+#include "runtime/eagle3_drafter.h"
 #include "runtime/engine.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -62,10 +63,12 @@ void add_engine_args(CLI::App* sub, EngineArgs& a);
 // target's budget before the target loads; load_draft then loads it and checks that it shares the target's tokenizer.
 // A DSpark drafter folder (config.json model_type k3_dspark) is detected: it reads the target's hidden states and
 // shares its embedding and head, so it takes no share of the budget; load_dspark loads it (load_draft gives null).
+// So is an EAGLE-3 drafter folder (architectures Eagle3DeepseekV2ForCausalLM): load_eagle3 loads it.
 struct DraftPlan {
     std::string dir;    // empty: no draft model
     LoadOptions load;   // the draft's options (its budget share; the target's reader, policy and sequences)
     bool dspark = false;
+    bool eagle3 = false;
 };
 // A draft model's cost per drafted token for the speculative gate, in the target's drive bytes (one decode pass:
 // the spine and top-k experts per MoE layer, RAM-held bytes weighed as runtime/draft_gate.h says).
@@ -77,13 +80,17 @@ std::unique_ptr<DraftModel> load_draft(const DraftPlan& plan, const Model& targe
                                        int64_t prefill_chunk);
 // The DSpark drafter when plan.dspark (turns on the target's hidden-state taps), else null.
 std::unique_ptr<DSparkDrafter> load_dspark(const DraftPlan& plan, Model& target);
+// The EAGLE-3 drafter when plan.eagle3 (turns on the target's hidden-state taps), else null.
+std::unique_ptr<Eagle3Drafter> load_eagle3(const DraftPlan& plan, Model& target);
 
 // A model loaded to answer many requests (serve, batch) in passes of batch_rows rows: the target with its prefix
-// cache and state snapshots planned, its draft model or DSpark drafter (--draft-model), and the engine's options.
+// cache and state snapshots planned, its draft model, DSpark or EAGLE-3 drafter (--draft-model), and the engine's
+// options.
 struct ServingModel {
     std::unique_ptr<Model> model;
     std::unique_ptr<DraftModel> draft;
     std::unique_ptr<DSparkDrafter> dspark;
+    std::unique_ptr<Eagle3Drafter> eagle3;
     EngineOptions engine;
 };
 ServingModel load_serving_model(const ModelArgs& m, const EngineArgs& e, int64_t batch_rows);

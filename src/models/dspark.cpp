@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "formats/hf_config.h"
+#include "models/draft_mla.h"
 #include "models/weights.h"
 #include "ops/elementwise.h"
 #include "ops/ops.h"
@@ -13,8 +14,6 @@
 namespace sluice {
 
 namespace {
-
-double yarn_mscale(double factor, double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; }
 
 // Rows of context ingested per pass (bounds the [rows, context_width] activations of a long prompt).
 constexpr int64_t kIngestRows = 128;
@@ -40,13 +39,8 @@ DSparkConfig parse_config(const JsonObject& j, const std::string& where, const M
                              {"num_hidden_layers", c.num_hidden_layers}, {"markov_rank", c.markov_rank},
                              {"block_size", c.block_size}});
     // fit the target
-    SLUICE_CHECK(c.hidden_size == target.hidden_size, where, ": field 'hidden_size' ", c.hidden_size,
-                 " differs from the target's hidden_size ", target.hidden_size,
-                 " (the drafter shares the target's embedding and LM head)");
-    SLUICE_CHECK(c.target_hidden_size == target.hidden_size, where, ": field 'target_hidden_size' ",
-                 c.target_hidden_size, " differs from the target's hidden_size ", target.hidden_size);
-    SLUICE_CHECK(c.vocab_size == target.vocab_size, where, ": field 'vocab_size' ", c.vocab_size,
-                 " differs from the target's vocab_size ", target.vocab_size);
+    check_drafter_fits(where, c.hidden_size, c.target_hidden_size, c.vocab_size, target,
+                       "the drafter shares the target's embedding and LM head");
     if (j.has("draft_vocab_size"))
         SLUICE_CHECK(j.get_int("draft_vocab_size") == c.vocab_size, where, ": field 'draft_vocab_size' ",
                      j.get_int("draft_vocab_size"), " differs from vocab_size ", c.vocab_size,
@@ -65,43 +59,9 @@ DSparkConfig parse_config(const JsonObject& j, const std::string& where, const M
     SLUICE_CHECK(mh == "vanilla", where, ": field 'markov_head_type' '", mh, "' is not supported (vanilla only)");
     SLUICE_CHECK(!c.enable_confidence_head || c.confidence_head_with_markov, where,
                  ": field 'confidence_head_with_markov' false is not supported (the release has true)");
-    SLUICE_CHECK(!j.get_bool("mla_use_output_gate", false), where,
-                 ": field 'mla_use_output_gate' true is not supported (the drafter's layout has no g_proj)");
-    const std::string act = j.get_string("hidden_act", "silu");
-    SLUICE_CHECK(act == "silu", where, ": field 'hidden_act' must be silu, got '", act, "'");
-    // attention
-    MlaConfig& m = c.mla;
-    m.hidden_size = c.hidden_size;
-    m.n_heads = j.get_int("num_attention_heads");
-    m.q_lora_rank = j.get_int("q_lora_rank");
-    m.kv_lora_rank = j.get_int("kv_lora_rank");
-    m.qk_nope_head_dim = j.get_int("qk_nope_head_dim");
-    m.qk_rope_head_dim = j.get_int("qk_rope_head_dim");
-    m.v_head_dim = j.get_int("v_head_dim");
-    require_positive(where, {{"num_attention_heads", m.n_heads}, {"q_lora_rank", m.q_lora_rank},
-                             {"kv_lora_rank", m.kv_lora_rank}, {"qk_nope_head_dim", m.qk_nope_head_dim},
-                             {"qk_rope_head_dim", m.qk_rope_head_dim}, {"v_head_dim", m.v_head_dim}});
-    SLUICE_CHECK(m.qk_rope_head_dim % 2 == 0, where, ": field 'qk_rope_head_dim' must be even, got ",
-                 m.qk_rope_head_dim);
-    m.q_a_eps = m.kv_a_eps = float(c.rms_norm_eps);
-    m.rope_interleave = true;
-    m.use_rope = !j.get_bool("mla_use_nope", false);
-    m.output_gate = false;
-    c.rope = parse_rope_parameters(j);
-    SLUICE_CHECK(c.rope.rope_theta > 0, where, ": field 'rope_theta' must be > 0");
-    if (c.rope.rope_type == "yarn") {
-        if (c.rope.original_max_position_embeddings == 0)
-            c.rope.original_max_position_embeddings = c.max_position_embeddings;
-        SLUICE_CHECK(c.rope.original_max_position_embeddings > 0, where,
-                     ": rope scaling field 'original_max_position_embeddings' must be > 0");
-    }
-    // qk_head_dim^-1/2, times mscale(factor, mscale_all_dim)^2 under YaRN (as DeepSeek-V2 MLA)
-    double s = 1.0 / std::sqrt(double(m.qk_head_dim()));
-    if (c.rope.rope_type == "yarn" && c.rope.mscale_all_dim != 0.0) {
-        const double ms = yarn_mscale(c.rope.factor, c.rope.mscale_all_dim);
-        s *= ms * ms;
-    }
-    m.softmax_scale = float(s);
+    DraftMla a = parse_draft_mla(j, where, c.hidden_size, c.rms_norm_eps, c.max_position_embeddings);
+    c.mla = a.mla;
+    c.rope = std::move(a.rope);
     return c;
 }
 
@@ -133,7 +93,7 @@ DSparkModel::DSparkModel(const std::string& dir, DSparkConfig cfg, const Model& 
       ctx_(n_threads) {
     const auto& c = cfg_;
     const MlaConfig& m = c.mla;
-    const int64_t d = c.hidden_size, H = m.n_heads, V = c.vocab_size, r = c.markov_rank;
+    const int64_t d = c.hidden_size, V = c.vocab_size, r = c.markov_rank;
     context_proj_ = bind_linear(ck_, "context_proj", d, c.context_width());
     context_norm_ = load_f32(ck_, "context_norm.weight", {d});
     for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
@@ -141,13 +101,7 @@ DSparkModel::DSparkModel(const std::string& dir, DSparkConfig cfg, const Model& 
         Layer L;
         L.input_layernorm = load_f32(ck_, p + "input_layernorm.weight", {d});
         L.post_attention_layernorm = load_f32(ck_, p + "post_attention_layernorm.weight", {d});
-        L.attn.q_a_proj = bind_linear(ck_, a + "q_a_proj", m.q_lora_rank, d);
-        L.attn.q_a_layernorm = load_f32(ck_, a + "q_a_layernorm.weight", {m.q_lora_rank});
-        L.attn.q_b_proj = bind_linear(ck_, a + "q_b_proj", H * m.qk_head_dim(), m.q_lora_rank);
-        L.attn.kv_a_proj_with_mqa = bind_linear(ck_, a + "kv_a_proj_with_mqa", m.cache_width(), d);
-        L.attn.kv_a_layernorm = load_f32(ck_, a + "kv_a_layernorm.weight", {m.kv_lora_rank});
-        L.attn.kv_b_proj = bind_linear(ck_, a + "kv_b_proj", H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank);
-        L.attn.o_proj = bind_linear(ck_, a + "o_proj", d, H * m.v_head_dim);
+        L.attn = bind_draft_mla(ck_, a, m, d);
         L.mlp.gate = bind_linear(ck_, p + "mlp.gate_proj", c.intermediate_size, d);
         L.mlp.up = bind_linear(ck_, p + "mlp.up_proj", c.intermediate_size, d);
         L.mlp.down = bind_linear(ck_, p + "mlp.down_proj", d, c.intermediate_size);
@@ -193,15 +147,8 @@ void DSparkModel::ingest(Seq& seq, const float* taps, int64_t n) {
         float* kva = ctx_.arena().f32(k * cw);
         ops::matmul(context_proj_, taps + i0 * W, k, x, ctx_);
         ops::rms_norm(x, context_norm_.data(), k, d, float(c.rms_norm_eps), x);
-        for (size_t il = 0; il < layers_.size(); ++il) {
-            ops::matmul(layers_[il].attn.kv_a_proj_with_mqa, x, k, kva, ctx_);
-            for (int64_t i = 0; i < k; ++i) {
-                float* row = kva + i * cw;
-                ops::rms_norm(row, layers_[il].attn.kv_a_layernorm.data(), 1, m.kv_lora_rank, m.kv_a_eps, row);
-                if (m.use_rope) rope_.apply_interleaved(row + m.kv_lora_rank, 1, m.qk_rope_head_dim, pos0 + i);
-                std::copy_n(row, cw, seq.caches[il].data.write_row(pos0 + i));
-            }
-        }
+        for (size_t il = 0; il < layers_.size(); ++il)
+            write_draft_mla_cache(m, layers_[il].attn, rope_, x, k, pos0, seq.caches[il], kva, ctx_);
     }
 }
 

@@ -55,6 +55,8 @@ const std::vector<ModelInfo>& models() {
         {SynthModel::GptOss, "gpt-oss", "gpt_oss", {}, 1.0, 0.0, nullptr, 131072, 0, "4.55.0.dev0"},
         // Kimi K3's DSpark drafter (synth_dspark.cpp), sized from --target.
         {SynthModel::KimiK3DSpark, "kimi-k3-dspark", "k3_dspark", {}, 1.0, 50000.0, nullptr, 1048576, 0, ""},
+        // Kimi K3's EAGLE-3 drafter (synth_eagle3.cpp), sized from --target.
+        {SynthModel::KimiK3Eagle3, "kimi-k3-eagle3", "deepseek_v3", {}, 1.0, 50000.0, nullptr, 1048576, 0, ""},
     };
     return m;
 }
@@ -271,7 +273,19 @@ SynthPlan plan_synth(const SynthOptions& o) {
         for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
         return p;
     }
-    SLUICE_CHECK(o.target_dir.empty(), "synth: --target is only for --like kimi-k3-dspark");
+    if (*model == SynthModel::KimiK3Eagle3) {
+        SLUICE_CHECK(*dtype == SynthDType::Bf16, "synth: kimi-k3-eagle3 is bf16 (its release format), not ",
+                     dtype_name);
+        synth::Eagle3Synth e = synth::eagle3_plan(o);
+        SynthPlan p{*model, *dtype, {}, std::move(e.config_json), std::move(e.tensors), 0};
+        p.dims.hidden_size = e.dims.hidden_size;
+        p.dims.vocab_size = e.dims.vocab_size;
+        p.dims.num_hidden_layers = 1;
+        p.dims.num_attention_heads = e.dims.heads;
+        for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
+        return p;
+    }
+    SLUICE_CHECK(o.target_dir.empty(), "synth: --target is only for --like kimi-k3-dspark and kimi-k3-eagle3");
     if (*model == SynthModel::KimiK3) {
         SLUICE_CHECK(*dtype != SynthDType::Fp8 && *dtype != SynthDType::Int4, "synth: kimi-k3 experts are bf16, f32 or ",
                      "mxfp4 (its release format), not ", dtype_name);
@@ -339,8 +353,9 @@ SynthResult synth_checkpoint(const SynthOptions& o) {
         {"config.json", plan.config_json},  // last: its presence marks a complete checkpoint
     };
     for (const auto& [name, text] : texts) {
-        // a DSpark drafter folder holds its config and weights only: it uses the target's tokenizer
-        if (plan.model == SynthModel::KimiK3DSpark && name != "config.json") continue;
+        // a DSpark or EAGLE-3 drafter folder holds its config and weights only: it uses the target's tokenizer
+        const bool drafter = plan.model == SynthModel::KimiK3DSpark || plan.model == SynthModel::KimiK3Eagle3;
+        if (drafter && name != "config.json") continue;
         write_text_file_atomic((fs::path(o.out_dir) / name).string(), text);
         r.files.push_back(name);
         r.bytes_written += text.size();

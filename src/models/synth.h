@@ -18,8 +18,9 @@ namespace sluice {
 
 class ThreadPool;
 
-// KimiK3DSpark: the DSpark drafter of a Kimi K3 target (SynthOptions::target_dir), not a model of its own.
-enum class SynthModel { KimiK2, DeepseekV3, KimiK3, KimiLinear, Qwen3Moe, Mixtral, GptOss, KimiK3DSpark };
+// KimiK3DSpark, KimiK3Eagle3: the DSpark and EAGLE-3 drafters of a Kimi K3 target (SynthOptions::target_dir), not
+// models of their own.
+enum class SynthModel { KimiK2, DeepseekV3, KimiK3, KimiLinear, Qwen3Moe, Mixtral, GptOss, KimiK3DSpark, KimiK3Eagle3 };
 // Bf16 / F32: routed experts in that dtype, everything else BF16. Fp8: the DeepSeek/Kimi-K2 hub layout (every
 // Linear except router, embeddings and lm_head in F8_E4M3 with F32 128x128 weight_scale_inv). Int4: the
 // Kimi-K2-Thinking compressed-tensors pack-quantized layout for routed experts only. Mxfp4: the Kimi K3 release
@@ -42,7 +43,8 @@ struct SynthOptions {
     int64_t vocab_size = 0;     // 0: the synthetic tokenizer's 512 ids, so every id decodes; else >= 512 rows
     uint64_t seed = 0;
     std::string out_dir;
-    std::string target_dir;     // kimi-k3-dspark: the K3 checkpoint it drafts for (hidden, vocab, layers, embedding)
+    std::string target_dir;     // kimi-k3-dspark, -eagle3: the K3 checkpoint it drafts for (hidden, vocab, layers,
+                                // embedding)
     uint64_t shard_bytes = 0;   // 0: a single model.safetensors
     bool force = false;         // allow a non-empty out_dir (replaces the files synth writes)
     bool sync = true;           // fdatasync each file before renaming it into place

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -104,15 +105,16 @@ public:
     // An MLA block under a (ending in "self_attn."): q through q-LoRA (q_a_proj, its norm, q_b_proj) when
     // q_lora_rank > 0, else q_proj; the compressed kv; the output gate g_proj when output_gate; o_proj.
     void mla(const std::string& a, int64_t h, int64_t heads, int64_t q_lora_rank, int64_t kv_lora_rank, int64_t nope,
-             int64_t rope, int64_t v, bool output_gate = false) {
+             int64_t rope, int64_t v, bool output_gate = false, int64_t in = 0) {
+        if (in == 0) in = h;  // the projections' input width (EAGLE-3's layer reads 2 x hidden)
         if (q_lora_rank > 0) {
-            linear(a + "q_a_proj", q_lora_rank, h, false);
+            linear(a + "q_a_proj", q_lora_rank, in, false);
             norm(a + "q_a_layernorm.weight", q_lora_rank);
             linear(a + "q_b_proj", heads * (nope + rope), q_lora_rank, false);
         } else {
-            linear(a + "q_proj", heads * (nope + rope), h, false);
+            linear(a + "q_proj", heads * (nope + rope), in, false);
         }
-        linear(a + "kv_a_proj_with_mqa", kv_lora_rank + rope, h, false);
+        linear(a + "kv_a_proj_with_mqa", kv_lora_rank + rope, in, false);
         norm(a + "kv_a_layernorm.weight", kv_lora_rank);
         linear(a + "kv_b_proj", heads * (nope + v), kv_lora_rank, false);
         if (output_gate) linear(a + "g_proj", heads * v, h, false);
@@ -145,6 +147,32 @@ struct DSparkSynth {
 };
 DSparkSynth dspark_plan(const SynthOptions& o);
 std::vector<int64_t> dspark_target_layer_ids(int64_t n_target_layers);
+
+// What Kimi K3's drafters (DSpark, EAGLE-3) take from their target (o.target_dir's config.json: hidden size,
+// vocabulary, layers, eps) and their MLA widths (the releases': 64 heads, LoRA 1536/512, head dims 128/64/128)
+// scaled down by o.scale_down; `like` names the layout in errors.
+struct K3DraftDims {
+    int64_t hidden_size = 0, vocab_size = 0, target_layers = 0, heads = 0, q_lora_rank = 0, kv_lora_rank = 0,
+            qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+    double rms_norm_eps = 1e-5;
+};
+K3DraftDims k3_draft_dims(const SynthOptions& o, const std::string& like);
+// Adds the attention fields (widths, no NoPE, no output gate, eps, YaRN RoPE θ 50000 x32) to a drafter's config.
+void add_k3_draft_attention(nlohmann::json& c, const K3DraftDims& t);
+// embed_tokens.weight: a byte copy of the target's BF16 embedding [vocab_size, h].
+TensorToWrite k3_target_embedding(const std::string& target_dir, int64_t vocab_size, int64_t h);
+
+// Kimi K3's EAGLE-3 drafter (models/synth_eagle3.cpp): lightseekorg/kimi-k3-eagle3.1-mla's layout sized from the
+// target; eagle3_aux_layer_ids maps the release's one-based ids [2, 46, 90] of 93 layers onto n layers.
+struct Eagle3Synth {
+    K3DraftDims dims;
+    int64_t intermediate_size = 0;
+    std::vector<int64_t> aux_layer_ids;
+    std::string config_json;
+    std::vector<TensorToWrite> tensors;
+};
+Eagle3Synth eagle3_plan(const SynthOptions& o);
+std::vector<int64_t> eagle3_aux_layer_ids(int64_t n_target_layers);
 
 // Kimi K3 (models/synth_k3.cpp).
 SynthDims k3_dims(const SynthOptions& o);

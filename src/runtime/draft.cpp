@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "state/sequence_state.h"
+
 namespace sluice {
 
 std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int64_t max_tokens, int64_t ngram_min,
@@ -18,6 +20,12 @@ std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int64_t max_
         }
     }
     return {};
+}
+
+bool target_taps_cover(const SequenceState* target, std::span<const int32_t> tokens, int64_t width) {
+    const int64_t n = int64_t(tokens.size());
+    return target && target->taps().width() == width && target->taps().rows() >= n && target->n_past() >= n &&
+           std::equal(tokens.begin(), tokens.end(), target->tokens().begin());
 }
 
 }  // namespace sluice

@@ -18,6 +18,10 @@ class SequenceState;
 using Drafter = std::function<std::vector<int32_t>(std::span<const int32_t> context, int64_t max_tokens,
                                                    const SequenceState* target)>;
 
+// For drafters that read the target's hidden states (DSpark, EAGLE-3): whether `target` holds tap rows of `width`
+// floats for every one of `tokens` (the context's first tokens), run by the target as these very tokens.
+bool target_taps_cover(const SequenceState* target, std::span<const int32_t> tokens, int64_t width);
+
 // Up to max_tokens tokens that followed the most recent earlier occurrence of the longest suffix of `context`
 // (between ngram_min and ngram_max tokens long); empty when none occurred.
 std::vector<int32_t> lookup_draft(std::span<const int32_t> context, int64_t max_tokens, int64_t ngram_min,

@@ -31,8 +31,7 @@ std::vector<int32_t> DSparkDrafter::draft(Seq& s, std::span<const int32_t> conte
     const int64_t L = int64_t(context.size()) - 1;  // context rows: every token but the anchor
     if (c.max_position_embeddings > 0 && L + c.block_size > c.max_position_embeddings) return {};
     const int64_t W = c.context_width();
-    if (!target || target->taps().width() != W || target->taps().rows() < L || target->n_past() < L ||
-        !std::equal(context.begin(), context.begin() + L, target->tokens().begin())) {
+    if (!target_taps_cover(target, context.first(size_t(L)), W)) {
         ++stats_.no_taps;
         return {};
     }

@@ -23,8 +23,8 @@
 #include "runtime/dspark_drafter.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
+#include "../support/k3_drafter.h"
 #include "../support/reference_decode.h"
-#include "../support/scratch_dir.h"
 
 using namespace sluice;
 namespace fs = std::filesystem;
@@ -32,71 +32,28 @@ using nlohmann::json;
 
 namespace {
 
-// One K3 target (5 layers: KDA and MLA, two AttnRes blocks) and its DSpark drafter, made once per process.
-struct Dirs {
-    fs::path root, target, dspark;
-};
-const Dirs& dirs() {
-    static const Dirs d = [] {
-        Dirs x;
-        x.root = test::scratch_dir("dspark");
-        x.target = x.root / "k3";
-        x.dspark = x.root / "dspark";
-        synth_checkpoint({.like = "kimi-k3", .layers = 5, .experts = 4, .scale_down = 32, .seed = 7,
-                          .out_dir = x.target.string(), .sync = false});
-        synth_checkpoint({.like = "kimi-k3-dspark", .layers = 5, .scale_down = 32, .seed = 11,
-                          .out_dir = x.dspark.string(), .target_dir = x.target.string(), .sync = false});
-        return x;
-    }();
+const test::K3DrafterDirs& dirs() {
+    static const test::K3DrafterDirs d = test::make_k3_drafter("dspark", "kimi-k3-dspark", 5, 11);
     return d;
 }
 
-std::vector<int32_t> prompt() { return {5, 17, 3, 99, 42, 7, 11, 150, 31, 64, 2, 8, 200, 13, 77, 5, 17, 3}; }
-
-// The target's state after a plain prefill of ids, with taps on.
-std::unique_ptr<SequenceState> prefill(Model& m, std::span<const int32_t> ids) {
-    auto seq = m.new_sequence();
-    SequenceState* seqs[] = {seq.get()};
-    Batch b;
-    std::vector<float> logits;
-    for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], int64_t(i), 0, i + 1 == ids.size());
-    m.forward(*make_exec_context(m), b, seqs, logits);
-    return seq;
-}
-
-// A copy of the DSpark folder with config.json edited by f (weights linked).
 fs::path edited(const std::string& name, const std::function<void(json&)>& f) {
-    const fs::path dir = dirs().root / name;
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    fs::create_symlink(fs::absolute(dirs().dspark / "model.safetensors"), dir / "model.safetensors");
-    json c = json::parse(std::ifstream(dirs().dspark / "config.json"));
-    f(c);
-    std::ofstream(dir / "config.json") << c.dump(2);
-    return dir;
+    return test::edited_drafter(dirs(), name, f);
 }
 
-std::string load_error(const fs::path& dir) {
-    auto target = load_model(dirs().target.string());
-    try {
-        DSparkModel::load(dir.string(), *target);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
+std::string load_error(const fs::path& dir) { return test::drafter_load_error<DSparkModel>(dirs(), dir); }
 
 }  // namespace
 
 TEST(DSpark, SynthWritesThePublishedLayout) {
-    const json c = json::parse(std::ifstream(dirs().dspark / "config.json"));
+    const json c = json::parse(std::ifstream(dirs().drafter / "config.json"));
     EXPECT_EQ(c["architectures"], json::array({"K3DSparkModel"}));
     EXPECT_EQ(c["model_type"], "k3_dspark");
     EXPECT_EQ(c["target_layer_ids"], json::array({0, 1, 2, 3, 4}));  // [2,23,47,71,89] of 93 mapped onto 5
     EXPECT_EQ(c["mask_token_id"], int64_t(c["vocab_size"]) - 3);
     EXPECT_EQ(c["rope_scaling"]["type"], "yarn");
     EXPECT_TRUE(c["enable_confidence_head"].get<bool>() && c["confidence_head_with_markov"].get<bool>());
-    Checkpoint ck(dirs().dspark.string());
+    Checkpoint ck(dirs().drafter.string());
     EXPECT_EQ(ck.names().size(), 68u);  // as the release, for 5 layers
     const int64_t h = c["hidden_size"], V = c["vocab_size"], r = c["markov_rank"];
     EXPECT_EQ(ck.get("context_proj.weight").shape(), (std::vector<int64_t>{h, 5 * h}));
@@ -117,23 +74,8 @@ TEST(DSpark, SynthWritesThePublishedLayout) {
 // The target verifies every draft: greedy output with DSpark drafts is the plain greedy output, token for token.
 TEST(DSpark, GreedySameAsPlain) {
     auto model = load_model(dirs().target.string());
-    const auto p = prompt();
-    const auto ref = test::reference_generate(*model, p, 40, false);
-    DSparkDrafter ds(dirs().dspark.string(), *model);
-    for (int64_t k : {1, 3, 7}) {
-        SCOPED_TRACE(k);
-        GenerateOptions g;
-        g.max_new_tokens = 40;
-        g.stop_at_eos = false;
-        SpeculativeOptions so;
-        so.draft_tokens = k;
-        so.drafter = ds.drafter();
-        SpeculativeStats st;
-        const GenerateResult r = generate_speculative(*model, p, g, so, &st);
-        EXPECT_EQ(r.ids, ref.ids);
-        EXPECT_GT(st.drafted, 0);  // it drafted: the taps were there
-        EXPECT_EQ(st.forward_passes + st.accepted, int64_t(r.ids.size()) - 1);
-    }
+    DSparkDrafter ds(dirs().drafter.string(), *model);
+    test::expect_greedy_same_as_plain(*model, [&] { return ds.drafter(); });
     EXPECT_EQ(ds.stats().no_taps, 0);
 }
 
@@ -143,15 +85,15 @@ TEST(DSpark, GreedySameAsPlain) {
 TEST(DSpark, EngineTapsAndIncrementalContextMatchAFreshPrefill) {
     auto model = load_model(dirs().target.string());
     auto clean = load_model(dirs().target.string());
-    DSparkDrafter ds(dirs().dspark.string(), *model);
-    DSparkDrafter fresh(dirs().dspark.string(), *clean);
+    DSparkDrafter ds(dirs().drafter.string(), *model);
+    DSparkDrafter fresh(dirs().drafter.string(), *clean);
     Drafter kept = ds.drafter();
     int64_t calls = 0;
     SpeculativeOptions so;
     so.draft_tokens = 5;
     so.drafter = [&](std::span<const int32_t> ctx, int64_t max, const SequenceState* target) {
         const auto d = kept(ctx, max, target);
-        const auto s = prefill(*clean, ctx.first(ctx.size() - 1));
+        const auto s = test::prefill(*clean, ctx.first(ctx.size() - 1));
         EXPECT_EQ(target->taps().rows(), int64_t(ctx.size()) - 1);
         for (int64_t t = 0; t < s->taps().rows(); ++t)
             EXPECT_EQ(std::memcmp(s->taps().row(t), target->taps().row(t), size_t(s->taps().width()) * 4), 0)
@@ -163,19 +105,19 @@ TEST(DSpark, EngineTapsAndIncrementalContextMatchAFreshPrefill) {
     GenerateOptions g;
     g.max_new_tokens = 24;
     g.stop_at_eos = false;
-    generate_speculative(*model, prompt(), g, so);
+    generate_speculative(*model, test::drafter_prompt(), g, so);
     EXPECT_GT(calls, 3);
 }
 
 // The block pass is deterministic; a causal mask inside the block or the wrong tapped layers change it.
 TEST(DSpark, DeterministicAndSensitiveToMaskAndTaps) {
     auto model = load_model(dirs().target.string());
-    auto dm = DSparkModel::load(dirs().dspark.string(), *model);
-    const auto ids = prompt();
+    auto dm = DSparkModel::load(dirs().drafter.string(), *model);
+    const auto ids = test::drafter_prompt();
     const int64_t W = dm->config().context_width(), B = dm->config().block_size;
     const auto run = [&](const std::vector<int64_t>& taps, bool causal) {
         model->set_hidden_taps(taps);
-        const auto s = prefill(*model, std::span<const int32_t>(ids).first(ids.size() - 1));
+        const auto s = test::prefill(*model, std::span<const int32_t>(ids).first(ids.size() - 1));
         EXPECT_EQ(s->taps().width(), W);
         std::vector<float> rows(size_t(s->taps().rows() * W));
         for (int64_t t = 0; t < s->taps().rows(); ++t) std::copy_n(s->taps().row(t), W, rows.data() + t * W);
@@ -190,7 +132,7 @@ TEST(DSpark, DeterministicAndSensitiveToMaskAndTaps) {
             npy_write_f32((fs::path(dump) / "logits.npy").string(), b.logits.data(), {B, dm->config().vocab_size});
             npy_write_f32((fs::path(dump) / "confidence.npy").string(), b.confidence.data(), {B});
             std::ofstream(fs::path(dump) / "meta.json")
-                << json{{"anchor", ids.back()}, {"drafts", b.drafts}, {"dspark", fs::absolute(dirs().dspark)},
+                << json{{"anchor", ids.back()}, {"drafts", b.drafts}, {"dspark", fs::absolute(dirs().drafter)},
                         {"target", fs::absolute(dirs().target)}}.dump(2);
         }
         return b;
@@ -227,7 +169,7 @@ TEST(DSpark, LastLayerTapReproducesTheLogits) {
     const int64_t n_layers = model->info().num_hidden_layers, d = model->info().hidden_size;
     const int64_t V = model->info().vocab_size;
     model->set_hidden_taps({n_layers - 1});
-    const auto ids = prompt();
+    const auto ids = test::drafter_prompt();
     auto seq = model->new_sequence();
     SequenceState* seqs[] = {seq.get()};
     Batch b;
@@ -275,7 +217,7 @@ TEST(DSpark, LastLayerTapReproducesTheLogits) {
 }
 
 TEST(DSpark, LoadErrorsNameTheField) {
-    EXPECT_EQ(load_error(dirs().dspark), "");
+    EXPECT_EQ(load_error(dirs().drafter), "");
     EXPECT_NE(load_error(edited("ids", [](json& c) { c["target_layer_ids"] = {0, 1, 5}; }))
                   .find("field 'target_layer_ids' entry 5 is outside the target's layers [0, 5)"),
               std::string::npos);
@@ -293,7 +235,7 @@ TEST(DSpark, LoadErrorsNameTheField) {
     EXPECT_NE(load_error(edited("layers", [](json& c) { c["num_hidden_layers"] = 6; }))
                   .find("tensor 'layers.5.input_layernorm.weight' not found"),
               std::string::npos);
-    EXPECT_TRUE(is_dspark_checkpoint(dirs().dspark.string()));
+    EXPECT_TRUE(is_dspark_checkpoint(dirs().drafter.string()));
     EXPECT_FALSE(is_dspark_checkpoint(dirs().target.string()));
     auto target = load_model(dirs().target.string());
     EXPECT_THROW(target->set_hidden_taps({0, 5}), Error);
