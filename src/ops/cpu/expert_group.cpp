@@ -75,6 +75,10 @@ struct Item {
     int64_t begin, end;  // rows of x (stage 0) or of the weight (stages 1, 2)
 };
 constexpr int64_t kTileRows = 16 * cpu::kRowBlock;  // 256 rows: whole 32-row AMX sets, as cpu::matmul's ranges
+// A group of fewer multiply-adds runs on the calling thread (about 50 us on one core): a small model's experts were
+// below cpu::matmul's 256-row grain one by one, and ran there too, and waking the pool for them costs more than it
+// saves when the cores are shared.
+constexpr double kMinParallelMacs = double(1 << 20);
 
 struct GroupState {
     std::vector<Item> items;
@@ -124,19 +128,19 @@ void cpu::expert_group(const GluSpec& act, std::span<const GroupExpert> experts,
             for (int64_t r = 0; r < rows; r += step) st.items.push_back({int32_t(e), stage, r, std::min(rows, r + step)});
             if (stage < 2) st.left[2 * e + size_t(stage)].store((rows + step - 1) / step, std::memory_order_relaxed);
         }
-    for (const GroupExpert& g : experts) {
-        const double m = double(g.m);
-        phase_times::add_matmul_flops(2.0 * m * double(g.gate->rows) * double(g.gate->cols) +
-                                      2.0 * m * double(g.up->rows) * double(g.up->cols) +
-                                      2.0 * m * double(g.down->rows) * double(g.down->cols));
-    }
+    double macs = 0;
+    for (const GroupExpert& g : experts)
+        macs += double(g.m) * (double(g.gate->rows) * double(g.gate->cols) + double(g.up->rows) * double(g.up->cols) +
+                               double(g.down->rows) * double(g.down->cols));
+    phase_times::add_matmul_flops(2.0 * macs);
     // call ids: gate and up of expert e share one (the same x), down has its own
     const uint64_t calls = cpu::reserve_matmul_calls(2 * ne);
     const auto fn = cpu::active_matmul_rows();
     const std::vector<Item>& items = st.items;
     const std::vector<ExpertScratch>& sc = st.scratch;
     std::atomic<int64_t>* left = st.left.get();
-    pool.parallel_for_dynamic(int64_t(items.size()), 1, [&](int64_t i0, int64_t i1) {
+    const int64_t n_items = int64_t(items.size());
+    pool.parallel_for_dynamic(n_items, macs < kMinParallelMacs ? n_items : 1, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             const Item& it = items[size_t(i)];
             const GroupExpert& g = experts[size_t(it.expert)];
