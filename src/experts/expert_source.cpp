@@ -1,5 +1,7 @@
 #include "experts/expert_source.h"
 
+#include <vector>
+
 #include "core/error.h"
 
 namespace sluice {
@@ -10,16 +12,19 @@ uint64_t ExpertWeights::size_bytes() const {
     return n;
 }
 
-void ResidentExpertSource::fetch(int64_t layer, std::span<const int32_t> experts,
-                                 FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
-                                 FunctionRef<void()> while_reading) {
+void ResidentExpertSource::fetch_groups(int64_t layer, std::span<const int32_t> experts,
+                                        FunctionRef<void(std::span<const ReadyExpert>)> on_ready,
+                                        FunctionRef<void()> while_reading) {
     if (while_reading) while_reading();
     SLUICE_ASSERT(layer >= 0 && size_t(layer) < experts_.size(), "layer ", layer);
     const auto& bank = experts_[size_t(layer)];
+    thread_local std::vector<ReadyExpert> ready;  // grown once
+    ready.clear();
     for (size_t i = 0; i < experts.size(); ++i) {
         SLUICE_ASSERT(experts[i] >= 0 && size_t(experts[i]) < bank.size(), "expert ", experts[i]);
-        on_ready(i, bank[size_t(experts[i])]);
+        ready.push_back({i, bank[size_t(experts[i])]});
     }
+    if (!ready.empty()) on_ready(ready);
 }
 
 }  // namespace sluice

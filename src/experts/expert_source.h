@@ -20,15 +20,30 @@ struct ExpertWeights {
     uint64_t size_bytes() const;
 };
 
+// An expert whose weights are resident now: experts[i] of a fetch.
+struct ReadyExpert {
+    size_t i;
+    ExpertWeights w;
+};
+
 class ExpertSource {
 public:
     virtual ~ExpertSource() = default;
-    // Calls on_ready(i, weights) once for each experts[i] (distinct ids) of `layer`, in whatever order their bytes
-    // arrive, on the calling thread. `weights` is valid only during the call. while_reading (optional) runs once
-    // on the calling thread after the reads are issued: work that needs no expert (the shared expert) overlaps I/O.
-    virtual void fetch(int64_t layer, std::span<const int32_t> experts,
-                       FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
-                       FunctionRef<void()> while_reading = {}) = 0;
+    // Calls on_ready(ready) with the experts[i] (distinct ids) of `layer` that are resident at that moment, each
+    // exactly once over the calls, on the calling thread: the cached ones together, then those whose bytes arrived
+    // since the last call, so the caller computes every ready expert in one go (ops::expert_group) while later
+    // ones are still being read. The weights are valid only during the call. while_reading (optional) runs once on
+    // the calling thread after the reads are issued: work that needs no expert (the shared expert) overlaps I/O.
+    virtual void fetch_groups(int64_t layer, std::span<const int32_t> experts,
+                              FunctionRef<void(std::span<const ReadyExpert>)> on_ready,
+                              FunctionRef<void()> while_reading = {}) = 0;
+    // The same an expert at a time: on_ready(i, weights) once for each experts[i].
+    void fetch(int64_t layer, std::span<const int32_t> experts,
+               FunctionRef<void(size_t i, const ExpertWeights&)> on_ready, FunctionRef<void()> while_reading = {}) {
+        fetch_groups(layer, experts, [&](std::span<const ReadyExpert> ready) {
+            for (const ReadyExpert& r : ready) on_ready(r.i, r.w);
+        }, while_reading);
+    }
     // A hint that these experts of `layer` are likely needed soon: a streaming source starts reading them now.
     // Never changes results; a wrong guess only costs bandwidth.
     virtual void prefetch(int64_t layer, std::span<const int32_t> experts) {}
@@ -44,9 +59,9 @@ class ResidentExpertSource : public ExpertSource {
 public:
     // experts[layer][e]; layers without routed experts have empty vectors.
     explicit ResidentExpertSource(std::vector<std::vector<ExpertWeights>> experts) : experts_(std::move(experts)) {}
-    void fetch(int64_t layer, std::span<const int32_t> experts,
-               FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
-               FunctionRef<void()> while_reading = {}) override;
+    void fetch_groups(int64_t layer, std::span<const int32_t> experts,
+                      FunctionRef<void(std::span<const ReadyExpert>)> on_ready,
+                      FunctionRef<void()> while_reading = {}) override;
     const std::vector<std::vector<ExpertWeights>>& all() const { return experts_; }
 
 private:

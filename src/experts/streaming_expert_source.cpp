@@ -237,9 +237,9 @@ std::string StreamingExpertSource::check_landed(const Location& loc, const uint8
                " bytes: xxh3 ", hex64(got), ", manifest says ", hex64(loc.checksum), ")");
 }
 
-void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> experts,
-                                  FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
-                                  FunctionRef<void()> while_reading) {
+void StreamingExpertSource::fetch_groups(int64_t layer, std::span<const int32_t> experts,
+                                         FunctionRef<void(std::span<const ReadyExpert>)> on_ready,
+                                         FunctionRef<void()> while_reading) {
     const auto t_start = Clock::now();
     SLUICE_ASSERT(layer >= 0 && size_t(layer) < layout_.where.size(), "layer ", layer);
     const auto& bank = layout_.where[size_t(layer)];
@@ -371,29 +371,37 @@ void StreamingExpertSource::fetch(int64_t layer, std::span<const int32_t> expert
         issue_wave();
         // While the reads are in flight: the caller's work that needs no routed expert, then the cached experts.
         if (while_reading) while_reading();
-        for (const auto& h : hits) on_ready(h.i, weights_in(bank[size_t(experts[h.i])], h.slot));
+        std::vector<ReadyExpert> ready;
+        for (const auto& h : hits) ready.push_back({h.i, weights_in(bank[size_t(experts[h.i])], h.slot)});
+        if (!ready.empty()) on_ready(ready);
+        std::vector<size_t> landed;
         while (true) {
-            for (size_t done = 0; done < wave.size(); ++done) {
-                size_t w;
+            for (size_t done = 0; done < wave.size(); done += landed.size()) {
+                // every expert that has landed by now, in one group
+                landed.clear();
                 {
                     std::unique_lock<std::mutex> lock(mu);
                     const auto t0 = Clock::now();
                     cv.wait(lock, [&] { return !arrived.empty(); });
                     stats_.io_wait_ms += ms(t0, Clock::now());
-                    w = arrived.front();
-                    arrived.pop_front();
+                    landed.assign(arrived.begin(), arrived.end());
+                    arrived.clear();
                 }
-                const Pending& p = wave[w];
-                if (wave_errors[w].empty())
-                    wave_errors[w] = check_landed(bank[size_t(experts[p.i])], p.slot);
-                if (!wave_errors[w].empty()) {
-                    if (p.cached) {
-                        cache_->drop({int32_t(layer), experts[p.i]});
-                        pinned_by_us[p.i] = 0;
+                ready.clear();
+                for (size_t w : landed) {
+                    const Pending& p = wave[w];
+                    if (wave_errors[w].empty())
+                        wave_errors[w] = check_landed(bank[size_t(experts[p.i])], p.slot);
+                    if (!wave_errors[w].empty()) {
+                        if (p.cached) {
+                            cache_->drop({int32_t(layer), experts[p.i]});
+                            pinned_by_us[p.i] = 0;
+                        }
+                        fail("layer ", layer, " expert ", experts[p.i], ": ", wave_errors[w]);
                     }
-                    fail("layer ", layer, " expert ", experts[p.i], ": ", wave_errors[w]);
+                    ready.push_back({p.i, weights_in(bank[size_t(experts[p.i])], p.slot)});
                 }
-                on_ready(p.i, weights_in(bank[size_t(experts[p.i])], p.slot));
+                on_ready(ready);
             }
             if (!wave.empty()) batches.back().wait();
             if (next_miss == misses.size()) break;

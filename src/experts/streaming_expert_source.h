@@ -78,9 +78,9 @@ public:
     StreamingExpertSource(ExpertLayout layout, const StreamingOptions& options);
     ~StreamingExpertSource() override;
 
-    void fetch(int64_t layer, std::span<const int32_t> experts,
-               FunctionRef<void(size_t i, const ExpertWeights&)> on_ready,
-               FunctionRef<void()> while_reading = {}) override;
+    void fetch_groups(int64_t layer, std::span<const int32_t> experts,
+                      FunctionRef<void(std::span<const ReadyExpert>)> on_ready,
+                      FunctionRef<void()> while_reading = {}) override;
     void prefetch(int64_t layer, std::span<const int32_t> experts) override;
     void note_use(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> rows,
                   std::span<const int32_t> row_choices = {}, int64_t top_k = 0) override;

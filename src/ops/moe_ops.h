@@ -5,8 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/thread_pool.h"
+#include "ops/weight.h"
+
+namespace sluice {
+class ExecContext;  // ops/exec_context.h
+}
 
 namespace sluice::ops {
 
@@ -50,10 +56,51 @@ void glu(const GluSpec& s, const float* gate, const float* up, int64_t stride, i
 void moe_combine(const float* y, const float* weights, int64_t n, int64_t top_k, int64_t hidden, float* out,
                  ThreadPool& pool);
 
+// One routed expert of a group (expert_group): its gated MLP's matrices, gate and up [I, hidden] and down
+// [hidden, I], and the slots of the m rows routed to it: slot s reads input row s / top_k of x and writes its output
+// at y + s * hidden (MoE's [n, top_k, hidden] slots).
+struct GroupExpert {
+    const Weight* gate = nullptr;
+    const Weight* up = nullptr;
+    const Weight* down = nullptr;
+    const int64_t* slots = nullptr;
+    int64_t m = 0;
+};
+
+// The scratch floats expert_group needs for experts of intermediate size `inter` with `rows` rows in all (the sum
+// of their m): each expert's gathered rows, gate and up activations, and outputs, each rounded up to
+// kScratchAlignFloats (an expert has at least one row, so at most `rows` experts).
+inline constexpr int64_t kScratchAlignFloats = 16;
+inline int64_t expert_group_scratch_floats(int64_t rows, int64_t hidden, int64_t inter) {
+    return rows * (2 * hidden + 2 * inter + 4 * (kScratchAlignFloats - 1));
+}
+
+// For each expert: y[slot] = down(act(gate x[slot / top_k], up x[slot / top_k])) for each of its slots, like
+// llama.cpp's mul_mat_id: on the CPU one parallel section runs the whole group, its work items (the expert's rows
+// gathered, then tiles of its gate and up rows with the activation of those columns, then tiles of its down rows
+// with their scatter) handed to whichever thread is free, each expert's later items waiting only for its own
+// earlier ones. Every output is computed by the kernels' per-row arithmetic, which depends on neither the tile, the
+// thread nor the rest of the group: the bits of experts_one_by_one (the op harness checks it). On a context whose
+// backend is Cuda it is experts_one_by_one (each matmul on the card). scratch: expert_group_scratch_floats(sum of m,
+// hidden, inter) floats.
+void expert_group(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
+                  int64_t hidden, float* y, float* scratch, ExecContext& ctx);
+// The same, an expert at a time, each matmul its own ops::matmul call (parallel section): what the MoE block did
+// before expert_group, kept for the CUDA backend and as the harness's bit-for-bit comparison.
+void experts_one_by_one(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
+                        int64_t hidden, float* y, float* scratch, ExecContext& ctx);
+
 }  // namespace sluice::ops
+
+namespace sluice::ops::cpu {
+void expert_group(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
+                  int64_t hidden, float* y, float* scratch, ThreadPool& pool);
+}  // namespace sluice::ops::cpu
 
 namespace sluice::ops::ref {
 void route(const RouterSpec& s, const float* logits, const float* bias, int64_t n, int32_t* experts, float* weights);
 void glu(const GluSpec& s, const float* gate, const float* up, int64_t stride, int64_t n, float* out);
 void moe_combine(const float* y, const float* weights, int64_t n, int64_t top_k, int64_t hidden, float* out);
+void expert_group(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
+                  int64_t hidden, float* y);
 }  // namespace sluice::ops::ref

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "ops/exec_context.h"
 #include "ops/kda.h"
 
 inline int g_passed = 0, g_failed = 0;
@@ -46,6 +47,9 @@ void check_attn_res(const char* name, sluice::ThreadPool& pool, std::mt19937& rn
 
 // tests/ops/layer_op_checks.cpp: the MoE ops, MLA's absorption, RoPE's rotation (CPU)
 void check_moe_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);
+// expert_group (ctx: a CPU context): the bits of experts_one_by_one at 1, 3 and ctx's threads, every routed slot
+// written and no other, near its twin; group sizes 1-16, 1-64 rows an expert, BF16/MXFP4/Q8_0/F32/INT4/FP8
+void check_expert_group(const char* name, sluice::ExecContext& ctx, std::mt19937& rng);
 void check_mla_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);
 void check_rope(const char* name, std::mt19937& rng);
 // tests/ops/cuda_perf.cpp: --perf, the CUDA kernels against the card's limits

@@ -1,5 +1,6 @@
 // The op harness's checks of the MoE ops (routing, gated activations, combine), MLA's absorption and RoPE's rotation
-// against their ops::ref twins (tests/ops/op_harness.cpp runs them); CPU only for now.
+// against their ops::ref twins (tests/ops/op_harness.cpp runs them), and expert_group against the experts one by
+// one; CPU only for now.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "harness_util.h"
+#include "ops/exec_context.h"
 #include "ops/mla_ops.h"
 #include "ops/moe_ops.h"
 #include "ops/ops.h"
@@ -198,4 +200,93 @@ void check_rope(const char* name, std::mt19937& rng) {
             report(why.empty(), cat(name, " rope ", layout == ops::RopeLayout::Half ? "half" : "interleaved", " half ",
                                     r.half, " heads ", r.heads, " stride ", r.stride, " vs reference: ", why));
         }
+}
+
+// ---- expert_group against experts_one_by_one (bit for bit) and its twin; CPU ----
+
+void check_expert_group(const char* name, ExecContext& ctx, std::mt19937& rng) {
+    struct G {
+        int64_t hidden, inter;
+    };
+    ExecContext one(1, ops::Backend::Cpu), three(3, ops::Backend::Cpu);
+    const WeightFormat formats[] = {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::Q8_0, WeightFormat::F32,
+                                    WeightFormat::INT4_G32, WeightFormat::FP8_E4M3_B128};
+    int64_t case_no = 0;
+    for (auto f : formats)
+        for (const G& s : {G{64, 32}, G{256, 96}, G{512, 320}})
+            for (int64_t count : {1, 2, 3, 8, 16})
+                for (int64_t n : {1, 5, 64}) {
+                    // the larger shapes with every group size but fewer row counts: the harness stays quick
+                    if (s.hidden == 512 && n == 5) continue;
+                    if ((f == WeightFormat::F32 || f == WeightFormat::FP8_E4M3_B128) && (count == 3 || n == 5)) continue;
+                    ++case_no;
+                    std::vector<QuantizedWeight> q;
+                    for (int64_t e = 0; e < count; ++e) {
+                        const auto g = random_vec(s.inter * s.hidden, rng, 0.1f), u = random_vec(s.inter * s.hidden, rng, 0.1f),
+                                   d = random_vec(s.hidden * s.inter, rng, 0.1f);
+                        q.push_back(quantize(g.data(), s.inter, s.hidden, f));
+                        q.push_back(quantize(u.data(), s.inter, s.hidden, f));
+                        q.push_back(quantize(d.data(), s.hidden, s.inter, f));
+                    }
+                    std::vector<Weight> w;
+                    for (const auto& m : q) w.push_back(m.view());
+                    // slots: top_k = count, row r's slot for expert e is r * count + e; each row takes each expert
+                    // with probability 1/2, and expert e always has row e % n, so every expert has 1..n rows
+                    const int64_t K = count;
+                    std::bernoulli_distribution take(0.5);
+                    std::vector<std::vector<int64_t>> slots(static_cast<size_t>(count));
+                    for (int64_t e = 0; e < count; ++e)
+                        for (int64_t r = 0; r < n; ++r)
+                            if (r == e % n || take(rng)) slots[size_t(e)].push_back(r * K + e);
+                    // the group in a shuffled order: arrival order must not matter
+                    std::vector<int64_t> order(static_cast<size_t>(count));
+                    for (int64_t e = 0; e < count; ++e) order[size_t(e)] = e;
+                    std::shuffle(order.begin(), order.end(), rng);
+                    std::vector<ops::GroupExpert> group;
+                    int64_t rows = 0;
+                    for (int64_t e : order) {
+                        group.push_back({&w[size_t(3 * e)], &w[size_t(3 * e + 1)], &w[size_t(3 * e + 2)],
+                                         slots[size_t(e)].data(), int64_t(slots[size_t(e)].size())});
+                        rows += int64_t(slots[size_t(e)].size());
+                    }
+                    ops::GluSpec act;
+                    if (case_no % 3 == 1) act.kind = ops::GluSpec::Kind::Situ;
+                    const auto x = random_vec(n * s.hidden, rng);
+                    const size_t out_size = size_t(n * K * s.hidden);
+                    std::vector<float> scratch(size_t(ops::expert_group_scratch_floats(rows, s.hidden, s.inter)));
+                    auto run = [&](bool grouped, ExecContext& c) {
+                        std::vector<float> y(out_size, std::nanf(""));
+                        std::fill(scratch.begin(), scratch.end(), std::nanf(""));
+                        if (grouped)
+                            ops::expert_group(act, group, x.data(), K, s.hidden, y.data(), scratch.data(), c);
+                        else
+                            ops::experts_one_by_one(act, group, x.data(), K, s.hidden, y.data(), scratch.data(), c);
+                        return y;
+                    };
+                    const auto y = run(true, ctx);
+                    const std::string what = cat(name, " expert_group ", weight_format_name(f), " hidden ", s.hidden,
+                                                 " inter ", s.inter, " experts ", count, " n=", n,
+                                                 act.kind == ops::GluSpec::Kind::Situ ? " situ" : " silu");
+                    report(same_bits(y.data(), run(false, ctx).data(), int64_t(out_size)),
+                           what + ": not the bits of the experts one by one");
+                    report(same_bits(y.data(), run(true, one).data(), int64_t(out_size)) &&
+                               same_bits(y.data(), run(true, three).data(), int64_t(out_size)),
+                           what + ": bits depend on the thread count");
+                    // every routed slot written, the others left alone; near the twin
+                    std::vector<float> ref(out_size, std::nanf(""));
+                    ops::ref::expert_group(act, group, x.data(), K, s.hidden, ref.data());
+                    std::string why;
+                    for (int64_t sl = 0; sl < n * K && why.empty(); ++sl) {
+                        const bool routed = std::isfinite(ref[size_t(sl * s.hidden)]);
+                        double big = 0;
+                        for (int64_t j = 0; j < s.hidden; ++j) big = std::max(big, std::fabs(double(ref[size_t(sl * s.hidden + j)])));
+                        for (int64_t j = 0; j < s.hidden && why.empty(); ++j) {
+                            const float got = y[size_t(sl * s.hidden + j)], want = ref[size_t(sl * s.hidden + j)];
+                            if (!routed && !std::isnan(got)) why = cat("slot ", sl, " (not routed) written");
+                            else if (routed && !(std::fabs(double(got) - want) <= 1e-4 * big + 1e-6))
+                                why = cat("slot ", sl, " column ", j, ": got ", got, ", want ", want);
+                        }
+                    }
+                    report(why.empty(), what + " vs reference: " + why);
+                }
 }

@@ -491,6 +491,7 @@ int main(int argc, char** argv) {
                 ops::attention(p, q, n, pos, k, v, out, cpu);
             }, rng);
             check_moe_ops(name.c_str(), pool, rng);
+            check_expert_group(name.c_str(), cpu, rng);
             check_mla_ops(name.c_str(), pool, rng);
             check_rope(name.c_str(), rng);
             check_kda(name.c_str(), [&](const KdaHeadIo& io, int64_t heads, int64_t T, int64_t D, float* S) {

@@ -12,26 +12,18 @@
 
 namespace sluice {
 
-namespace {
-// g and u are carved for cap_rows rows (>= n), so an expert's scratch does not depend on how many rows chose it.
-void swiglu_rows(const SwigluWeights& w, const float* x, int64_t n, int64_t cap_rows, float* y, ExecContext& ctx,
-                 const GluActivation& act) {
+void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ExecContext& ctx,
+                    const GluActivation& act) {
     const int64_t inter = w.gate.rows;
     ScratchArena::Scope scope(ctx.arena());
-    float* g = ctx.arena().f32(cap_rows * inter);
-    float* u = ctx.arena().f32(cap_rows * inter);
+    float* g = ctx.arena().f32(n * inter);
+    float* u = ctx.arena().f32(n * inter);
     ops::matmul(w.gate, x, n, g, ctx);
     ops::matmul(w.up, x, n, u, ctx);
     // elementwise, so the split over threads changes no bit; SiTU's tanh and exp are as costly as a small matmul
     ctx.pool().parallel_for(n * inter, [&](int64_t a, int64_t b) { ops::glu(act, g + a, u + a, 1, b - a, g + a); },
                             16384);
     ops::matmul(w.down, g, n, y, ctx);
-}
-}  // namespace
-
-void swiglu_forward(const SwigluWeights& w, const float* x, int64_t n, float* y, ExecContext& ctx,
-                    const GluActivation& act) {
-    swiglu_rows(w, x, n, n, y, ctx, act);
 }
 
 uint64_t swiglu_scratch_bytes(int64_t n, int64_t inter) { return 2 * ScratchArena::f32_bytes(n * inter); }
@@ -41,12 +33,20 @@ uint64_t moe_with_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, uint64
     return ScratchArena::f32_bytes(n * top_k * hidden) + 2 * ScratchArena::f32_bytes(n * hidden) +
            std::max(expert_call_bytes, while_reading_bytes);
 }
+namespace {
+// Most rows one expert_group call takes (the sum of its experts' rows): a decode step's or a small batch's whole
+// layer (up to 64 rows), a prefill chunk's n rows (what the experts' scratch held when they ran one at a time).
+int64_t group_rows(int64_t n, int64_t top_k) { return std::max(n, std::min<int64_t>(n * top_k, 64)); }
+}  // namespace
+
 uint64_t moe_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, int64_t inter, int64_t shared_inter,
                            uint64_t while_reading_bytes) {
     const uint64_t shared = shared_inter > 0 ? ScratchArena::f32_bytes(n * hidden) : 0;
     const uint64_t reading =
         std::max(while_reading_bytes, shared_inter > 0 ? swiglu_scratch_bytes(n, shared_inter) : uint64_t(0));
-    return shared + moe_with_scratch_bytes(n, top_k, hidden, swiglu_scratch_bytes(n, inter), reading);
+    const uint64_t group =
+        ScratchArena::f32_bytes(ops::expert_group_scratch_floats(group_rows(n, top_k), hidden, inter));
+    return shared + ScratchArena::f32_bytes(n * top_k * hidden) + std::max(group, reading);
 }
 
 namespace {
@@ -127,6 +127,29 @@ struct ExpertUsers {
 thread_local ExpertUsers t_users;
 }  // namespace
 
+namespace {
+// What every MoE layer does before its experts: the union of the experts the rows chose and the (row, slot) pairs
+// of each (in the calling thread's buffers: the callbacks of the fetch may run on other threads and use them
+// through the reference), noted to the source.
+const ExpertUsers& users_of(int64_t layer, const Routing& routing, ExpertSource& source, int64_t n) {
+    ExpertUsers& users = t_users;
+    users.build(std::span<const int32_t>(routing.experts.data(), size_t(n * routing.top_k)));
+    source.note_use(layer, users.experts, users.rows, routing.experts, routing.top_k);
+    return users;
+}
+// ... and after them: the combine in the fixed order, and the statistics.
+void combine(const Routing& routing, const ExpertUsers& users, const float* y_slots, int64_t n, int64_t hidden,
+             float* out, ThreadPool& pool, MoeStats* stats) {
+    ops::moe_combine(y_slots, routing.weights.data(), n, routing.top_k, hidden, out, pool);
+    if (stats) {
+        stats->rows += uint64_t(n);
+        stats->expert_rows += uint64_t(n * routing.top_k);
+        stats->distinct_experts += users.experts.size();
+    }
+}
+thread_local std::vector<ops::GroupExpert> t_group;  // the calling thread's, grown once
+}  // namespace
+
 void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& source, ExpertFn expert_fn,
                       const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                       MoeStats* stats, FunctionRef<void()> while_reading) {
@@ -134,12 +157,8 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
     ThreadPool& pool = ctx.pool();
     ScratchArena& arena = ctx.arena();
     const int64_t K = routing.top_k;
-    // union of experts -> the (row, slot) pairs that use each (the callbacks below may run on other threads: they
-    // use this thread's buffers through `users`)
-    ExpertUsers& users = t_users;
-    users.build(std::span<const int32_t>(routing.experts.data(), size_t(n * K)));
+    const ExpertUsers& users = users_of(layer, routing, source, n);
     const std::vector<int32_t>& experts = users.experts;
-    source.note_use(layer, experts, users.rows, routing.experts, K);
 
     ScratchArena::Scope scope(arena);
     // every slot is written by the expert its row chose (each row's top_k experts are distinct) before the combine
@@ -159,29 +178,57 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
             for (int64_t j = j0; j < j1; ++j) std::copy_n(ys + j * hidden, hidden, y_slots + slots[size_t(j)] * hidden);
         }, min_rows);
     }, while_reading);
-
-    ops::moe_combine(y_slots, routing.weights.data(), n, K, hidden, out, pool);
-    if (stats) {
-        stats->rows += uint64_t(n);
-        stats->expert_rows += uint64_t(n * K);
-        stats->distinct_experts += experts.size();
-    }
+    combine(routing, users, y_slots, n, hidden, out, pool, stats);
 }
 
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                  MoeStats* stats, const GluActivation& act, FunctionRef<void()> while_reading) {
-    auto swiglu = [&](int32_t e, const ExpertWeights& w, const float* xs, int64_t m, float* ys) {
-        SLUICE_CHECK(w.gate.cols == hidden && w.down.rows == hidden, "layer ", layer, " expert ", e,
-                     ": weight shapes do not match hidden size ", hidden);
-        swiglu_rows({w.gate, w.up, w.down}, xs, m, n, ys, ctx, act);
-    };
-    ScratchArena::Scope scope(ctx.arena());
-    float* s = shared ? ctx.arena().f32(n * hidden) : nullptr;
-    moe_forward_with(layer, routing, source, swiglu, x, n, hidden, out, ctx, stats, [&] {
-        if (while_reading) while_reading();
-        if (shared) swiglu_forward(*shared, x, n, s, ctx, act);
-    });
+    ScratchArena& arena = ctx.arena();
+    ScratchArena::Scope scope(arena);
+    float* s = shared ? arena.f32(n * hidden) : nullptr;
+    {
+        phase_times::Scope timed(phase_times::kMoe);
+        const int64_t K = routing.top_k;
+        const ExpertUsers& users = users_of(layer, routing, source, n);
+        ScratchArena::Scope slots_scope(arena);
+        // every slot is written by the expert its row chose (each row's top_k experts are distinct) before the
+        // combine
+        float* y_slots = arena.f32(n * K * hidden);
+        const int64_t cap = group_rows(n, K);
+        // The experts resident at once (the cached ones, then each batch of arrivals) run as one expert_group call,
+        // or several when their rows pass cap; a slot's bits do not depend on the grouping.
+        source.fetch_groups(layer, users.experts, [&](std::span<const ReadyExpert> ready) {
+            const int64_t inter = ready.front().w.gate.rows;
+            ScratchArena::Scope group_scope(arena);
+            // carved for cap rows, so the high-water mark does not depend on the routing
+            float* scratch = arena.f32(ops::expert_group_scratch_floats(cap, hidden, inter));
+            std::vector<ops::GroupExpert>& group = t_group;
+            group.clear();
+            int64_t rows = 0;
+            auto run = [&] {
+                ops::expert_group(act, group, x, K, hidden, y_slots, scratch, ctx);
+                group.clear();
+                rows = 0;
+            };
+            for (const ReadyExpert& r : ready) {
+                const int32_t e = users.experts[r.i];
+                SLUICE_CHECK(r.w.gate.cols == hidden && r.w.down.rows == hidden && r.w.gate.rows == inter,
+                             "layer ", layer, " expert ", e, ": weight shapes do not match hidden size ", hidden,
+                             " and the layer's intermediate size ", inter);
+                const std::span<const int64_t> slots = users.of(e);
+                const int64_t m = int64_t(slots.size());
+                if (rows + m > cap) run();
+                group.push_back({&r.w.gate, &r.w.up, &r.w.down, slots.data(), m});
+                rows += m;
+            }
+            run();
+        }, [&] {
+            if (while_reading) while_reading();
+            if (shared) swiglu_forward(*shared, x, n, s, ctx, act);
+        });
+        combine(routing, users, y_slots, n, hidden, out, ctx.pool(), stats);
+    }
     if (shared) ops::add(out, s, n * hidden, out);
 }
 

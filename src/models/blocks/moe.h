@@ -1,7 +1,8 @@
 // Routed mixture-of-experts with an optional always-on shared expert, over a flat batch of rows:
 // route every row, take the union of the experts the rows chose, fetch them all at once through the
-// ExpertSource, compute each expert for all of its rows as it arrives, then combine in a fixed order
-// (ascending expert id per row) so that arrival order, caching and batching never change a bit of the output.
+// ExpertSource, compute the experts resident at each moment (the cache hits, then each batch of arrivals) for all
+// of their rows in one ops::expert_group call, then combine in a fixed order (ascending expert id per row) so that
+// arrival order, grouping, caching and batching never change a bit of the output.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,9 @@ uint64_t route_scratch_bytes(int64_t n, int64_t n_experts);
 // while_reading and one expert call carve.
 uint64_t moe_with_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, uint64_t expert_call_bytes,
                                 uint64_t while_reading_bytes);
-// moe_forward: SwiGLU experts of intermediate size `inter`, a shared expert of `shared_inter` (0: none).
+// moe_forward: SwiGLU experts of intermediate size `inter`, a shared expert of `shared_inter` (0: none): the slots
+// and one expert group's scratch (for max(n, min(n top_k, 64)) rows), or the larger of what while_reading and the
+// shared expert carve.
 uint64_t moe_scratch_bytes(int64_t n, int64_t top_k, int64_t hidden, int64_t inter, int64_t shared_inter,
                            uint64_t while_reading_bytes);
 
@@ -101,7 +104,8 @@ void moe_forward_with(int64_t layer, const Routing& routing, ExpertSource& sourc
                       const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                       MoeStats* stats = nullptr, FunctionRef<void()> while_reading = {});
 
-// out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given, computed while the experts are read and added last).
+// out[n, H] = sum_k w_k * expert_k(x) (+ shared(x) if given, computed while the experts are read and added last),
+// the ready experts in groups (ops::expert_group: one parallel section each on the CPU).
 void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, const SwigluWeights* shared,
                  const float* x, int64_t n, int64_t hidden, float* out, ExecContext& ctx,
                  MoeStats* stats = nullptr, const GluActivation& act = {},

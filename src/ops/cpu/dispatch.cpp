@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/phase_times.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/matmul_call.h"
 #include "ops/cuda/backend.h"
 #include "ops/exec_context.h"
 #include "ops/ops.h"
@@ -162,6 +163,22 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
     path_fns(cpu_path()).dequantize_range(w, r, 0, w.cols, out);
 }
 
+cpu::MatmulRowsFn cpu::active_matmul_rows() { return path_fns(cpu_path()).matmul_rows; }
+
+uint64_t cpu::reserve_matmul_calls(uint64_t count) {
+    static std::atomic<uint64_t> g_calls{0};
+    return g_calls.fetch_add(count) + 1;
+}
+
+float* cpu::thread_matmul_scratch(int64_t cols) {
+    constexpr uintptr_t kAlign = 64;
+    thread_local std::vector<float> scratch;
+    const auto need = size_t(cpu::matmul_scratch_floats(cols)) + kAlign / sizeof(float);
+    if (scratch.size() < need) scratch.resize(need);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(scratch.data());
+    return reinterpret_cast<float*>((at + kAlign - 1) & ~(kAlign - 1));
+}
+
 namespace {
 // Checks a matmul's arguments; false when there is nothing to compute (no rows, or a matrix of none).
 bool matmul_has_work(const Weight& w, int64_t n) {
@@ -183,9 +200,8 @@ void cpu::matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPoo
         for (int64_t i = 0; i < n * w.rows; ++i) y[i] = 0.0f;
         return;
     }
-    static std::atomic<uint64_t> g_calls{0};
-    const uint64_t call = ++g_calls;
-    const auto fn = path_fns(cpu_path()).matmul_rows;
+    const uint64_t call = cpu::reserve_matmul_calls(1);
+    const auto fn = cpu::active_matmul_rows();
     const int64_t blocks = (w.rows + cpu::kRowBlock - 1) / cpu::kRowBlock;
     // Ranges of about a quarter of a thread's share (at least 256 rows, whole 32-row AMX sets) go to whichever
     // thread is free: with an even split the call waits for the slower half, and on a shared machine the halves
@@ -193,19 +209,9 @@ void cpu::matmul(const Weight& w, const float* x, int64_t n, float* y, ThreadPoo
     const int64_t share = (blocks + pool.n_threads() * 4 - 1) / (pool.n_threads() * 4);
     const int64_t grain = std::max(kMinDynamicBlocks, (share + 1) / 2 * 2);
     pool.parallel_for_dynamic(blocks, grain, [&](int64_t b0, int64_t b1) {
-        // 64-byte aligned: from malloc's large-block path a vector sits 16 bytes past a page, and then one in four
-        // of the kernels' 32-byte loads of decoded weights spans two cache lines
-        constexpr uintptr_t kAlign = 64;
-        thread_local std::vector<float> scratch;
-        const auto need = size_t(cpu::matmul_scratch_floats(w.cols)) + kAlign / sizeof(float);
-        if (scratch.size() < need) scratch.resize(need);
-        const uintptr_t at = reinterpret_cast<uintptr_t>(scratch.data());
-        float* const scratch64 = reinterpret_cast<float*>((at + kAlign - 1) & ~(kAlign - 1));
+        float* const scratch64 = cpu::thread_matmul_scratch(w.cols);
         const int64_t r0 = b0 * cpu::kRowBlock, r1 = std::min(w.rows, b1 * cpu::kRowBlock);
-        struct CallMark {  // reset even when fn throws
-            explicit CallMark(uint64_t c) { cpu::t_matmul_call = c; }
-            ~CallMark() { cpu::t_matmul_call = 0; }
-        } mark(call);
+        cpu::MatmulCallMark mark(call);
         fn(w, x, n, y, r0, r1, scratch64);
     });
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ops/moe_ops.h"
+#include "ops/ops.h"
 
 namespace sluice::ops::ref {
 
@@ -100,6 +101,21 @@ void moe_combine(const float* y, const float* weights, int64_t n, int64_t top_k,
             for (int64_t k = 0; k < top_k; ++k) acc += double(weights[r * top_k + k]) * y[(r * top_k + k) * hidden + j];
             out[r * hidden + j] = float(acc);
         }
+}
+
+void expert_group(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
+                  int64_t hidden, float* y) {
+    for (const GroupExpert& e : experts) {
+        const int64_t inter = e.gate->rows;
+        std::vector<float> xs(size_t(e.m * hidden)), g(size_t(e.m * inter)), u(g.size()), ys(xs.size());
+        for (int64_t j = 0; j < e.m; ++j)
+            std::copy_n(x + (e.slots[j] / top_k) * hidden, hidden, xs.begin() + j * hidden);
+        ref::matmul(*e.gate, xs.data(), e.m, g.data());
+        ref::matmul(*e.up, xs.data(), e.m, u.data());
+        ref::glu(act, g.data(), u.data(), 1, e.m * inter, g.data());
+        ref::matmul(*e.down, g.data(), e.m, ys.data());
+        for (int64_t j = 0; j < e.m; ++j) std::copy_n(ys.begin() + j * hidden, hidden, y + e.slots[j] * hidden);
+    }
 }
 
 }  // namespace sluice::ops::ref
