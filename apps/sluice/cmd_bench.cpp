@@ -205,10 +205,10 @@ void register_bench(CLI::App& app) {
                 for (const auto& [fmt, bytes] : shape.spine_matmul_bytes) ko.formats.push_back(fmt);
                 ko.formats.push_back(shape.expert_format);
                 if (!shape.head_format.empty()) ko.formats.push_back(shape.head_format);
-                for (const auto& [rows, cols] : shape.expert_matrix_shapes)  // the experts' own shapes too
+                for (const auto& rc : shape.expert_matrix_shapes)  // the experts' own shapes too
                     if (std::none_of(ko.shapes.begin(), ko.shapes.end(),
-                                     [&](const auto& x) { return x.rows == rows && x.cols == cols; }))
-                        ko.shapes.push_back({shape.expert_format, rows, cols});
+                                     [&](const auto& x) { return x.rows == rc.first && x.cols == rc.second; }))
+                        ko.shapes.push_back({shape.expert_format, rc.first, rc.second});
             }
             MachineRates rates = measure_kernel_rates(ko);
             rates.drive_gbps = raw.gbps;
