@@ -228,6 +228,62 @@ TEST(Ops, NanScalesPoisonTheirRowsOnly) {
         }
 }
 
+// INT4_G32 kernels look a block's values up by its scale's mantissa when the scale's exponent allows it
+// (ops/cpu/int4_mantissa.h) and multiply and round otherwise. Every exponent (row r has exponent field r, random
+// signs and mantissas, a few zero scales), every path and kernel (one-row fused, few-row, blocked): with one-hot
+// inputs each output is one weight's value, which must be the reference's bf16(q * scale) exactly wherever that
+// value is a normal float or zero (a subnormal weight, from a scale with exponent field 0, is flushed by AMX's tile
+// products; such scales take the multiply-and-round, as before).
+TEST(Ops, Int4ScalesOfEveryExponentSameBitsOnEveryPath) {
+    PathGuard guard;
+    ThreadPool pool(2);
+    const int64_t rows = 256, cols = 1024, blocks = cols / 32;
+    std::mt19937 rng(77);
+    std::vector<uint8_t> codes(size_t(rows * cols / 2)), scales(size_t(rows * blocks * 2));
+    for (auto& c : codes) c = uint8_t(rng());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < blocks; ++b) {
+            uint16_t bits = uint16_t((rng() & 0x8000u) | (uint32_t(r) << 7) | (rng() & 0x7Fu));
+            if (rng() % 16 == 0) bits &= 0x8000u;  // ±0
+            std::memcpy(&scales[size_t(2 * (r * blocks + b))], &bits, 2);
+        }
+    const Weight w{WeightFormat::INT4_G32, rows, cols, codes.data(), scales.data()};
+    std::vector<float> values(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) ops::ref::dequantize_row(w, r, &values[size_t(r * cols)]);
+    for (auto p : ops::available_cpu_paths()) {
+        ops::set_cpu_path(p);
+        for (int64_t n : {1, 2, 3, 4, 8, 33, 128}) {
+            std::vector<float> x(size_t(n * cols), 0.0f), y(size_t(n * rows));
+            std::vector<int64_t> at(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) {
+                at[size_t(i)] = int64_t(rng() % uint32_t(cols));
+                x[size_t(i * cols + at[size_t(i)])] = 1.0f;
+            }
+            ops::cpu::matmul(w, x.data(), n, y.data(), pool);
+            int64_t checked = 0;
+            for (int64_t i = 0; i < n; ++i)
+                for (int64_t r = 0; r < rows; ++r) {
+                    const float want = values[size_t(r * cols + at[size_t(i)])], got = y[size_t(i * rows + r)];
+                    bool row_finite = true;  // 0 * Inf in another column would make the output NaN
+                    for (int64_t c = 0; c < cols; ++c) row_finite = row_finite && std::isfinite(values[size_t(r * cols + c)]);
+                    if (!row_finite || (want != 0.0f && !std::isnormal(want))) continue;
+                    ++checked;
+                    ASSERT_TRUE(got == want && (want == 0.0f || std::signbit(got) == std::signbit(want)))
+                        << ops::cpu_path_name(p) << " n " << n << " row " << r << " col " << at[size_t(i)] << ": " << got
+                        << " vs " << want;
+                }
+            ASSERT_GT(checked, n * rows / 2);
+        }
+        std::vector<float> row(static_cast<size_t>(cols));
+        for (int64_t r = 0; r < rows; ++r) {
+            ops::dequantize_row(w, r, row.data());
+            for (int64_t c = 0; c < cols; ++c)
+                ASSERT_TRUE(same_bits_or_both_nan(row[size_t(c)], values[size_t(r * cols + c)]))
+                    << ops::cpu_path_name(p) << " r " << r;
+        }
+    }
+}
+
 TEST(Ops, BadShapesThrow) {
     ThreadPool pool(1);
     std::vector<uint8_t> bytes(1024);

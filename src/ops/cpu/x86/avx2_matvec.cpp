@@ -26,6 +26,10 @@ struct NibbleDec {
     const uint8_t* s;
     int64_t cols;
     alignas(32) float scale[8];  // MXFP4: the E8M0 scales of columns [c, c + 256) as f32 (decode_scales)
+    // INT4_G32 in table form (int4_mantissa.h), for the blocks of columns [c, c + 256): each scale's mantissa, its
+    // sign and power of two as f32, and whether all eight are in the table range (decode_int4_scales)
+    alignas(32) int32_t mantissa[8];
+    bool table_form = false;
     void init(const Weight& w, int64_t r) {
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
         s = w.scales + uint64_t(r) * uint64_t(w.cols / 32) * (kMx ? 1 : 2);
@@ -44,16 +48,41 @@ struct NibbleDec {
             _mm256_or_si256(_mm256_slli_epi32(e, 23), _mm256_and_si256(special, _mm256_set1_epi32(0x00400000)));
         _mm256_store_ps(scale, _mm256_castsi256_ps(bits));
     }
+    void decode_int4_scales(int64_t c) {
+        if (c + 256 > cols) {
+            table_form = true;
+            for (int64_t b = c / 32; b < cols / 32; ++b) {
+                const uint16_t bits = load_u16(s + 2 * b);
+                table_form = table_form && int4_scale_in_table_range(bits);
+                mantissa[b % 8] = int32_t(bits & 0x7Fu);
+                scale[b % 8] = bits_to_f32(int4_scale_power_bits(bits));
+            }
+            return;
+        }
+        const __m256i bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + c / 16)));
+        const __m256i e = _mm256_and_si256(_mm256_srli_epi32(bits, 7), _mm256_set1_epi32(0xFF));
+        const __m256i ok = _mm256_and_si256(_mm256_cmpgt_epi32(e, _mm256_setzero_si256()),
+                                            _mm256_cmpgt_epi32(_mm256_set1_epi32(251), e));
+        table_form = _mm256_movemask_ps(_mm256_castsi256_ps(ok)) == 0xFF;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(mantissa), _mm256_and_si256(bits, _mm256_set1_epi32(0x7F)));
+        _mm256_store_ps(scale, _mm256_castsi256_ps(_mm256_slli_epi32(
+                                   _mm256_and_si256(bits, _mm256_set1_epi32(0xFF80)), 16)));
+    }
     // MXFP4: +-m through a bf16 lookup (e2m1_vectors) times the scale, as the blocked path computes it. INT4_G32:
-    // a per-block table of the 16 values (q - 8) * scale rounded to bf16 like the blocked path, looked up the same
-    // way.
+    // the 16 values bf16((q - 8) * scale) looked up the same way, from the table of the scale's mantissa times its
+    // power of two (int4_mantissa.h) when the eight blocks' scales allow, else built per block and rounded.
     void load(int64_t c, __m256* v) {
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
         if constexpr (kMx) {
             if (c % 256 == 0) decode_scales(c);
             e2m1_vectors(mx_codes(q + c / 2), _mm256_broadcast_ss(&scale[(c / 32) % 8]), v);
         } else {
-            int4_vectors(q + c / 2, load_u16(s + (c / 32) * 2), v);
+            if (c % 256 == 0) decode_int4_scales(c);
+            const int64_t b = (c / 32) % 8;
+            if (table_form)
+                int4_table_vectors(q + c / 2, unsigned(mantissa[b]), _mm256_broadcast_ss(&scale[b]), v);
+            else
+                int4_vectors(q + c / 2, load_u16(s + (c / 32) * 2), v);
         }
     }
 };

@@ -34,6 +34,20 @@ inline void chunk_scales(const uint8_t* s, int64_t n_blocks, int64_t c, bool mx,
     _mm512_storeu_si512(out, bits);
 }
 
+// INT4_G32 in table form (ops/cpu/int4_mantissa.h): from the chunk's scales as chunk_scales wrote them (bf16 bits
+// << 16), each block's mantissa (its row of kInt4Mantissa.values) and its sign and power of two; false when a block
+// of the chunk has a scale outside the table range, whose chunk then takes the multiply-and-round.
+inline bool chunk_int4_table_form(const float* scales, int64_t n_blocks, int64_t c, int32_t* mantissa, float* power) {
+    const int64_t b0 = c / 32, count = n_blocks - b0 < 16 ? n_blocks - b0 : 16;
+    const __mmask16 valid = __mmask16((1u << count) - 1u);
+    const __m512i bits = _mm512_loadu_si512(scales);
+    const __m512i e = _mm512_and_si512(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(0xFF));
+    const __mmask16 ok = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), _mm512_set1_epi32(250));
+    _mm512_storeu_si512(mantissa, _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x7F)));
+    _mm512_storeu_si512(power, _mm512_and_si512(bits, _mm512_set1_epi32(int(0xFF800000u))));
+    return (ok & valid) == valid;
+}
+
 template <class D, int MR, int NR>
 void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
     const int64_t cols = w.cols;

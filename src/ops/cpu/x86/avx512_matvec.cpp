@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "ops/cpu/int4_mantissa.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/x86/avx512_fused.h"
 #include "ops/cpu/x86/round_bf16.h"
@@ -64,6 +65,9 @@ struct NibbleDec {  // MXFP4 and INT4_G32: byte j holds element 2j (low nibble) 
     __m512 table;
     __m512i ia, ib, sh;
     alignas(64) float scales[16];  // the 16 block scales of the current 512-column chunk, as f32
+    alignas(64) int32_t mantissa[16];  // INT4_G32 in table form: each block's kInt4Mantissa row...
+    alignas(64) float power[16];       // ...and its scale's sign and power of two
+    bool table_form = false;           // the whole chunk's scales are in the table range
     void init(const Weight& w, int64_t r) {
         mx = w.format == WeightFormat::MXFP4;
         n_blocks = w.cols / 32;
@@ -74,14 +78,23 @@ struct NibbleDec {  // MXFP4 and INT4_G32: byte j holds element 2j (low nibble) 
         ib = _mm512_load_si512(kSpread.b);
         sh = _mm512_load_si512(kSpread.shifts);
     }
-    void refill(int64_t c) { chunk_scales(s, n_blocks, c, mx, scales); }
+    void refill(int64_t c) {
+        chunk_scales(s, n_blocks, c, mx, scales);
+        if (!mx) table_form = chunk_int4_table_form(scales, n_blocks, c, mantissa, power);
+    }
     void load(int64_t c, __m512* v) {
         if (c % kChunkCols == 0) refill(c);
         // Each row is its own stream; the hardware prefetchers alone left the decode waiting on memory.
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
         const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
-        __m512 st = _mm512_mul_ps(table, _mm512_set1_ps(scales[(c / 32) % 16]));
-        if (!mx) st = round_bf16_ps(st);  // INT4_G32: q * scale rounded to bf16
+        const int64_t b = (c / 32) % 16;
+        __m512 st;
+        if (mx)
+            st = _mm512_mul_ps(table, _mm512_set1_ps(scales[b]));
+        else if (table_form)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa (int4_mantissa.h)
+            st = _mm512_mul_ps(_mm512_load_ps(kInt4Mantissa.values[mantissa[b]]), _mm512_set1_ps(power[b]));
+        else  // q * scale rounded to bf16
+            st = round_bf16_ps(_mm512_mul_ps(table, _mm512_set1_ps(scales[b])));
         v[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, ia), sh), st);
         v[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, ib), sh), st);
     }

@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "ops/cpu/int4_mantissa.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/x86/avx512_fused.h"
 #include "ops/reference/dequantize_detail.h"
@@ -52,6 +53,9 @@ struct VbmiNibbleDec {
     __m512 table;
     __m512i control;
     alignas(64) float scales[16];  // the 16 block scales of the current 512-column chunk, as f32
+    alignas(64) int32_t mantissa[16];  // INT4_G32 in table form (int4_mantissa.h): each block's table row...
+    alignas(64) float power[16];       // ...and its scale's sign and power of two
+    bool table_form = false;           // the whole chunk's scales are in the table range
     void init(const Weight& w, int64_t r) {
         n_blocks = w.cols / 32;
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
@@ -60,12 +64,21 @@ struct VbmiNibbleDec {
         control = _mm512_load_si512(kControl.bytes);
     }
     void load(int64_t c, __m512* v) {
-        if (c % kChunkCols == 0) chunk_scales(s, n_blocks, c, kMx, scales);
+        if (c % kChunkCols == 0) {
+            chunk_scales(s, n_blocks, c, kMx, scales);
+            if constexpr (!kMx) table_form = chunk_int4_table_form(scales, n_blocks, c, mantissa, power);
+        }
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
         long long half[2];
         std::memcpy(half, q + c / 2, 16);
-        __m512 st = _mm512_mul_ps(table, _mm512_set1_ps(scales[(c / 32) % 16]));
-        if constexpr (!kMx) st = round_bf16_product(st);  // INT4_G32: q * scale rounded to bf16
+        const int64_t b = (c / 32) % 16;
+        __m512 st;
+        if constexpr (kMx)
+            st = _mm512_mul_ps(table, _mm512_set1_ps(scales[b]));
+        else if (table_form)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa
+            st = _mm512_mul_ps(_mm512_load_ps(kInt4Mantissa.values[mantissa[b]]), _mm512_set1_ps(power[b]));
+        else  // q * scale rounded to bf16
+            st = round_bf16_product(_mm512_mul_ps(table, _mm512_set1_ps(scales[b])));
         for (int h = 0; h < 2; ++h)
             v[h] = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(control, _mm512_set1_epi64(half[h])), st);
     }
