@@ -11,7 +11,7 @@
 //                         host-to-device rate) and prints one table
 //   op_harness --backend cpu|cuda   only that backend
 //   op_harness --small    only the matmul shapes up to 8M multiply-adds (11 of the 15, the odd ones all kept), for
-//                         an emulator such as qemu-user, where the largest take minutes
+//                         an emulator such as qemu-user and the sanitizers' build, where the largest take minutes
 // (tests/unit/test_ops.cpp holds the per-CPU-path checks of every op; this program is where backends meet.) The
 // checks live in block_op_checks.cpp (KDA, elementwise), layer_op_checks.cpp (MoE, MLA, RoPE) and here (matmul,
 // attention, the CUDA copies); cuda_perf.cpp is --perf.
