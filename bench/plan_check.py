@@ -61,6 +61,7 @@ def main():
                     help="what plan is told of the routing (see above)")
     ap.add_argument("--timing", choices=["pipeline", "overlap", "serial"], default="pipeline",
                     help="plan's time model")
+    ap.add_argument("--models", help="only these models, comma-separated (k2-like, k3-like, qwen3-like, sluice-k2-tiny)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--work", help="folder for the synth models and rates (default: a temporary one)")
     a = ap.parse_args()
@@ -71,10 +72,19 @@ def main():
     models = []
     for name, args in SYNTH:
         d = os.path.join(work, name)
+        if a.models and name not in a.models.split(","):
+            models.append((name, d))
+            continue
         if not os.path.exists(os.path.join(d, "config.json")):
             run([S, "synth", *args, "--no-sync", "--force", "-o", d])
         models.append((name, d))
     models.append(("sluice-k2-tiny", os.path.abspath(TINY)))
+    if a.models:
+        wanted = a.models.split(",")
+        unknown = [m for m in wanted if m not in [n for n, _ in models]]
+        if unknown:
+            sys.exit("plan_check: unknown model(s) %s" % ",".join(unknown))
+        models = [(n, d) for n, d in models if n in wanted]
 
     common = ["--ctx", str(a.ctx), "--prompt-tokens", "16", "--raw-seconds", "1",
               "-t", str(a.threads)]
