@@ -61,6 +61,9 @@ def main():
                     help="what plan is told of the routing (see above)")
     ap.add_argument("--timing", choices=["pipeline", "overlap", "serial"], default="pipeline",
                     help="plan's time model")
+    ap.add_argument("--no-overhead", dest="overhead", action="store_false",
+                    help="do not tell plan the per-token compute outside the matmuls that a resident run of the "
+                         "model measured (with --routing trace, that run is the trace run)")
     ap.add_argument("--models", help="only these models, comma-separated (k2-like, k3-like, qwen3-like, sluice-k2-tiny)")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--work", help="folder for the synth models and rates (default: a temporary one)")
@@ -94,11 +97,14 @@ def main():
     rows = []
     for name, d in models:
         routing = []  # what plan is told of this model's routing, recorded by a run with another seed
+        overhead = []  # and of its compute outside the matmuls, from a resident run with another seed
         if a.routing == "trace":
             trace = os.path.join(work, name + ".trace")
-            run([S, "bench", "-m", d, "--memory", "100G", *common, "--tokens", "128", "--seed", "7",
-                 "--trace-experts", trace])
+            resident = last_json(run([S, "bench", "-m", d, "--memory", "100G", *common, "--tokens", "128", "--seed",
+                                      "7", "--trace-experts", trace, "--json"]).stdout)
             routing = ["--trace", trace]
+            if a.overhead:
+                overhead = ["--token-overhead-ms", "%.4f" % resident["other_ms_per_token"]]
         elif a.routing == "counts" and name == "sluice-k2-tiny":  # trained routing is skewed: its use counts
             usage = os.path.join(work, "tiny_usage.json")
             if os.path.exists(usage):
@@ -123,7 +129,7 @@ def main():
                                            "--rates-formats", "model"]).stdout))
                 cmd = [S, "plan", "-m", d, "--memory", str(budget), "--ctx", str(a.ctx), "--drives",
                        "%.4fGB/s" % meas[-1]["raw_read_gbps"], "--rates", rates, "--timing", a.timing, "--json",
-                       *routing]
+                       *routing, *overhead]
                 proj.append(last_json(run(cmd).stdout))
             tok = statistics.median(m["tok_per_s"] for m in meas)
             raw = statistics.median(m["raw_read_gbps"] for m in meas)

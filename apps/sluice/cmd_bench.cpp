@@ -180,6 +180,7 @@ void register_bench(CLI::App& app) {
         auto io1 = s->stats();
         const cuda::Stats g1 = on_cuda ? cuda::stats() : cuda::Stats{};
         const auto ph1 = phase_times::snapshot_ms();
+        const double matmul_ms1 = phase_times::matmul_ms();
         const double prefill_flops = phase_times::matmul_flops() - flops0;
         auto c1 = s->cache().total_stats();
         // decode
@@ -192,6 +193,7 @@ void register_bench(CLI::App& app) {
         auto io2 = s->stats();
         const cuda::Stats g2 = on_cuda ? cuda::stats() : cuda::Stats{};
         const auto ph2 = phase_times::snapshot_ms();
+        const double matmul_ms2 = phase_times::matmul_ms();
         auto c2 = s->cache().total_stats();
         const uint64_t rss = peak_rss_bytes();
         const io::ReadProbeResult raw_after = io::measure_read_gbps(po);
@@ -243,6 +245,9 @@ void register_bench(CLI::App& app) {
         const double io_efficiency = io_time_ms / std::max(1e-9, decode_ms);
         const double compute_ms = decode_ms - dec.io_wait_ms - spine_dec_wait_ms;
         const double overlap = decode_ms / std::max(1e-9, std::max(io_time_ms, compute_ms));
+        // what a token's compute spends outside the weight matmuls and expert groups (plan --token-overhead-ms)
+        const double matmul_ms_per_token = (matmul_ms2 - matmul_ms1) / double(a->tokens);
+        const double other_ms_per_token = std::max(0.0, compute_ms / double(a->tokens) - matmul_ms_per_token);
         const uint64_t hits = c2.hits - c1.hits, misses = c2.misses - c1.misses;
         const double hit_rate = hits + misses ? double(hits) / double(hits + misses) : 0;
         const uint64_t budget = lo.memory_budget_bytes;
@@ -266,6 +271,9 @@ void register_bench(CLI::App& app) {
                      io_efficiency, decode_ms / double(a->tokens),
                      io_time_ms / double(a->tokens), compute_ms / double(a->tokens), dec.io_wait_ms / double(a->tokens),
                      overlap, format_bytes(rss).c_str(), budget ? format_bytes(budget).c_str() : "none");
+        std::fprintf(stderr, "  compute per token: weight matmuls and expert groups %.2f ms, the rest %.2f ms (norms, attention, "
+                     "routing, sampling, the engine; plan --token-overhead-ms)\n",
+                     matmul_ms_per_token, other_ms_per_token);
         if (sp)
             std::fprintf(stderr, "  spine   streamed from layer %lld: %.2f MB read per decoded token, %.2f per prompt token; waited %.1f ms per token; raw %.2f GB/s (%s extents)\n",
                          (long long)sp->first_streamed(), double(spine_dec_bytes) / 1e6 / double(a->tokens),
@@ -412,6 +420,8 @@ void register_bench(CLI::App& app) {
             j["decode_ms"] = decode_ms;
             j["prefill_ms"] = prefill_ms;
             j["io_wait_ms_per_token"] = dec.io_wait_ms / double(a->tokens);
+            j["matmul_ms_per_token"] = matmul_ms_per_token;
+            j["other_ms_per_token"] = other_ms_per_token;
             j["raw_read_p50_ms"] = raw.p50_ms;
             j["backend"] = raw.method;
             j["queue_depth"] = po.queue_depth;

@@ -22,6 +22,7 @@ struct PlanArgs {
     std::string model, like, memory, drives, device = "cpu", rates, usage_stats, batch_sizes = "1,4,16,64,256";
     std::string trace, cache_policy = "lru", timing = "pipeline";
     int64_t threads = 0, ctx = 4096, parallel = 1, prefill_chunk = 256, pass_rows = 0;
+    double token_overhead_ms = 0;
     bool json = false, overlap = false;
 };
 
@@ -68,7 +69,8 @@ void run_plan(const PlanArgs& a) {
     mc.threads = a.threads;
     if (!a.rates.empty()) mc.rates = load_rates(a.rates);
     PlanSettings s{.ctx = a.ctx, .parallel = a.parallel, .prefill_chunk = a.prefill_chunk, .pass_rows = a.pass_rows,
-                   .batch_sizes = {}, .timing = a.overlap ? "overlap" : a.timing, .cache_policy = a.cache_policy};
+                   .batch_sizes = {}, .timing = a.overlap ? "overlap" : a.timing, .cache_policy = a.cache_policy,
+                   .token_overhead_ms = a.token_overhead_ms};
     for (const std::string& b : split(a.batch_sizes)) {
         size_t used = 0;
         long long v = 0;
@@ -145,6 +147,10 @@ void register_plan(CLI::App& app) {
         ->check(CLI::IsMember({"pipeline", "overlap", "serial"}))
         ->capture_default_str();
     sub->add_flag("--overlap", a->overlap, "the same as --timing overlap");
+    sub->add_option("--token-overhead-ms", a->token_overhead_ms,
+                    "compute per row outside the weight matmuls (norms, attention, routing, sampling, the engine), "
+                    "as sluice bench reports it for this model (\"the rest\"); added to every timed pass")
+        ->capture_default_str();
     sub->add_flag("--json", a->json, "one JSON object on stdout");
     sub->callback([a] {
         if (a->model.empty() == a->like.empty())

@@ -7,6 +7,7 @@ namespace sluice::phase_times {
 namespace {
 std::array<std::atomic<double>, kCount> g_ms{};
 std::atomic<double> g_matmul_flops{0};
+std::atomic<double> g_matmul_ms{0};
 }
 
 const char* name(Phase p) {
@@ -32,5 +33,7 @@ std::array<double, kCount> snapshot_ms() {
 
 void add_matmul_flops(double flops) { g_matmul_flops.fetch_add(flops, std::memory_order_relaxed); }
 double matmul_flops() { return g_matmul_flops.load(std::memory_order_relaxed); }
+void add_matmul_ms(double ms) { g_matmul_ms.fetch_add(ms, std::memory_order_relaxed); }
+double matmul_ms() { return g_matmul_ms.load(std::memory_order_relaxed); }
 
 }  // namespace sluice::phase_times

@@ -22,6 +22,24 @@ std::array<double, kCount> snapshot_ms();
 void add_matmul_flops(double flops);
 double matmul_flops();
 
+// Wall time inside the weight matmuls (ops::matmul, either backend) and the CPU's expert groups (ops::expert_group:
+// gather, gate, up, activation, down, scatter) since the process started, on whichever thread called them. `bench`
+// takes it and the reads' wait out of a decoded token's time: the rest (norms, attention, routing, sampling, the
+// engine's own work) is what `sluice plan` does not model from kernel rates (`plan --token-overhead-ms`).
+void add_matmul_ms(double ms);
+double matmul_ms();
+
+class MatmulTimer {
+public:
+    MatmulTimer() : start_(std::chrono::steady_clock::now()) {}
+    ~MatmulTimer() { add_matmul_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count()); }
+    MatmulTimer(const MatmulTimer&) = delete;
+    MatmulTimer& operator=(const MatmulTimer&) = delete;
+
+private:
+    std::chrono::steady_clock::time_point start_;
+};
+
 class Scope {
 public:
     explicit Scope(Phase p) : p_(p), start_(std::chrono::steady_clock::now()) {}

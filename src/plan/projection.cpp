@@ -165,8 +165,17 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
         p.timed = !rates.kernels.empty();
         if (!p.timed) p.untimed_reason = "the --rates file has no kernel rates";
     }
+    SLUICE_CHECK(std::isfinite(s.token_overhead_ms) && s.token_overhead_ms >= 0,
+                 "--token-overhead-ms must be >= 0, got ", s.token_overhead_ms);
     auto pass = [&](int64_t rows, int64_t logit_rows, double hit) {
-        return project_pass(m, p.plan, rates, hit, p.drive_gbps, rows, logit_rows, s.timing);
+        PassProjection q = project_pass(m, p.plan, rates, hit, p.drive_gbps, rows, logit_rows, s.timing);
+        if (p.timed && s.token_overhead_ms > 0) {  // serial work around the matmuls: it overlaps no read
+            const double extra_ms = double(rows) * s.token_overhead_ms;
+            q.compute_ms += extra_ms;
+            q.pass_ms += extra_ms;
+            q.tok_per_s = 1000.0 * double(rows) / q.pass_ms;
+        }
+        return q;
     };
     p.decode = pass(1, 1, p.hit_rate);
     p.prefill = pass(s.prefill_chunk, 1, hit_for(s.prefill_chunk));

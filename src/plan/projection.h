@@ -51,6 +51,9 @@ struct PlanSettings {
     std::vector<double> usage_share;   // optional: [n_moe_layers * n_experts] each expert's share of its layer's routing
     const ExpertTrace* trace = nullptr;  // optional: routing the engine recorded on this model (decode hit rate)
     std::string cache_policy = "lru";  // the engine's --cache-policy
+    // per row of a pass: compute outside the weight matmuls and expert groups (norms, attention, routing, sampling,
+    // the engine), as `bench` measures it for this model ("the rest"); added to timed passes only
+    double token_overhead_ms = 0;
 };
 
 struct PassProjection {

@@ -72,7 +72,9 @@ std::string projection_text(const ModelShape& m, const PlanMachine& mc, const Pl
            << (mc.threads > 0 && mc.rates && mc.rates->threads > 0 && mc.threads != mc.rates->threads
                    ? ", scaled linearly to " + std::to_string(mc.threads)
                    : std::string())
-           << "; attention over the context is not counted\n";
+           << (s.token_overhead_ms > 0
+                   ? fmt("; plus %.3f ms a row outside the matmuls (--token-overhead-ms)\n", s.token_overhead_ms)
+                   : std::string("; attention over the context is not counted\n"));
     else
         os << "no time projection: " << p.untimed_reason << "\n";
     os << "\n";
@@ -130,6 +132,7 @@ std::string projection_json(const ModelShape& m, const PlanMachine& mc, const Pl
     if (!p.timed) j["untimed_reason"] = p.untimed_reason;
     j["time_model"] = p.timed ? time_model_json(s.timing) : "io only";
     j["cache_policy"] = s.cache_policy;
+    j["token_overhead_ms"] = s.token_overhead_ms;
     if (p.popular_share > 0) j["popular_share"] = p.popular_share;
     j["prefill_chunk"] = s.prefill_chunk;
     j["decode"] = pass_json(p.decode, p.timed);

@@ -215,6 +215,31 @@ TEST(Plan, ImpossibleFiguresAreErrors) {
     EXPECT_NO_THROW((void)project(m, mc, {}));
 }
 
+// --token-overhead-ms: compute outside the matmuls, per row, added to every timed pass (it overlaps no read).
+TEST(Plan, TokenOverheadAddsPerRow) {
+    const ModelShape m = shape_from_published("mixtral");
+    PlanMachine mc;
+    mc.memory_bytes = uint64_t(64) << 30;
+    mc.drives_gbps = {7.0};
+    const MachineRates rates = flat_rates(10.0);
+    mc.rates = rates;
+    PlanSettings s;
+    s.batch_sizes = {1, 4};
+    const Projection base = project(m, mc, s);
+    s.token_overhead_ms = 2.5;
+    const Projection more = project(m, mc, s);
+    ASSERT_TRUE(base.timed);
+    EXPECT_NEAR(more.decode.pass_ms - base.decode.pass_ms, 2.5, 1e-9);
+    EXPECT_NEAR(more.decode.tok_per_s, 1000.0 / more.decode.pass_ms, 1e-9);
+    EXPECT_NEAR(more.batches[1].pass_ms - base.batches[1].pass_ms, 4 * 2.5, 1e-9);
+    EXPECT_NEAR(more.prefill.pass_ms - base.prefill.pass_ms, double(s.prefill_chunk) * 2.5, 1e-6);
+    s.token_overhead_ms = -1;
+    EXPECT_NE(error_of([&] { (void)project(m, mc, s); }).find("--token-overhead-ms"), std::string::npos);
+    s.token_overhead_ms = 2.5;  // untimed (no rates): bytes only, no overhead
+    mc.rates.reset();
+    EXPECT_EQ(project(m, mc, s).decode.pass_ms, project(m, mc, PlanSettings{}).decode.pass_ms);
+}
+
 TEST(Plan, DriveRates) {
     EXPECT_DOUBLE_EQ(parse_drive_rate("7GB/s"), 7.0);
     EXPECT_DOUBLE_EQ(parse_drive_rate("7 GB/s"), 7.0);
