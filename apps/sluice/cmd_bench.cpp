@@ -180,7 +180,6 @@ void register_bench(CLI::App& app) {
         auto io1 = s->stats();
         const cuda::Stats g1 = on_cuda ? cuda::stats() : cuda::Stats{};
         const auto ph1 = phase_times::snapshot_ms();
-        const double matmul_ms1 = phase_times::matmul_ms();
         const double prefill_flops = phase_times::matmul_flops() - flops0;
         auto c1 = s->cache().total_stats();
         // decode
@@ -193,7 +192,6 @@ void register_bench(CLI::App& app) {
         auto io2 = s->stats();
         const cuda::Stats g2 = on_cuda ? cuda::stats() : cuda::Stats{};
         const auto ph2 = phase_times::snapshot_ms();
-        const double matmul_ms2 = phase_times::matmul_ms();
         auto c2 = s->cache().total_stats();
         const uint64_t rss = peak_rss_bytes();
         const io::ReadProbeResult raw_after = io::measure_read_gbps(po);
@@ -246,7 +244,8 @@ void register_bench(CLI::App& app) {
         const double compute_ms = decode_ms - dec.io_wait_ms - spine_dec_wait_ms;
         const double overlap = decode_ms / std::max(1e-9, std::max(io_time_ms, compute_ms));
         // what a token's compute spends outside the weight matmuls and expert groups (plan --token-overhead-ms)
-        const double matmul_ms_per_token = (matmul_ms2 - matmul_ms1) / double(a->tokens);
+        const double matmul_ms_per_token =
+            (ph2[phase_times::kMatmul] - ph1[phase_times::kMatmul]) / double(a->tokens);
         const double other_ms_per_token = std::max(0.0, compute_ms / double(a->tokens) - matmul_ms_per_token);
         const uint64_t hits = c2.hits - c1.hits, misses = c2.misses - c1.misses;
         const double hit_rate = hits + misses ? double(hits) / double(hits + misses) : 0;

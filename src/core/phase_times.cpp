@@ -7,7 +7,6 @@ namespace sluice::phase_times {
 namespace {
 std::array<std::atomic<double>, kCount> g_ms{};
 std::atomic<double> g_matmul_flops{0};
-std::atomic<double> g_matmul_ms{0};
 }
 
 const char* name(Phase p) {
@@ -19,6 +18,7 @@ const char* name(Phase p) {
         case kRoute: return "routing";
         case kMoe: return "MoE experts";
         case kAttnRes: return "attention residuals";
+        case kMatmul: return "weight matmuls";
         default: return "?";
     }
 }
@@ -33,7 +33,5 @@ std::array<double, kCount> snapshot_ms() {
 
 void add_matmul_flops(double flops) { g_matmul_flops.fetch_add(flops, std::memory_order_relaxed); }
 double matmul_flops() { return g_matmul_flops.load(std::memory_order_relaxed); }
-void add_matmul_ms(double ms) { g_matmul_ms.fetch_add(ms, std::memory_order_relaxed); }
-double matmul_ms() { return g_matmul_ms.load(std::memory_order_relaxed); }
 
 }  // namespace sluice::phase_times

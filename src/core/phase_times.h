@@ -10,7 +10,11 @@
 
 namespace sluice::phase_times {
 
-enum Phase : int { kMla, kGqa, kKda, kKdaDeltaRule, kRoute, kMoe, kAttnRes, kCount };
+// kMatmul: the weight matmuls (ops::matmul, either backend) and the CPU's expert groups (ops::expert_group: gather,
+// gate, up, activation, down, scatter), inside the blocks above. `bench` takes it and the reads' wait out of a decoded
+// token's time: the rest (norms, attention, routing, sampling, the engine's own work) is what `sluice plan` does not
+// model from kernel rates (`plan --token-overhead-ms`).
+enum Phase : int { kMla, kGqa, kKda, kKdaDeltaRule, kRoute, kMoe, kAttnRes, kMatmul, kCount };
 const char* name(Phase p);
 
 void add(Phase p, double ms);
@@ -21,24 +25,6 @@ std::array<double, kCount> snapshot_ms();
 // counted.
 void add_matmul_flops(double flops);
 double matmul_flops();
-
-// Wall time inside the weight matmuls (ops::matmul, either backend) and the CPU's expert groups (ops::expert_group:
-// gather, gate, up, activation, down, scatter) since the process started, on whichever thread called them. `bench`
-// takes it and the reads' wait out of a decoded token's time: the rest (norms, attention, routing, sampling, the
-// engine's own work) is what `sluice plan` does not model from kernel rates (`plan --token-overhead-ms`).
-void add_matmul_ms(double ms);
-double matmul_ms();
-
-class MatmulTimer {
-public:
-    MatmulTimer() : start_(std::chrono::steady_clock::now()) {}
-    ~MatmulTimer() { add_matmul_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count()); }
-    MatmulTimer(const MatmulTimer&) = delete;
-    MatmulTimer& operator=(const MatmulTimer&) = delete;
-
-private:
-    std::chrono::steady_clock::time_point start_;
-};
 
 class Scope {
 public:

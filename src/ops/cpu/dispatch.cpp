@@ -190,7 +190,7 @@ bool matmul_has_work(const Weight& w, int64_t n) {
 
 void matmul(const Weight& w, const float* x, int64_t n, float* y, ExecContext& ctx) {
     if (n > 0) phase_times::add_matmul_flops(2.0 * double(n) * double(w.rows) * double(w.cols));
-    phase_times::MatmulTimer timed;
+    phase_times::Scope timed(phase_times::kMatmul);
     if (ctx.backend() != Backend::Cuda) return cpu::matmul(w, x, n, y, ctx.pool());
     if (matmul_has_work(w, n)) cuda::matmul(w, x, n, y);
 }

@@ -203,7 +203,7 @@ void experts_one_by_one(const GluSpec& act, std::span<const GroupExpert> experts
 void expert_group(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
                   int64_t hidden, float* y, float* scratch, ExecContext& ctx) {
     if (ctx.backend() == Backend::Cuda) return experts_one_by_one(act, experts, x, top_k, hidden, y, scratch, ctx);
-    phase_times::MatmulTimer timed;  // (on CUDA, experts_one_by_one's matmuls time themselves)
+    phase_times::Scope timed(phase_times::kMatmul);  // (on CUDA, experts_one_by_one's matmuls time themselves)
     cpu::expert_group(act, experts, x, top_k, hidden, y, scratch, ctx.pool());
 }
 

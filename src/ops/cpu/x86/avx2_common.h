@@ -99,10 +99,7 @@ inline __m256 round_bf16_product(__m256 f) {
                                                 _mm256_set1_epi32(int(0xFFFF0000u))));
 }
 
-// A block of 32 INT4_G32 codes (16 bytes) and its bf16 scale -> the four vectors of (q - 8) * scale rounded to
-// bf16. The 16 values are bf16s: their high halves as words (lane 0 codes 0-3, 8-11; lane 1 4-7, 12-15),
-// reordered to codes 0-7 | 8-15, split into low bytes | high bytes per lane, each byte table copied to both lanes.
-// The same four vectors in table form (ops/cpu/int4_mantissa.h), for a scale in its range: the scale's mantissa m
+// A block of 32 INT4_G32 codes (16 bytes) in table form (ops/cpu/int4_mantissa.h), for a scale in its range: the scale's mantissa m
 // picks the byte tables of the 16 values bf16((q - 8)(1 + m/128)), and one multiply applies the scale's sign and
 // power of two. The same bits as the multiply-and-round below, at MXFP4's cost.
 inline void int4_table_vectors(const uint8_t* p, unsigned m, __m256 power, __m256* v) {
@@ -112,6 +109,10 @@ inline void int4_table_vectors(const uint8_t* p, unsigned m, __m256 power, __m25
     for (int q = 0; q < 4; ++q) v[q] = _mm256_mul_ps(v[q], power);
 }
 
+// A block of 32 INT4_G32 codes (16 bytes) and its bf16 scale -> the four vectors of (q - 8) * scale rounded to
+// bf16: in table form when the scale allows; else the 16 values are built as bf16s, their high halves as words (lane 0
+// codes 0-3, 8-11; lane 1 4-7, 12-15), reordered to codes 0-7 | 8-15, split into low bytes | high bytes per lane,
+// each byte table copied to both lanes.
 inline void int4_vectors(const uint8_t* p, uint16_t scale_bits, __m256* v) {
     if (int4_scale_in_table_range(scale_bits))
         return int4_table_vectors(p, scale_bits & 0x7Fu, _mm256_set1_ps(bits_to_f32(int4_scale_power_bits(scale_bits))),

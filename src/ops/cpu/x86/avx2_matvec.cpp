@@ -25,9 +25,10 @@ struct NibbleDec {
     const uint8_t* q;
     const uint8_t* s;
     int64_t cols;
-    alignas(32) float scale[8];  // MXFP4: the E8M0 scales of columns [c, c + 256) as f32 (decode_scales)
-    // INT4_G32 in table form (int4_mantissa.h), for the blocks of columns [c, c + 256): each scale's mantissa, its
-    // sign and power of two as f32, and whether all eight are in the table range (decode_int4_scales)
+    // the blocks of columns [c, c + 256): MXFP4's E8M0 scales as f32 (decode_scales); INT4_G32's scales' signs and
+    // powers of two as f32, with their mantissas below and whether all eight are in the table range of
+    // int4_mantissa.h (decode_int4_scales)
+    alignas(32) float scale[8];
     alignas(32) int32_t mantissa[8];
     bool table_form = false;
     void init(const Weight& w, int64_t r) {
