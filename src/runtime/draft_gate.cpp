@@ -10,6 +10,9 @@ namespace sluice {
 
 namespace {
 constexpr double kForget = 0.95;  // each verify's weight relative to the next one's
+// What probing may cost while the gate is off: a probe's extra bytes (over a plain pass) at most this share of the
+// bytes of the plain passes between two probes.
+constexpr double kProbeShare = 0.02;
 }
 
 double DraftCost::pass_bytes(int64_t rows) const {
@@ -56,7 +59,14 @@ DraftGate::DraftGate(DraftCost cost, int64_t max_drafts, double min_gain, int64_
       next_probe_after_(probe_after) {
     SLUICE_CHECK(max_drafts >= 0 && min_gain > 0 && probe_after > 0, "draft gate: bad parameters");
     SLUICE_CHECK(cost.pass_bytes(1) > 0, "draft gate: a pass must read something");
+    const int64_t k = probe_length();
+    const double extra = max_drafts_ > 0 ? cost_.pass_bytes(k + 1) / cost_.pass_bytes(1) - 1.0 : 0.0;
+    min_wait_ = int64_t(std::min(1024.0, std::ceil(extra / kProbeShare)));
 }
+
+int64_t DraftGate::probe_length() const { return std::max<int64_t>(1, std::min(max_drafts_, best_at(0.5))); }
+
+double DraftGate::optimistic_acceptance() const { return (successes_ + 1.0) / (successes_ + failures_ + 1.0); }
 
 double DraftGate::acceptance() const { return successes_ / (successes_ + failures_); }
 
@@ -80,13 +90,16 @@ int64_t DraftGate::best_at(double a) const {
 int64_t DraftGate::best_length() const { return best_at(acceptance()); }
 
 int64_t DraftGate::next() {
-    if (verifies_ < kWarmupVerifies)
+    // Warm-up: the first verify whatever the prior says; the next ones while drafting could still pay were the next
+    // verify to accept one more draft than any so far (so drafts that keep failing, where a verify row costs much,
+    // stop after one verify instead of kWarmupVerifies).
+    if (verifies_ < kWarmupVerifies && !off_ && (verifies_ == 0 || best_at(optimistic_acceptance()) > 0))
         return std::max<int64_t>(1, std::min(max_drafts_, std::max(best_length(), best_at(0.5))));
     if (!off_) {
         const int64_t k = best_length();
         if (k > 0) return k;
         off_ = true;
-        wait_ = next_probe_after_;
+        wait_ = std::max(next_probe_after_, min_wait_);
     }
     if (--wait_ > 0) {
         ++steps_off_;
@@ -94,8 +107,8 @@ int64_t DraftGate::next() {
     }
     // A probe: the length the prior's optimism (a = 1/2) would choose, at least one draft.
     next_probe_after_ = std::min<int64_t>(next_probe_after_ * 2, 1024);
-    wait_ = next_probe_after_;
-    return std::max<int64_t>(1, std::min(max_drafts_, best_at(0.5)));
+    wait_ = std::max(next_probe_after_, min_wait_);
+    return probe_length();
 }
 
 void DraftGate::record(int64_t drafted, int64_t accepted) {

@@ -9,9 +9,13 @@
 // rejection one failure), with a prior of one success and one failure, and older verifies weighing less.
 //
 // The gate picks the k in [0, max_drafts] with the most tokens per byte; 0 when no length gains at least
-// `min_gain` over plain decoding. The first kWarmupVerifies steps verify at least one draft whatever the prior says,
-// so a request learns its drafter's acceptance before judging it. While off it probes again (one verify at the best length it would choose with the
-// prior's optimism), first after `probe_after` steps, doubling after every probe that fails to turn it back on.
+// `min_gain` over plain decoding. The first step verifies at least one draft whatever the prior says, and so do the
+// next ones up to kWarmupVerifies while drafting could still pay were the next verify to accept one more draft than
+// any so far: a request learns its drafter's acceptance before judging it, but drafts that keep failing where a
+// verify row costs much are judged after one verify. While off it probes again (one verify at the best length it
+// would choose with the prior's optimism), first after `probe_after` steps, doubling after every probe that fails to
+// turn it back on, and never sooner than a probe's extra bytes over a plain pass allow for them to stay within 2% of
+// the bytes read in between (a probe that doubles a pass waits at least 50 steps).
 //
 // Everything the gate sees is the request's own history and the model's configuration — never timings or what else
 // is in the batch — so a seeded sampled request draws the same tokens however it is batched (its random draws
@@ -69,6 +73,8 @@ public:
 private:
     double gain_at(int64_t k, double a) const;
     int64_t best_at(double a) const;
+    int64_t probe_length() const;             // a probe's drafts: the prior's choice, at least one
+    double optimistic_acceptance() const;     // the estimate were the next verify to accept one more draft
 
     DraftCost cost_;
     int64_t max_drafts_;
@@ -76,6 +82,7 @@ private:
     double successes_ = 1, failures_ = 1;  // the prior
     bool off_ = false;
     int64_t wait_ = 0, probe_after_, next_probe_after_;
+    int64_t min_wait_ = 0;  // the fewest steps between probes for their cost (kProbeShare)
     int64_t steps_off_ = 0;
     int64_t verifies_ = 0;
 };

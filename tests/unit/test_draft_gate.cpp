@@ -91,14 +91,50 @@ TEST(DraftGate, ExpensiveRowsNeedMoreAcceptance) {
     EXPECT_GT(cheap.gain(cheap.best_length()), costly.gain(costly.best_length()));
 }
 
-TEST(DraftGate, VerifiesAFewTimesBeforeJudging) {
-    DraftCost pricey = k3();
-    pricey.draft_bytes_per_token = 500e9;  // a drafter far costlier than the target: the prior alone says never
-    DraftGate g(pricey, 4);
+// A drafter whose own bytes make the prior (a = 1/2) say no, while drafts that nearly always land would pay.
+DraftCost k3_with_costly_drafter() {
+    DraftCost c = k3();
+    c.draft_bytes_per_token = 60e9;
+    return c;
+}
+
+TEST(DraftGate, VerifiesAFewTimesBeforeJudgingADrafterThatCouldPay) {
+    DraftGate g(k3_with_costly_drafter(), 4);
     EXPECT_EQ(g.best_length(), 0);
-    const auto lengths = drive(g, DraftGate::kWarmupVerifies + 1, 1000);  // every draft right, still too costly
+    const auto lengths = drive(g, 30, 1000);  // every draft right
     for (int64_t i = 0; i < DraftGate::kWarmupVerifies; ++i) EXPECT_GE(lengths[size_t(i)], 1) << i;
-    EXPECT_EQ(lengths.back(), 0);
+    EXPECT_FALSE(g.off());
+    EXPECT_GE(lengths.back(), 1);
+}
+
+TEST(DraftGate, JudgesAfterOneVerifyWhenOneMoreAcceptedDraftWouldNotPay) {
+    DraftGate g(k3_with_costly_drafter(), 4);
+    auto lengths = drive(g, 2, 0);  // the first verify's drafts all wrong: at best 1 of 2 would be right next time
+    EXPECT_GE(lengths[0], 1);
+    EXPECT_EQ(lengths[1], 0);
+    EXPECT_TRUE(g.off());
+    DraftCost pricey = k3();
+    pricey.draft_bytes_per_token = 500e9;  // far costlier than the target: not even every draft right would pay
+    DraftGate p(pricey, 4);
+    lengths = drive(p, 2, 1000);
+    EXPECT_GE(lengths[0], 1);
+    EXPECT_EQ(lengths[1], 0);
+}
+
+TEST(DraftGate, ProbesCostAtMostTwoPercentOfThePlainPassesBetween) {
+    // A small model whose experts are most of a pass (24 experts, 4 a token): a verify row costs ~80% of a pass.
+    const DraftCost c{1e6, 1e6, 4, 24, 4, 0};
+    const double extra = c.pass_bytes(2) / c.pass_bytes(1) - 1.0;
+    ASSERT_GT(extra, 0.5);
+    DraftGate g(c, 2);
+    const auto lengths = drive(g, 1000, 0);
+    std::vector<int64_t> drafting;
+    for (size_t i = 0; i < lengths.size(); ++i)
+        if (lengths[i] > 0) drafting.push_back(int64_t(i));
+    ASSERT_GE(drafting.size(), 3u);
+    for (size_t i = 2; i < drafting.size(); ++i)  // probes (the first verifies are the warm-up)
+        EXPECT_GE(double(drafting[i] - drafting[i - 1]), extra / 0.02) << "probe " << i;
+    EXPECT_LE(double(drafting.size()) * extra, 0.02 * 1000 + 2 * extra) << "drafting cost more than 2% in all";
 }
 
 TEST(DraftGate, SameHistorySameChoices) {
