@@ -228,7 +228,10 @@ TEST(DraftModel, CliSameIdsAndOneLineErrors) {
     std::string out = run_cli(gen, &status);
     ASSERT_EQ(status, 0) << out;
     const auto plain = last_json_line(out)["ids"];
-    out = run_cli(gen + "--speculative 4 --draft-model " + kDraft + " --memory 176M --draft-memory 96M --ctx 256", &status);
+    // the gate off: this checks the CLI's draft-model path (ids, statistics), not whether drafting pays here (the
+    // gate's tests do; with the target held in memory a verify row costs almost a pass, so the gate stops early)
+    out = run_cli(gen + "--speculative 4 --draft-gate off --draft-model " + kDraft +
+                      " --memory 176M --draft-memory 96M --ctx 256", &status);
     ASSERT_EQ(status, 0) << out;
     const auto j = last_json_line(out);
     EXPECT_EQ(j["ids"], plain);
