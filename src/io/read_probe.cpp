@@ -219,6 +219,24 @@ bool evict_from_page_cache(const std::string& path) {
     return ok;
 }
 
+uint64_t page_cache_bytes(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st {};
+    const bool ok = ::fstat(fd, &st) == 0 && st.st_size > 0;
+    void* p = ok ? ::mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    ::close(fd);
+    if (p == MAP_FAILED) return 0;
+    const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE)), size = uint64_t(st.st_size);
+    std::vector<unsigned char> in((size + page - 1) / page);
+    uint64_t bytes = 0;
+    if (::mincore(p, size_t(size), in.data()) == 0)
+        for (size_t i = 0; i < in.size(); ++i)
+            if (in[i] & 1) bytes += std::min<uint64_t>(page, size - uint64_t(i) * page);
+    ::munmap(p, size_t(size));
+    return bytes;
+}
+
 ReadProbeResult measure_read_gbps(const ReadProbeOptions& o) {
     SLUICE_CHECK(!o.files.empty(), "bench-io: no files given");
     SLUICE_CHECK(o.extent_bytes > 0 && o.queue_depth > 0, "bench-io: extent size and queue depth must be positive");

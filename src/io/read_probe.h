@@ -43,5 +43,10 @@ ReadProbeResult measure_read_gbps(const ReadProbeOptions& options);
 
 // Drops a file's cached pages (POSIX_FADV_DONTNEED); false if it could not be opened.
 bool evict_from_page_cache(const std::string& path);
+// Bytes of a file in the page cache now (mincore over a map of it, whole pages); 0 if it cannot be opened or mapped.
+// sluice reads experts and streamed spine layers around the page cache (O_DIRECT, or buffered reads dropped behind
+// them), so what a checkpoint gains here during a pass is what the pass read through the memory map: the resident
+// spine's first use.
+uint64_t page_cache_bytes(const std::string& path);
 
 }  // namespace sluice::io

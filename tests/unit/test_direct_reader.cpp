@@ -14,6 +14,7 @@
 #include "../support/scratch_dir.h"
 #include "core/error.h"
 #include "io/direct_reader.h"
+#include "io/read_probe.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;
@@ -418,3 +419,21 @@ TEST(AlignedBuffer, AlignedRoundedAndMovable) {
 }
 
 }  // namespace
+
+// bench's count of what a pass read through the memory map (io::page_cache_bytes): a file read whole is all in the
+// page cache, one dropped from it holds no more, and what cannot be opened counts nothing.
+TEST(PageCacheBytes, CountsWhatAReadBroughtIn) {
+    const fs::path dir = make_test_dir("page_cache");
+    const fs::path p = dir / "f.bin";
+    const auto bytes = random_bytes((size_t(3) << 20) + 1234, 11);
+    write_file(p, bytes);
+    {
+        std::ifstream f(p, std::ios::binary);
+        std::vector<char> all(bytes.size());
+        f.read(all.data(), std::streamsize(all.size()));
+    }
+    EXPECT_EQ(page_cache_bytes(p.string()), bytes.size());
+    evict_from_page_cache(p.string());
+    EXPECT_LE(page_cache_bytes(p.string()), bytes.size());  // tmpfs keeps its pages; a disk drops them
+    EXPECT_EQ(page_cache_bytes((dir / "missing").string()), 0u);
+}
