@@ -94,7 +94,7 @@ int64_t DraftGate::next() {
     // verify to accept one more draft than any so far (so drafts that keep failing, where a verify row costs much,
     // stop after one verify instead of kWarmupVerifies).
     if (verifies_ < kWarmupVerifies && !off_ && (verifies_ == 0 || best_at(optimistic_acceptance()) > 0))
-        return std::max<int64_t>(1, std::min(max_drafts_, std::max(best_length(), best_at(0.5))));
+        return std::max(best_length(), probe_length());
     if (!off_) {
         const int64_t k = best_length();
         if (k > 0) return k;
