@@ -508,11 +508,12 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
     }
 };
 
-// BF16 weights are A tiles as they are: sets of whole panels load them in place (rows a weight row apart) and only
-// prefetch here; a set with a partial panel copies its rows block by block into the zeroed L1 buffer. Loading in
-// place instead of copying every set (2 threads from DRAM, 3 alternating pairs on a Sapphire Rapids-class Xeon): one
-// row 14.6-15.1 -> 17.5-20.3 GB/s (80-85% -> 97-113% of the read probe), 8 rows 9.6-11.4 -> 11.1-13.7, 32 rows
-// 4.3-4.6 -> 5.2-6.1 GB/s; same bits (the tiles hold the same bytes).
+// BF16 weights are A tiles as they are. With one group of inputs (n <= 5), sets of whole panels load them in place
+// (rows a weight row apart) and decode only prefetches; otherwise rows are copied block by block into the L1
+// buffer (zeroed past the last row). Measured on a Sapphire Rapids-class Xeon, 2 threads from DRAM, alternating
+// pairs: in place, one row went from 80-91% to 97-115% of the read probe (14.6-15.8 -> 17.5-20.3 GB/s), same bits.
+// With many inputs each A tile is loaded once per pair of groups, and in place those strided reloads were slower
+// than the copy (32 rows 5.4-6.3 against 6.2-7.0 GB/s; 512 rows 194-259 against 279-296 GFLOP/s).
 struct Bf16Decoder {
     static int64_t scale_row_bytes(const Weight&) { return 0; }
     static constexpr int kParts = 1;
@@ -537,13 +538,6 @@ struct Bf16Decoder {
     }
 };
 
-// Where a chunk's A tiles are: panel p, k-tile kt, part at a + p * panel + kt * ktile + part * kTileBytes, rows
-// `stride` bytes apart. Decoded chunks sit in the L1 buffer (rows 64 bytes apart); BF16 tiles of whole panels are
-// loaded from the weight itself (rows a weight row apart), which skips the copy through L1.
-struct ASource {
-    int64_t panel, ktile, stride;
-};
-
 // Tiles: A (decoded weights) alternates between tmm0 and tmm1, B (activations) between tmm2 and tmm3 by k-tile
 // parity, so a load never waits for the product still reading its tile; panel p of a set accumulates in tmm4 + p
 // (several independent accumulation chains, so the products' latency overlaps). Each output element has ONE f32
@@ -552,15 +546,19 @@ struct ASource {
 // Tile numbers must be literals (GCC's tile intrinsics paste them into the asm), hence the macros.
 #define SLUICE_AMX_PANEL(p, atile, ctile, btile)                                                   \
     if (np > (p)) {                                                                                \
-        _tile_loadd(atile, a + (p) * as.panel + kt * as.ktile + part * kTileBytes, as.stride);     \
+        if constexpr (kInPlace)                                                                    \
+            _tile_loadd(atile, a + (p) * kPanelRows * stride + kt * 64, stride);                   \
+        else                                                                                       \
+            _tile_loadd(atile, a + (((p) * kc + kt) * D::kParts + part) * kTileBytes, 64);         \
         _tile_dpbf16ps(ctile, atile, btile);                                                       \
     }
 
 // Products of k-slices [j0, j1) (slice j: k-tile kt0 + j / kParts, part j % kParts) of the decoded chunk `a`
-// for one group of inputs (B tiles at xg), accumulating into tmm4 + panel.
-template <class D>
-void run_slices(const uint8_t* a, const ASource& as, int64_t np, const uint8_t* xg, int64_t bbytes, int64_t kt0,
-                int64_t j0, int64_t j1) {
+// for one group of inputs (B tiles at xg), accumulating into tmm4 + panel. kInPlace: `a` is the chunk's first
+// column in the weight's first row of the set, rows `stride` bytes apart (BF16 only: one part).
+template <class D, bool kInPlace = false>
+void run_slices(const uint8_t* a, int64_t kc, int64_t np, const uint8_t* xg, int64_t bbytes, int64_t kt0, int64_t j0,
+                int64_t j1, int64_t stride = 0) {
     for (int64_t j = j0; j < j1; ++j) {
         const int64_t kt = j / D::kParts, part = j % D::kParts;
         const uint8_t* b = xg + (kt0 + kt) * bbytes;
@@ -586,8 +584,8 @@ void run_slices(const uint8_t* a, const ASource& as, int64_t np, const uint8_t* 
 // kernel (an A and half a B tile per product before, an A and a B tile per two products now). The B tiles are no
 // longer double-buffered; measured, the loads saved count for more.
 template <class D>
-void run_slices_2g(const uint8_t* a, const ASource& as, int64_t np, const uint8_t* xg, const uint8_t* xg2,
-                   int64_t bbytes, int64_t kt0, int64_t j0, int64_t j1) {
+void run_slices_2g(const uint8_t* a, int64_t kc, int64_t np, const uint8_t* xg, const uint8_t* xg2, int64_t bbytes,
+                   int64_t kt0, int64_t j0, int64_t j1) {
     static_assert(kSetPanels <= 2, "C tiles tmm4-7 hold two panels of two groups");
     for (int64_t j = j0; j < j1; ++j) {
         const int64_t kt = j / D::kParts, part = j % D::kParts;
@@ -595,11 +593,11 @@ void run_slices_2g(const uint8_t* a, const ASource& as, int64_t np, const uint8_
             _tile_loadd(2, xg + (kt0 + kt) * bbytes, bbytes / 16);
             _tile_loadd(3, xg2 + (kt0 + kt) * bbytes, bbytes / 16);
         }
-        _tile_loadd(0, a + kt * as.ktile + part * kTileBytes, as.stride);
+        _tile_loadd(0, a + (kt * D::kParts + part) * kTileBytes, 64);
         _tile_dpbf16ps(4, 0, 2);
         _tile_dpbf16ps(6, 0, 3);
         if (np > 1) {
-            _tile_loadd(1, a + as.panel + kt * as.ktile + part * kTileBytes, as.stride);
+            _tile_loadd(1, a + ((kc + kt) * D::kParts + part) * kTileBytes, 64);
             _tile_dpbf16ps(5, 1, 2);
             _tile_dpbf16ps(7, 1, 3);
         }
@@ -704,9 +702,8 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
             if (set_rows % kPanelRows) std::memset(abuf, 0, size_t(2 * chunk_bytes));  // rows past the end stay 0
             if (resident) load_c(np, true, cset, groups == 2 ? cset + kSetFloatsPerGroup : nullptr);
             const bool fast = D::scales_fast(w, r, set_rows, k0, k1);
-            const bool direct = D::kDirect && set_rows % kPanelRows == 0;
-            const ASource as = direct ? ASource{kPanelRows * cols * 2, 64, cols * 2}
-                                      : ASource{kc * D::kParts * kTileBytes, D::kParts * kTileBytes, 64};
+            // One group of inputs (n <= 5) and whole panels: BF16 A tiles load in place (see Bf16Decoder).
+            const bool direct = D::kDirect && groups == 1 && set_rows % kPanelRows == 0;
             // The next set's scales (contiguous rows) are prefetched a few lines per chunk, so the next scales_fast
             // pass does not stall on them (1-5% at one row from DRAM). Resident only: otherwise every set is
             // visited once per column range, not in order.
@@ -744,10 +741,12 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                     if (resident) {
                         const int64_t ps = last_tc * D::kParts;
                         const int64_t j0 = ps * p / kSetPanels, j1 = ps * (p + 1) / kSetPanels;
-                        if (groups == 1)
-                            run_slices<D>(prev, as, np, xp, bbytes, pt0, j0, j1);
+                        if (direct)
+                            run_slices<D, true>(prev, kc, np, xp, bbytes, pt0, j0, j1, cols * 2);
+                        else if (groups == 1)
+                            run_slices<D>(prev, kc, np, xp, bbytes, pt0, j0, j1);
                         else
-                            run_slices_2g<D>(prev, as, np, xp, xp + kbs * bbytes, bbytes, pt0, j0, j1);
+                            run_slices_2g<D>(prev, kc, np, xp, xp + kbs * bbytes, bbytes, pt0, j0, j1);
                     } else {
                         // Whole pairs of groups to each panel step, so only an odd last group goes alone.
                         const int64_t pairs = (groups + 1) / 2, g0 = 2 * (pairs * p / kSetPanels);
@@ -757,11 +756,11 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                             const uint8_t* xg = xp + g * kbs * bbytes;
                             if (g + 1 < g1) {
                                 load_c(np, pt0 == 0, cb, cb + kSetFloatsPerGroup);
-                                run_slices_2g<D>(prev, as, np, xg, xg + kbs * bbytes, bbytes, pt0, 0, last_tc * D::kParts);
+                                run_slices_2g<D>(prev, kc, np, xg, xg + kbs * bbytes, bbytes, pt0, 0, last_tc * D::kParts);
                                 store_c(np, cb, cb + kSetFloatsPerGroup);
                             } else {
                                 load_c(np, pt0 == 0, cb);
-                                run_slices<D>(prev, as, np, xg, bbytes, pt0, 0, last_tc * D::kParts);
+                                run_slices<D>(prev, kc, np, xg, bbytes, pt0, 0, last_tc * D::kParts);
                                 store_c(np, cb);
                             }
                         }
