@@ -510,8 +510,8 @@ struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's 
 
 // BF16 weights are A tiles as they are. With one group of inputs (n <= 5), sets of whole panels load them in place
 // (rows a weight row apart) and decode only prefetches; otherwise rows are copied block by block into the L1
-// buffer (zeroed past the last row). Measured on a Sapphire Rapids-class Xeon, 2 threads from DRAM, alternating
-// pairs: in place, one row went from 80-91% to 97-115% of the read probe (14.6-15.8 -> 17.5-20.3 GB/s), same bits.
+// buffer (zeroed past the last row). Measured on a Sapphire Rapids-class Xeon, 2 threads from DRAM, old and new
+// builds alternating: in place, one row went from 15.6-16.1 to 17.4-19.8 GB/s (5 pairs), same bits.
 // With many inputs each A tile is loaded once per pair of groups, and in place those strided reloads were slower
 // than the copy (32 rows 5.4-6.3 against 6.2-7.0 GB/s; 512 rows 194-259 against 279-296 GFLOP/s).
 struct Bf16Decoder {
