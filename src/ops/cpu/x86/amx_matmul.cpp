@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -323,8 +324,6 @@ void decode_pairs_fast(const Weight& w, int64_t r, int64_t mrows, int64_t t0, in
 
 struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
     static int64_t scale_row_bytes(const Weight& w) { return w.cols / kBlockCols; }
-    static constexpr bool kDirect = false;
-    static void prefetch(const Weight&, int64_t, int64_t, int64_t, int64_t) {}
     static constexpr int kParts = 1;
     static constexpr bool kPaired = true;
     static constexpr int64_t kChunkTiles = 8;
@@ -412,8 +411,6 @@ struct MxDecoder {  // MXFP4: E2M1 value times the E8M0 scale is an exact bf16
 
 struct Int4Decoder {  // INT4_G32: q * bf16 scale rounded to bf16 (the format's value) is a bf16 by definition
     static int64_t scale_row_bytes(const Weight& w) { return w.cols / kBlockCols * 2; }
-    static constexpr bool kDirect = false;
-    static void prefetch(const Weight&, int64_t, int64_t, int64_t, int64_t) {}
     static constexpr int kParts = 1;
     static constexpr bool kPaired = true;
     static constexpr int64_t kChunkTiles = 8;
@@ -519,18 +516,19 @@ struct Bf16Decoder {
     static constexpr int kParts = 1;
     static constexpr bool kPaired = false;
     static constexpr int64_t kChunkTiles = 8;
-    static constexpr bool kDirect = true;  // whole panels skip the copy: their A tiles load from the weight
     static bool scales_fast(const Weight&, int64_t, int64_t, int64_t, int64_t) { return true; }
+    // Row r's bytes from k-tile kb0 on.
+    static const uint8_t* row(const Weight& w, int64_t r, int64_t kb0) {
+        return w.data + (uint64_t(r) * uint64_t(w.cols) + uint64_t(kb0 * kBlockCols)) * 2;
+    }
     // What decode does for the prefetchers, without the copy (the products read these rows in place).
     static void prefetch(const Weight& w, int64_t r, int64_t mrows, int64_t kb0, int64_t kc) {
-        for (int64_t m = 0; m < mrows; ++m) {
-            const uint8_t* p = w.data + (uint64_t(r + m) * uint64_t(w.cols) + uint64_t(kb0 * kBlockCols)) * 2;
-            prefetch_row(p + kPrefetchChunks * kc * 64, kc * 64, nullptr);
-        }
+        for (int64_t m = 0; m < mrows; ++m)
+            prefetch_row(row(w, r + m, kb0) + kPrefetchChunks * kc * 64, kc * 64, nullptr);
     }
     static void decode(const Weight& w, int64_t r, int64_t mrows, int64_t kb0, int64_t kc, uint8_t* abuf, bool) {
         for (int64_t m = 0; m < mrows; ++m) {
-            const uint8_t* p = w.data + (uint64_t(r + m) * uint64_t(w.cols) + uint64_t(kb0 * kBlockCols)) * 2;
+            const uint8_t* p = row(w, r + m, kb0);
             prefetch_row(p + kPrefetchChunks * kc * 64, kc * 64, nullptr);
             for (int64_t b = 0; b < kc; ++b)
                 _mm512_store_si512(abuf + b * kTileBytes + m * 64, _mm512_loadu_si512(p + b * 64));
@@ -671,6 +669,7 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
         build_xpanel(x, n, cols, D::kPaired, width, reinterpret_cast<uint32_t*>(xp));
         t_xpanel_key = key;
     }
+    constexpr bool kInPlaceFormat = std::is_same_v<D, Bf16Decoder>;
     const int64_t chunk_bytes = kSetPanels * kc * D::kParts * kTileBytes;
     uint8_t* abuf = t_abuf.get(size_t(2 * chunk_bytes));
     // With one or two groups of inputs (n <= 10) the set's C tiles stay in registers (tmm4-7) for the whole set.
@@ -703,7 +702,7 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
             if (resident) load_c(np, true, cset, groups == 2 ? cset + kSetFloatsPerGroup : nullptr);
             const bool fast = D::scales_fast(w, r, set_rows, k0, k1);
             // One group of inputs (n <= 5) and whole panels: BF16 A tiles load in place (see Bf16Decoder).
-            const bool direct = D::kDirect && groups == 1 && set_rows % kPanelRows == 0;
+            const bool in_place = kInPlaceFormat && groups == 1 && set_rows % kPanelRows == 0;
             // The next set's scales (contiguous rows) are prefetched a few lines per chunk, so the next scales_fast
             // pass does not stall on them (1-5% at one row from DRAM). Resident only: otherwise every set is
             // visited once per column range, not in order.
@@ -724,15 +723,15 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                      b += 64)
                     _mm_prefetch(reinterpret_cast<const char*>(next_scales + b), _MM_HINT_T0);
                 uint8_t* dec = abuf + (c % 2) * chunk_bytes;
-                const uint8_t* prev = !direct ? abuf + ((c + 1) % 2) * chunk_bytes
-                                      : c == 0 ? nullptr
-                                               : w.data + (uint64_t(r) * uint64_t(cols) + uint64_t(pt0 * kBlockCols)) * 2;
+                const uint8_t* prev = !in_place ? abuf + ((c + 1) % 2) * chunk_bytes
+                                      : c == 0  ? nullptr
+                                                : Bf16Decoder::row(w, r, pt0);
                 for (int64_t p = 0; p < kSetPanels; ++p) {
                     if (c < nchunks && p < np) {
                         const int64_t pr = r + p * kPanelRows, mrows = set_rows - p * kPanelRows;
                         const int64_t m = mrows < kPanelRows ? mrows : kPanelRows;
-                        if (direct)
-                            D::prefetch(w, pr, m, t0, tc);
+                        if (in_place)
+                            Bf16Decoder::prefetch(w, pr, m, t0, tc);
                         else
                             D::decode(w, pr, m, t0, tc, dec + p * kc * D::kParts * kTileBytes, fast);
                     }
@@ -741,7 +740,7 @@ void matmul_panels(const Weight& w, const float* x, int64_t n, float* y, int64_t
                     if (resident) {
                         const int64_t ps = last_tc * D::kParts;
                         const int64_t j0 = ps * p / kSetPanels, j1 = ps * (p + 1) / kSetPanels;
-                        if (direct)
+                        if (in_place)
                             run_slices<D, true>(prev, kc, np, xp, bbytes, pt0, j0, j1, cols * 2);
                         else if (groups == 1)
                             run_slices<D>(prev, kc, np, xp, bbytes, pt0, j0, j1);
