@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <concepts>
 #include <cstdint>
 
 #include "ops/cpu/kernels.h"
@@ -48,6 +49,35 @@ inline bool chunk_int4_table_form(const float* scales, int64_t n_blocks, int64_t
     return (ok & valid) == valid;
 }
 
+// A decoder with begin_chunk(c0) -> bool prepares each kChunkCols-column chunk before its loads and says whether
+// the chunk takes its fast form (load<true>; else load<false>): the column loop is compiled once per form, so no
+// per-block test sits inside it (GCC, given one, moved the code loads into general registers, whose broadcasts
+// take the shuffle port the lookups need, and kept the accumulators on the stack).
+template <class D>
+concept ChunkedDecoder = requires(D& d, int64_t c, __m512* v) {
+    { d.begin_chunk(c) } -> std::same_as<bool>;
+    d.template load<true>(c, v);
+};
+
+template <bool kFast, class D, int MR, int NR>
+[[gnu::always_inline]] inline void fused_columns(D* dec, const float* x, int64_t cols, int64_t c0, int64_t end,
+                                                 __m512 (&acc)[MR][NR]) {
+    for (int64_t c = c0; c < end; c += 16 * D::kVecs) {
+        __m512 xv[NR][D::kVecs];
+        for (int i = 0; i < NR; ++i)
+            for (int v = 0; v < D::kVecs; ++v) xv[i][v] = _mm512_loadu_ps(x + i * cols + c + 16 * v);
+        for (int j = 0; j < MR; ++j) {
+            __m512 wv[D::kVecs];
+            if constexpr (ChunkedDecoder<D>)
+                dec[j].template load<kFast>(c, wv);
+            else
+                dec[j].load(c, wv);
+            for (int v = 0; v < D::kVecs; ++v)
+                for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_fmadd_ps(wv[v], xv[i][v], acc[j][i]);
+        }
+    }
+}
+
 template <class D, int MR, int NR>
 void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
     const int64_t cols = w.cols;
@@ -58,17 +88,15 @@ void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
         __m512 acc[MR][NR];
         for (int j = 0; j < MR; ++j)
             for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_setzero_ps();
-        for (int64_t c = c0; c < end; c += 16 * D::kVecs) {
-            __m512 xv[NR][D::kVecs];
-            for (int i = 0; i < NR; ++i)
-                for (int v = 0; v < D::kVecs; ++v) xv[i][v] = _mm512_loadu_ps(x + i * cols + c + 16 * v);
-            for (int j = 0; j < MR; ++j) {
-                __m512 wv[D::kVecs];
-                dec[j].load(c, wv);
-                for (int v = 0; v < D::kVecs; ++v)
-                    for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_fmadd_ps(wv[v], xv[i][v], acc[j][i]);
-            }
+        bool fast = false;
+        if constexpr (ChunkedDecoder<D>) {
+            fast = true;
+            for (int j = 0; j < MR; ++j) fast = dec[j].begin_chunk(c0) && fast;  // every row's chunk prepared
         }
+        if (fast)
+            fused_columns<true>(dec, x, cols, c0, end, acc);
+        else
+            fused_columns<false>(dec, x, cols, c0, end, acc);
         for (int i = 0; i < NR; ++i)
             for (int j = 0; j < MR; ++j) {
                 const float part = _mm512_reduce_add_ps(acc[j][i]);

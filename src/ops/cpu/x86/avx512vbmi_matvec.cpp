@@ -55,7 +55,6 @@ struct VbmiNibbleDec {
     alignas(64) float scales[16];  // the 16 block scales of the current 512-column chunk, as f32
     alignas(64) int32_t mantissa[16];  // INT4_G32 in table form (int4_mantissa.h): each block's table row...
     alignas(64) float power[16];       // ...and its scale's sign and power of two
-    bool table_form = false;           // the whole chunk's scales are in the table range
     void init(const Weight& w, int64_t r) {
         n_blocks = w.cols / 32;
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
@@ -63,24 +62,30 @@ struct VbmiNibbleDec {
         table = _mm512_loadu_ps(kMx ? ref::kE2M1Values : kInt4Table);
         control = _mm512_load_si512(kControl.bytes);
     }
-    void load(int64_t c, __m512* v) {
-        if (c % kChunkCols == 0) {
-            chunk_scales(s, n_blocks, c, kMx, scales);
-            if constexpr (!kMx) table_form = chunk_int4_table_form(scales, n_blocks, c, mantissa, power);
-        }
+    // The chunk's scales; for INT4_G32 also whether every one of its blocks takes the table form (load<true>).
+    bool begin_chunk(int64_t c0) {
+        chunk_scales(s, n_blocks, c0, kMx, scales);
+        if constexpr (kMx)
+            return true;
+        else
+            return chunk_int4_table_form(scales, n_blocks, c0, mantissa, power);
+    }
+    template <bool kTableForm>
+    void load(int64_t c, __m512* v) const {
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
-        long long half[2];
-        std::memcpy(half, q + c / 2, 16);
         const int64_t b = (c / 32) % 16;
         __m512 st;
         if constexpr (kMx)
             st = _mm512_mul_ps(table, _mm512_set1_ps(scales[b]));
-        else if (table_form)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa
+        else if constexpr (kTableForm)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa
             st = _mm512_mul_ps(_mm512_load_ps(kInt4Mantissa.values[mantissa[b]]), _mm512_set1_ps(power[b]));
         else  // q * scale rounded to bf16
             st = round_bf16_product(_mm512_mul_ps(table, _mm512_set1_ps(scales[b])));
-        for (int h = 0; h < 2; ++h)
-            v[h] = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(control, _mm512_set1_epi64(half[h])), st);
+        for (int h = 0; h < 2; ++h) {
+            long long codes;
+            std::memcpy(&codes, q + c / 2 + 8 * h, 8);
+            v[h] = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(control, _mm512_set1_epi64(codes)), st);
+        }
     }
 };
 
