@@ -108,7 +108,8 @@ void register_generate(CLI::App& app) {
         ->check(non_negative());
     sub->add_option("--draft-gate", a->draft_gate,
                     "on: verify only as many drafts (up to --speculative) as the acceptance so far and the bytes a "
-                    "pass reads say pay, none while none do (probing again later); off: always N")
+                    "pass reads say pay, none while none do (probing again later), and a DSpark drafter's confidence "
+                    "head cuts each block to the drafts that pay; off: always N")
         ->check(CLI::IsMember({"on", "off"}))
         ->capture_default_str();
     sub->add_option("--draft-model", a->draft_model,
@@ -168,6 +169,7 @@ void register_generate(CLI::App& app) {
         auto model = load_model(a->m.model, load);
         std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->chunk);
         std::unique_ptr<DSparkDrafter> dspark = load_dspark(draft_plan, *model);
+        if (dspark) dspark->set_confidence_cut(a->draft_gate == "on");  // the gate's per-block part
         std::unique_ptr<Eagle3Drafter> eagle3 = load_eagle3(draft_plan, *model);
         const char* drafter_name = draft ? "draft_model" : dspark ? "dspark" : eagle3 ? "eagle3" : "prompt_lookup";
         GenerateOptions opt;
@@ -246,8 +248,9 @@ void register_generate(CLI::App& app) {
         if (a->m.stats && dspark) {
             const DSparkStats& ds = dspark->stats();
             std::fprintf(stderr, "dspark: %lld calls, %lld block passes, %lld context rows ingested, %lld drafted, "
-                         "%lld without target taps, %.1f ms\n", (long long)ds.calls, (long long)ds.blocks,
-                         (long long)ds.ingested, (long long)ds.drafted, (long long)ds.no_taps, ds.ms);
+                         "%lld cut by the confidence head, %lld without target taps, %.1f ms\n", (long long)ds.calls,
+                         (long long)ds.blocks, (long long)ds.ingested, (long long)ds.drafted, (long long)ds.cut,
+                         (long long)ds.no_taps, ds.ms);
         }
         if (a->m.stats && eagle3) {
             const Eagle3Stats& es = eagle3->stats();
@@ -285,6 +288,7 @@ void register_generate(CLI::App& app) {
             }
             if (dspark) {
                 j["draft_block_passes"] = dspark->stats().blocks;
+                j["draft_confidence_cut"] = dspark->stats().cut;
                 j["draft_ms"] = dspark->stats().ms;
             }
             if (eagle3) {

@@ -135,7 +135,8 @@ void add_engine_args(CLI::App* sub, EngineArgs& a) {
                     "the draft model's share of --memory (default: a quarter); the target gets the rest");
     sub->add_option("--draft-gate", a.draft_gate,
                     "on: each request verifies only as many drafts (up to --speculative) as its own acceptance and "
-                    "the bytes a pass reads say pay, none while none do (probing again later); off: always N")
+                    "the bytes a pass reads say pay, none while none do (probing again later), and a DSpark drafter's "
+                    "confidence head cuts each block to the drafts that pay; off: always N")
         ->check(CLI::IsMember({"on", "off"}))
         ->capture_default_str();
 }
@@ -215,6 +216,7 @@ ServingModel load_serving_model(const ModelArgs& m, const EngineArgs& e, int64_t
     s.model = load_model(m.model, lo);
     s.draft = load_draft(draft_plan, *s.model, m.model, batch_rows);
     s.dspark = load_dspark(draft_plan, *s.model);
+    if (s.dspark) s.dspark->set_confidence_cut(e.draft_gate == "on");  // the gate's per-block part
     s.eagle3 = load_eagle3(draft_plan, *s.model);
     s.engine.max_batch_rows = batch_rows;
     s.engine.max_sequences = m.parallel;

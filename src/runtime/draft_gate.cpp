@@ -54,6 +54,21 @@ double draft_pass_bytes(const Model& draft, double ram_weight) {
     return spine_cost(draft, ram_weight) + (experts_stream(draft) ? 1.0 : ram_weight) * experts;
 }
 
+int64_t confidence_cut(const DraftCost& cost, std::span<const float> confidence) {
+    const double plain = cost.pass_bytes(1);
+    SLUICE_CHECK(plain > 0, "confidence cut: a pass must read something");
+    int64_t best = 0;
+    double best_rate = 1.0 / plain, tokens = 1.0, survive = 1.0;
+    for (size_t i = 0; i < confidence.size(); ++i) {
+        const double c = double(confidence[i]);
+        survive *= std::isfinite(c) ? std::clamp(c, 0.0, 1.0) : 0.0;  // a NaN confidence counts as a sure rejection
+        tokens += survive;
+        const double rate = tokens / cost.pass_bytes(int64_t(i) + 2);
+        if (rate > best_rate) best = int64_t(i) + 1, best_rate = rate;
+    }
+    return best;
+}
+
 DraftGate::DraftGate(DraftCost cost, int64_t max_drafts, double min_gain, int64_t probe_after)
     : cost_(cost), max_drafts_(max_drafts), min_gain_(min_gain), probe_after_(probe_after),
       next_probe_after_(probe_after) {

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace sluice {
 
@@ -53,6 +54,15 @@ DraftCost draft_cost(const Model& target, double draft_bytes_per_token);
 // A draft model's bytes per drafted token in the same unit: what it streams counts fully, what it holds in RAM at
 // ram_weight (the target's ram_byte_weight).
 double draft_pass_bytes(const Model& draft, double ram_weight);
+
+// How many of a block's drafts to verify, from a confidence per draft: confidence[i] the chance that draft i is
+// accepted if every draft before it was (DSpark's confidence head; the model authors' evaluation scores the running
+// product as the chance that the first i drafts all survive verification). Verifying k drafts then yields
+// 1 + sum_{i <= k} prod_{r <= i} confidence[r] tokens in expectation and reads pass_bytes(k + 1): the k in
+// [0, confidence.size()] with the most tokens per byte, the shorter on a tie. This is DSpark's confidence-scheduled
+// verification with the pass's bytes in place of the serving engine's profiled throughput curve. The bytes of the
+// drafting itself are not counted (the block is drafted by then), so pass `cost` with draft_bytes_per_token 0.
+int64_t confidence_cut(const DraftCost& cost, std::span<const float> confidence);
 
 class DraftGate {
 public:

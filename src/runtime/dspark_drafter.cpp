@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "runtime/draft_gate.h"
+
 namespace sluice {
 
 struct DSparkDrafter::Seq {
@@ -11,7 +13,7 @@ struct DSparkDrafter::Seq {
 };
 
 DSparkDrafter::DSparkDrafter(const std::string& dir, Model& target, int n_threads)
-    : model_(DSparkModel::load(dir, target, n_threads)) {
+    : model_(DSparkModel::load(dir, target, n_threads)), target_(target) {
     target.set_hidden_taps(model_->config().target_layer_ids);
 }
 
@@ -55,6 +57,12 @@ std::vector<int32_t> DSparkDrafter::draft(Seq& s, std::span<const int32_t> conte
     }
     DSparkModel::Block b = model_->propose(s.ctx, context[size_t(L)], std::min(max_tokens, c.block_size));
     ++stats_.blocks;
+    if (confidence_cut_ && !b.confidence.empty()) {
+        // the target's pass bytes now (its residency plan decides what a row costs); the block is already drafted
+        const auto keep = size_t(confidence_cut(draft_cost(target_, 0), b.confidence));
+        stats_.cut += int64_t(b.drafts.size() - keep);
+        b.drafts.resize(keep);
+    }
     stats_.drafted += int64_t(b.drafts.size());
     stats_.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return b.drafts;

@@ -20,6 +20,7 @@
 #include "models/synth.h"
 #include "models/synth_roster.h"
 #include "models/weights.h"
+#include "runtime/draft_gate.h"
 #include "runtime/dspark_drafter.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
@@ -77,6 +78,52 @@ TEST(DSpark, GreedySameAsPlain) {
     DSparkDrafter ds(dirs().drafter.string(), *model);
     test::expect_greedy_same_as_plain(*model, [&] { return ds.drafter(); });
     EXPECT_EQ(ds.stats().no_taps, 0);
+}
+
+// With the confidence cut on (the draft gate's per-block part), a block keeps exactly the prefix confidence_cut
+// chooses from the block's own confidences and the target's pass bytes, and greedy output is still plain greedy.
+// Its own target has 128 experts (top 16), so each draft row adds experts to a pass (the shared fixture's 4 experts are
+// all used by every row, which makes every draft free).
+TEST(DSpark, ConfidenceCutKeepsThePrefixThatPays) {
+    const fs::path root = test::scratch_dir("dspark_cut"), target = root / "k3", drafter = root / "dspark";
+    synth_checkpoint({.like = "kimi-k3", .layers = 3, .experts = 128, .scale_down = 32, .seed = 7,
+                      .out_dir = target.string(), .sync = false});
+    synth_checkpoint({.like = "kimi-k3-dspark", .layers = 2, .scale_down = 32, .seed = 11,
+                      .out_dir = drafter.string(), .target_dir = target.string(), .sync = false});
+    auto model = load_model(target.string());
+    const DraftCost cost = draft_cost(*model, 0);
+    ASSERT_GT(cost.pass_bytes(2), 1.2 * cost.pass_bytes(1));
+    auto dm = DSparkModel::load(drafter.string(), *model);
+    model->set_hidden_taps(dm->config().target_layer_ids);
+    const auto ids = test::drafter_prompt();
+    const int64_t W = dm->config().context_width(), B = dm->config().block_size;
+    const auto s = test::prefill(*model, std::span<const int32_t>(ids).first(ids.size() - 1));
+    std::vector<float> rows(size_t(s->taps().rows() * W));
+    for (int64_t t = 0; t < s->taps().rows(); ++t) std::copy_n(s->taps().row(t), W, rows.data() + t * W);
+    auto seq = dm->new_seq();
+    dm->ingest(seq, rows.data(), s->taps().rows());
+    const auto block = dm->propose(seq, ids.back(), B);
+    ASSERT_EQ(block.confidence.size(), size_t(B));
+    const int64_t keep = confidence_cut(cost, block.confidence);
+    EXPECT_LT(keep, B) << "on this model some draft should not pay for its row (else the cut is not exercised)";
+
+    DSparkDrafter whole(drafter.string(), *model), cut(drafter.string(), *model);
+    ASSERT_TRUE(cut.has_confidence_head());
+    cut.set_confidence_cut(true);
+    EXPECT_EQ(whole.drafter()(ids, B, s.get()), block.drafts);
+    EXPECT_EQ(cut.drafter()(ids, B, s.get()), std::vector<int32_t>(block.drafts.begin(), block.drafts.begin() + keep));
+    EXPECT_EQ(cut.stats().cut, B - keep);
+    EXPECT_EQ(whole.stats().cut, 0);
+
+    const auto ref = test::reference_generate(*model, ids, 40, false);
+    GenerateOptions g;
+    g.max_new_tokens = 40;
+    g.stop_at_eos = false;
+    SpeculativeOptions so;
+    so.draft_tokens = B;
+    so.drafter = cut.drafter();
+    EXPECT_EQ(generate_speculative(*model, ids, g, so).ids, ref.ids);
+    EXPECT_GT(cut.stats().cut, B - keep);  // it cut blocks during generation too
 }
 
 // The drafter sees, at every call, the tap rows a clean prefill of the same tokens gives (the engine's drafts,

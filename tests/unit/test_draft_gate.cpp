@@ -1,7 +1,9 @@
 // The speculative pays-off gate (runtime/draft_gate.h): its cost model, the lengths it picks from acceptance, turning
-// itself off and probing back, and determinism (its choices are a function of what it was told, nothing else).
+// itself off and probing back, determinism (its choices are a function of what it was told, nothing else), and the
+// confidence cut of a DSpark block.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "runtime/draft_gate.h"
@@ -148,4 +150,30 @@ TEST(DraftGate, SameHistorySameChoices) {
         if (kb > 0) b.record(kb, std::min(kb, acc));
     }
     EXPECT_EQ(la, lb);
+}
+
+// DSpark's confidence-scheduled verification with pass bytes as the cost (draft_gate.h, confidence_cut): verify the
+// prefix of a block with the most expected tokens per byte; the expected tokens of k drafts are 1 plus the running
+// products of the confidences.
+TEST(DraftGate, ConfidenceCutKeepsTheDraftsThatPayForTheirRows) {
+    // extra rows cost nothing: every draft with a chance to land is kept; after a sure rejection none are
+    EXPECT_EQ(confidence_cut(dense(), std::vector<float>{0.3f, 0.2f, 0.9f}), 3);
+    EXPECT_EQ(confidence_cut(dense(), std::vector<float>{0.9f, 0.9f, 0.0f, 0.9f}), 2);
+    EXPECT_EQ(confidence_cut(dense(), std::vector<float>{}), 0);
+    // K3 with its spine counted in full: a draft row adds ~18% to a pass. Survivals 0.9, 0.81, 0.081, 0.073: the
+    // first two pay (1.9 tokens for 1.18 passes, 2.71 for 1.36), the third does not (2.79 for 1.54)
+    EXPECT_EQ(confidence_cut(k3(), std::vector<float>{0.9f, 0.9f, 0.1f, 0.9f}), 2);
+    EXPECT_EQ(confidence_cut(k3(), std::vector<float>(7, 0.95f)), 7);
+    EXPECT_EQ(confidence_cut(k3(), std::vector<float>(7, 0.5f)), 2);
+    // K3 with its spine in RAM and experts streaming (spine at 1/16): a draft row adds ~77% of a pass, so a lone
+    // draft pays only above 0.77
+    DraftCost streamed = k3();
+    streamed.spine_bytes /= 16;
+    EXPECT_EQ(confidence_cut(streamed, std::vector<float>{0.7f}), 0);
+    EXPECT_EQ(confidence_cut(streamed, std::vector<float>{0.8f}), 1);
+    EXPECT_EQ(confidence_cut(streamed, std::vector<float>(7, 0.95f)), 3);
+    EXPECT_EQ(confidence_cut(streamed, std::vector<float>(7, 0.5f)), 0);
+    // a non-finite confidence counts as a sure rejection; out-of-range ones are clamped to [0, 1]
+    EXPECT_EQ(confidence_cut(dense(), std::vector<float>{0.9f, std::numeric_limits<float>::quiet_NaN(), 0.9f}), 1);
+    EXPECT_EQ(confidence_cut(dense(), std::vector<float>{1.5f, -0.5f, 0.9f}), 1);
 }
