@@ -5,6 +5,7 @@
 // their codes up as the two bytes of a bf16 with vpshufb (INT4: in a table of the block's 16 scaled values).
 #include <immintrin.h>
 
+#include <concepts>
 #include <cstring>
 
 #include "ops/cpu/kernels.h"
@@ -18,28 +19,29 @@ namespace {
 // Every decoder prefetches its row this far ahead, one line per 64 bytes consumed (as the AVX-512 matvec).
 constexpr int64_t kPrefetchBytes = 512;
 
-// MXFP4 (kMx) and INT4_G32, 32 columns (16 bytes, one scale block) per load.
+// MXFP4 (kMx) and INT4_G32, 32 columns (16 bytes, one scale block) per load. begin_chunk decodes a 512-column
+// chunk's scales before the column loop and says whether INT4's table form holds for the whole chunk; the loop is
+// compiled once per form (load<kTable>), with no per-block test or scale decoding inside it.
 template <bool kMx>
 struct NibbleDec {
     static constexpr int kVecs = 4;
     const uint8_t* q;
     const uint8_t* s;
     int64_t cols;
-    // the blocks of columns [c, c + 256): MXFP4's E8M0 scales as f32 (decode_scales); INT4_G32's scales' signs and
-    // powers of two as f32, with their mantissas below and whether all eight are in the table range of
-    // int4_mantissa.h (decode_int4_scales)
-    alignas(32) float scale[8];
-    alignas(32) int32_t mantissa[8];
-    bool table_form = false;
+    // the 16 blocks of the current chunk: MXFP4's E8M0 scales as f32 (decode_scales); INT4_G32's scales' signs and
+    // powers of two as f32, with their mantissas below (decode_int4_scales)
+    alignas(32) float scale[16];
+    alignas(32) int32_t mantissa[16];
     void init(const Weight& w, int64_t r) {
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
         s = w.scales + uint64_t(r) * uint64_t(w.cols / 32) * (kMx ? 1 : 2);
         cols = w.cols;
     }
-    // 2^(e - 127) for eight blocks at once, without branches: e = 0 is 2^-127 (0x00400000), e = 255 NaN.
-    void decode_scales(int64_t c) {
+    // 2^(e - 127) for the eight blocks of columns [c, c + 256) at once, without branches: e = 0 is 2^-127
+    // (0x00400000), e = 255 NaN.
+    void decode_scales(int64_t c, float* out) const {
         if (c + 256 > cols) {
-            for (int64_t b = c / 32; b < cols / 32; ++b) scale[b % 8] = e8m0(s[b]);
+            for (int64_t b = c / 32; b < cols / 32; ++b) out[b % 8] = e8m0(s[b]);
             return;
         }
         const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + c / 32)));
@@ -47,44 +49,51 @@ struct NibbleDec {
                                                 _mm256_cmpeq_epi32(e, _mm256_set1_epi32(0xFF)));
         const __m256i bits =
             _mm256_or_si256(_mm256_slli_epi32(e, 23), _mm256_and_si256(special, _mm256_set1_epi32(0x00400000)));
-        _mm256_store_ps(scale, _mm256_castsi256_ps(bits));
+        _mm256_store_ps(out, _mm256_castsi256_ps(bits));
     }
-    void decode_int4_scales(int64_t c) {
+    // The same eight blocks' INT4 scales; true when all are in the table range of int4_mantissa.h.
+    bool decode_int4_scales(int64_t c, float* out, int32_t* mant) const {
         if (c + 256 > cols) {
-            table_form = true;
+            bool table_form = true;
             for (int64_t b = c / 32; b < cols / 32; ++b) {
                 const uint16_t bits = load_u16(s + 2 * b);
                 table_form = table_form && int4_scale_in_table_range(bits);
-                mantissa[b % 8] = int32_t(bits & 0x7Fu);
-                scale[b % 8] = bits_to_f32(int4_scale_power_bits(bits));
+                mant[b % 8] = int32_t(bits & 0x7Fu);
+                out[b % 8] = bits_to_f32(int4_scale_power_bits(bits));
             }
-            return;
+            return table_form;
         }
         const __m256i bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + c / 16)));
         const __m256i e = _mm256_and_si256(_mm256_srli_epi32(bits, 7), _mm256_set1_epi32(0xFF));
         const __m256i ok = _mm256_and_si256(_mm256_cmpgt_epi32(e, _mm256_setzero_si256()),
                                             _mm256_cmpgt_epi32(_mm256_set1_epi32(251), e));
-        table_form = _mm256_movemask_ps(_mm256_castsi256_ps(ok)) == 0xFF;
-        _mm256_store_si256(reinterpret_cast<__m256i*>(mantissa), _mm256_and_si256(bits, _mm256_set1_epi32(0x7F)));
-        _mm256_store_ps(scale, _mm256_castsi256_ps(_mm256_slli_epi32(
-                                   _mm256_and_si256(bits, _mm256_set1_epi32(0xFF80)), 16)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(mant), _mm256_and_si256(bits, _mm256_set1_epi32(0x7F)));
+        _mm256_store_ps(out, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0xFF80)), 16)));
+        return _mm256_movemask_ps(_mm256_castsi256_ps(ok)) == 0xFF;
+    }
+    bool begin_chunk(int64_t c0) {
+        bool table_form = true;
+        for (int64_t h = 0; h < kChunkCols / 256 && c0 + 256 * h < cols; ++h) {
+            if constexpr (kMx)
+                decode_scales(c0 + 256 * h, scale + 8 * h);
+            else
+                table_form = decode_int4_scales(c0 + 256 * h, scale + 8 * h, mantissa + 8 * h) && table_form;
+        }
+        return table_form;
     }
     // MXFP4: +-m through a bf16 lookup (e2m1_vectors) times the scale, as the blocked path computes it. INT4_G32:
     // the 16 values bf16((q - 8) * scale) looked up the same way, from the table of the scale's mantissa times its
-    // power of two (int4_mantissa.h) when the eight blocks' scales allow, else built per block and rounded.
-    void load(int64_t c, __m256* v) {
+    // power of two (int4_mantissa.h) when the chunk's scales allow, else built per block and rounded.
+    template <bool kTable>
+    void load(int64_t c, __m256* v) const {
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
-        if constexpr (kMx) {
-            if (c % 256 == 0) decode_scales(c);
-            e2m1_vectors(mx_codes(q + c / 2), _mm256_broadcast_ss(&scale[(c / 32) % 8]), v);
-        } else {
-            if (c % 256 == 0) decode_int4_scales(c);
-            const int64_t b = (c / 32) % 8;
-            if (table_form)
-                int4_table_vectors(q + c / 2, unsigned(mantissa[b]), _mm256_broadcast_ss(&scale[b]), v);
-            else
-                int4_vectors(q + c / 2, load_u16(s + (c / 32) * 2), v);
-        }
+        const int64_t b = (c / 32) % 16;
+        if constexpr (kMx)
+            e2m1_vectors(mx_codes(q + c / 2), _mm256_broadcast_ss(&scale[b]), v);
+        else if constexpr (kTable)
+            int4_table_vectors(q + c / 2, unsigned(mantissa[b]), _mm256_broadcast_ss(&scale[b]), v);
+        else
+            int4_vectors(q + c / 2, load_u16(s + (c / 32) * 2), v);
     }
 };
 
@@ -152,9 +161,36 @@ struct Half16Dec {  // BF16 and F16, 8 columns per load
     }
 };
 
+// A decoder with begin_chunk(c0) -> bool prepares each chunk before the column loop and picks its form (NibbleDec).
+template <class D>
+concept ChunkedDecoder = requires(D& d, int64_t c, __m256* v) {
+    { d.begin_chunk(c) } -> std::same_as<bool>;
+    d.template load<true>(c, v);
+};
+
+template <bool kFast, class D, int MR, int NR>
+[[gnu::always_inline]] inline void fused_columns(D* dec, const float* x, int64_t cols, int64_t c0, int64_t end,
+                                                 __m256 (&acc)[MR][NR]) {
+    constexpr int64_t kStep = 8 * D::kVecs;
+    for (int64_t c = c0; c < end; c += kStep) {
+        // GCC leaves this loop rolled (its body is large), and acc[j] with a run-time j lives on the stack,
+        // a store-to-load forward in every FMA chain: MXFP4 one row ran 20% slower.
+#pragma GCC unroll 8
+        for (int j = 0; j < MR; ++j) {
+            __m256 wv[D::kVecs];
+            if constexpr (ChunkedDecoder<D>)
+                dec[j].template load<kFast>(c, wv);
+            else
+                dec[j].load(c, wv);
+            for (int v = 0; v < D::kVecs; ++v)
+                for (int i = 0; i < NR; ++i)
+                    acc[j][i] = _mm256_fmadd_ps(wv[v], _mm256_loadu_ps(x + i * cols + c + 8 * v), acc[j][i]);
+        }
+    }
+}
+
 template <class D, int MR, int NR>
 void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
-    constexpr int64_t kStep = 8 * D::kVecs;
     const int64_t cols = w.cols;
     D dec[MR];
     for (int j = 0; j < MR; ++j) dec[j].init(w, r + j);
@@ -163,18 +199,15 @@ void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
         __m256 acc[MR][NR];
         for (int j = 0; j < MR; ++j)
             for (int i = 0; i < NR; ++i) acc[j][i] = _mm256_setzero_ps();
-        for (int64_t c = c0; c < end; c += kStep) {
-            // GCC leaves this loop rolled (its body is large), and acc[j] with a run-time j lives on the stack,
-            // a store-to-load forward in every FMA chain: MXFP4 one row ran 20% slower.
-#pragma GCC unroll 8
-            for (int j = 0; j < MR; ++j) {
-                __m256 wv[D::kVecs];
-                dec[j].load(c, wv);
-                for (int v = 0; v < D::kVecs; ++v)
-                    for (int i = 0; i < NR; ++i)
-                        acc[j][i] = _mm256_fmadd_ps(wv[v], _mm256_loadu_ps(x + i * cols + c + 8 * v), acc[j][i]);
-            }
+        bool fast = false;
+        if constexpr (ChunkedDecoder<D>) {
+            fast = true;
+            for (int j = 0; j < MR; ++j) fast = dec[j].begin_chunk(c0) && fast;  // every row's chunk prepared
         }
+        if (fast)
+            fused_columns<true>(dec, x, cols, c0, end, acc);
+        else
+            fused_columns<false>(dec, x, cols, c0, end, acc);
         for (int i = 0; i < NR; ++i)
             for (int j = 0; j < MR; ++j) {
                 const float part = hsum(acc[j][i]);
