@@ -32,7 +32,9 @@ namespace ops {
 // CPU kernel paths. The active one is the best the CPU supports unless SLUICE_CPU_PATH=portable|avx2|avx512|amx|neon
 // names another (read on first use) or set_cpu_path() overrides it; tests use this to run every path. Amx is
 // Avx512 with AMX-BF16 tile products for BF16/MXFP4/INT4 weights (exact: see ops/cpu/x86/amx_matmul.cpp). Neon
-// (AArch64 builds, ops/cpu/arm) gives the portable path's bits exactly (cpu_path_matches_portable).
+// (AArch64 builds, ops/cpu/arm) gives the portable path's bits exactly (cpu_path_matches_portable). On a CPU with
+// AVX-512 VBMI, SLUICE_AVX512_VBMI=0 runs the Avx512 path's few-row nibble decoders without it (same bits; to test
+// the decoders of AVX-512 CPUs that lack VBMI).
 enum class CpuPath : uint8_t { Portable, Avx2, Avx512, Amx, Neon };
 std::string_view cpu_path_name(CpuPath p);
 std::optional<CpuPath> cpu_path_from_name(std::string_view name);  // any path's name, built here or not

@@ -56,42 +56,46 @@ inline uint16_t u16_at(const uint8_t* p) {
 // 512 was the best of 0, 512, 1024 and 2048).
 constexpr int64_t kPrefetchBytes = 512;
 
-struct NibbleDec {  // MXFP4 and INT4_G32: byte j holds element 2j (low nibble) and 2j+1 (high nibble)
+// MXFP4 (kMx) and INT4_G32: byte j holds element 2j (low nibble) and 2j+1 (high nibble). begin_chunk reads a
+// 512-column chunk's scales before the column loop and says whether INT4's table form holds for all of them; the
+// loop is compiled once per form (avx512_fused.h), as the VBMI kernel's.
+template <bool kMx>
+struct NibbleDec {
     static constexpr int kVecs = 2;
     const uint8_t* q;
     const uint8_t* s;
     int64_t n_blocks;
-    bool mx;
     __m512 table;
     __m512i ia, ib, sh;
     alignas(64) float scales[16];  // the 16 block scales of the current 512-column chunk, as f32
     alignas(64) int32_t mantissa[16];  // INT4_G32 in table form: each block's kInt4Mantissa row...
     alignas(64) float power[16];       // ...and its scale's sign and power of two
-    bool table_form = false;           // the whole chunk's scales are in the table range
     void init(const Weight& w, int64_t r) {
-        mx = w.format == WeightFormat::MXFP4;
         n_blocks = w.cols / 32;
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
-        s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (mx ? 1 : 2);
-        table = _mm512_loadu_ps(mx ? ref::kE2M1Values : kInt4Table);
+        s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (kMx ? 1 : 2);
+        table = _mm512_loadu_ps(kMx ? ref::kE2M1Values : kInt4Table);
         ia = _mm512_load_si512(kSpread.a);
         ib = _mm512_load_si512(kSpread.b);
         sh = _mm512_load_si512(kSpread.shifts);
     }
-    void refill(int64_t c) {
-        chunk_scales(s, n_blocks, c, mx, scales);
-        if (!mx) table_form = chunk_int4_table_form(scales, n_blocks, c, mantissa, power);
+    bool begin_chunk(int64_t c0) {
+        chunk_scales(s, n_blocks, c0, kMx, scales);
+        if constexpr (kMx)
+            return true;
+        else
+            return chunk_int4_table_form(scales, n_blocks, c0, mantissa, power);
     }
-    void load(int64_t c, __m512* v) {
-        if (c % kChunkCols == 0) refill(c);
+    template <bool kTableForm>
+    void load(int64_t c, __m512* v) const {
         // Each row is its own stream; the hardware prefetchers alone left the decode waiting on memory.
         if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
         const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
         const int64_t b = (c / 32) % 16;
         __m512 st;
-        if (mx)
+        if constexpr (kMx)
             st = _mm512_mul_ps(table, _mm512_set1_ps(scales[b]));
-        else if (table_form)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa (int4_mantissa.h)
+        else if constexpr (kTableForm)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa (int4_mantissa.h)
             st = _mm512_mul_ps(_mm512_load_ps(kInt4Mantissa.values[mantissa[b]]), _mm512_set1_ps(power[b]));
         else  // q * scale rounded to bf16
             st = round_bf16_ps(_mm512_mul_ps(table, _mm512_set1_ps(scales[b])));
@@ -175,8 +179,8 @@ struct Fp8Dec {
 bool matmul_rows_fused(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
     if (n < 1 || n > 4) return false;
     switch (w.format) {
-        case WeightFormat::MXFP4:
-        case WeightFormat::INT4_G32: fused_any_n<NibbleDec>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::MXFP4: fused_any_n<NibbleDec<true>>(w, x, n, y, r0, r1); return true;
+        case WeightFormat::INT4_G32: fused_any_n<NibbleDec<false>>(w, x, n, y, r0, r1); return true;
         case WeightFormat::MXFP4_GGML: fused_any_n<GgmlMxDec>(w, x, n, y, r0, r1); return true;
         case WeightFormat::Q8_0: fused_any_n<Q8Dec>(w, x, n, y, r0, r1); return true;
         case WeightFormat::BF16:
