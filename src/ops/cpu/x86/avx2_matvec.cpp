@@ -5,9 +5,9 @@
 // their codes up as the two bytes of a bf16 with vpshufb (INT4: in a table of the block's 16 scaled values).
 #include <immintrin.h>
 
-#include <concepts>
 #include <cstring>
 
+#include "ops/cpu/chunked_decoder.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/x86/avx2_common.h"
 #include "ops/reference/dequantize_detail.h"
@@ -161,13 +161,6 @@ struct Half16Dec {  // BF16 and F16, 8 columns per load
     }
 };
 
-// A decoder with begin_chunk(c0) -> bool prepares each chunk before the column loop and picks its form (NibbleDec).
-template <class D>
-concept ChunkedDecoder = requires(D& d, int64_t c, __m256* v) {
-    { d.begin_chunk(c) } -> std::same_as<bool>;
-    d.template load<true>(c, v);
-};
-
 template <bool kFast, class D, int MR, int NR>
 [[gnu::always_inline]] inline void fused_columns(D* dec, const float* x, int64_t cols, int64_t c0, int64_t end,
                                                  __m256 (&acc)[MR][NR]) {
@@ -178,10 +171,7 @@ template <bool kFast, class D, int MR, int NR>
 #pragma GCC unroll 8
         for (int j = 0; j < MR; ++j) {
             __m256 wv[D::kVecs];
-            if constexpr (ChunkedDecoder<D>)
-                dec[j].template load<kFast>(c, wv);
-            else
-                dec[j].load(c, wv);
+            load_form<kFast>(dec[j], c, wv);
             for (int v = 0; v < D::kVecs; ++v)
                 for (int i = 0; i < NR; ++i)
                     acc[j][i] = _mm256_fmadd_ps(wv[v], _mm256_loadu_ps(x + i * cols + c + 8 * v), acc[j][i]);
@@ -199,12 +189,7 @@ void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
         __m256 acc[MR][NR];
         for (int j = 0; j < MR; ++j)
             for (int i = 0; i < NR; ++i) acc[j][i] = _mm256_setzero_ps();
-        bool fast = false;
-        if constexpr (ChunkedDecoder<D>) {
-            fast = true;
-            for (int j = 0; j < MR; ++j) fast = dec[j].begin_chunk(c0) && fast;  // every row's chunk prepared
-        }
-        if (fast)
+        if (begin_chunks<__m256>(dec, MR, c0))
             fused_columns<true>(dec, x, cols, c0, end, acc);
         else
             fused_columns<false>(dec, x, cols, c0, end, acc);

@@ -7,10 +7,13 @@
 
 #include <immintrin.h>
 
-#include <concepts>
 #include <cstdint>
+#include <cstring>
 
+#include "ops/cpu/chunked_decoder.h"
+#include "ops/cpu/int4_mantissa.h"
 #include "ops/cpu/kernels.h"
+#include "ops/reference/dequantize_detail.h"
 #include "ops/weight.h"
 
 namespace sluice::ops::cpu::avx512 {
@@ -49,14 +52,50 @@ inline bool chunk_int4_table_form(const float* scales, int64_t n_blocks, int64_t
     return (ok & valid) == valid;
 }
 
-// A decoder with begin_chunk(c0) -> bool prepares each kChunkCols-column chunk before its loads and says whether
-// the chunk takes its fast form (load<true>; else load<false>): the column loop is compiled once per form, so no
-// per-block test sits inside it (GCC, given one, moved the code loads into general registers, whose broadcasts
-// take the shuffle port the lookups need, and kept the accumulators on the stack).
-template <class D>
-concept ChunkedDecoder = requires(D& d, int64_t c, __m512* v) {
-    { d.begin_chunk(c) } -> std::same_as<bool>;
-    d.template load<true>(c, v);
+constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+// Every decoder prefetches its row this far ahead, one line per 64 bytes consumed: with 4 rows per thread the
+// hardware prefetchers alone left the decode waiting on memory (INT4 one-row +20%, FP8 +7-20% on a 2-core VM;
+// 512 was the best of 0, 512, 1024 and 2048).
+constexpr int64_t kPrefetchBytes = 512;
+
+// The part of an MXFP4 (kMx) or INT4_G32 row decoder that does not depend on how codes are spread into lanes: the
+// row's codes and scales, the current chunk's scales (begin_chunk: INT4's table form holds when every block's scale
+// allows it), and the 16 values of a block's codes. Round: the rounding of q * scale to bf16 for INT4 outside the
+// table form (the decoders use different forms of the same rounding).
+template <bool kMx>
+struct NibbleRow {
+    const uint8_t* q;
+    const uint8_t* s;
+    int64_t n_blocks;
+    __m512 table;
+    alignas(64) float scales[16];      // the 16 block scales of the current 512-column chunk, as f32
+    alignas(64) int32_t mantissa[16];  // INT4_G32 in table form (int4_mantissa.h): each block's table row...
+    alignas(64) float power[16];       // ...and its scale's sign and power of two
+    void init_row(const Weight& w, int64_t r) {
+        n_blocks = w.cols / 32;
+        q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
+        s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (kMx ? 1 : 2);
+        table = _mm512_loadu_ps(kMx ? ref::kE2M1Values : kInt4Table);
+    }
+    bool begin_chunk(int64_t c0) {
+        chunk_scales(s, n_blocks, c0, kMx, scales);
+        if constexpr (kMx)
+            return true;
+        else
+            return chunk_int4_table_form(scales, n_blocks, c0, mantissa, power);
+    }
+    // Prefetches ahead of column c (each row is its own stream) and gives the values of the codes of c's block.
+    template <bool kTableForm, class Round>
+    __m512 block_values(int64_t c, Round round) const {
+        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
+        const int64_t b = (c / 32) % 16;
+        if constexpr (kMx)
+            return _mm512_mul_ps(table, _mm512_set1_ps(scales[b]));
+        else if constexpr (kTableForm)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa
+            return _mm512_mul_ps(_mm512_load_ps(kInt4Mantissa.values[mantissa[b]]), _mm512_set1_ps(power[b]));
+        else  // q * scale rounded to bf16
+            return round(_mm512_mul_ps(table, _mm512_set1_ps(scales[b])));
+    }
 };
 
 template <bool kFast, class D, int MR, int NR>
@@ -68,10 +107,7 @@ template <bool kFast, class D, int MR, int NR>
             for (int v = 0; v < D::kVecs; ++v) xv[i][v] = _mm512_loadu_ps(x + i * cols + c + 16 * v);
         for (int j = 0; j < MR; ++j) {
             __m512 wv[D::kVecs];
-            if constexpr (ChunkedDecoder<D>)
-                dec[j].template load<kFast>(c, wv);
-            else
-                dec[j].load(c, wv);
+            load_form<kFast>(dec[j], c, wv);
             for (int v = 0; v < D::kVecs; ++v)
                 for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_fmadd_ps(wv[v], xv[i][v], acc[j][i]);
         }
@@ -88,12 +124,7 @@ void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
         __m512 acc[MR][NR];
         for (int j = 0; j < MR; ++j)
             for (int i = 0; i < NR; ++i) acc[j][i] = _mm512_setzero_ps();
-        bool fast = false;
-        if constexpr (ChunkedDecoder<D>) {
-            fast = true;
-            for (int j = 0; j < MR; ++j) fast = dec[j].begin_chunk(c0) && fast;  // every row's chunk prepared
-        }
-        if (fast)
+        if (begin_chunks<__m512>(dec, MR, c0))
             fused_columns<true>(dec, x, cols, c0, end, acc);
         else
             fused_columns<false>(dec, x, cols, c0, end, acc);

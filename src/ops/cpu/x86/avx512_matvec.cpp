@@ -10,7 +10,6 @@
 
 #include <cstring>
 
-#include "ops/cpu/int4_mantissa.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/x86/avx512_fused.h"
 #include "ops/cpu/x86/round_bf16.h"
@@ -20,7 +19,6 @@ namespace sluice::ops::cpu::avx512 {
 
 namespace {
 
-constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
 // vpshufb indices putting byte e/2 (A: elements 0..15) or 8 + e/2 (B: 16..31) into dword e; vpsrlvd by 4 on odd
 // dwords then brings the high nibble down. vpermps reads only the low 4 bits of each index.
@@ -51,54 +49,23 @@ inline uint16_t u16_at(const uint8_t* p) {
     return h;
 }
 
-// Every decoder prefetches its row this far ahead, one line per 64 bytes consumed: with 4 rows per thread the
-// hardware prefetchers alone left the decode waiting on memory (INT4 one-row +20%, FP8 +7-20% on a 2-core VM;
-// 512 was the best of 0, 512, 1024 and 2048).
-constexpr int64_t kPrefetchBytes = 512;
 
-// MXFP4 (kMx) and INT4_G32: byte j holds element 2j (low nibble) and 2j+1 (high nibble). begin_chunk reads a
-// 512-column chunk's scales before the column loop and says whether INT4's table form holds for all of them; the
-// loop is compiled once per form (avx512_fused.h), as the VBMI kernel's.
+// MXFP4 (kMx) and INT4_G32: byte j holds element 2j (low nibble) and 2j+1 (high nibble).
 template <bool kMx>
-struct NibbleDec {
+struct NibbleDec : NibbleRow<kMx> {
     static constexpr int kVecs = 2;
-    const uint8_t* q;
-    const uint8_t* s;
-    int64_t n_blocks;
-    __m512 table;
     __m512i ia, ib, sh;
-    alignas(64) float scales[16];  // the 16 block scales of the current 512-column chunk, as f32
-    alignas(64) int32_t mantissa[16];  // INT4_G32 in table form: each block's kInt4Mantissa row...
-    alignas(64) float power[16];       // ...and its scale's sign and power of two
     void init(const Weight& w, int64_t r) {
-        n_blocks = w.cols / 32;
-        q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
-        s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (kMx ? 1 : 2);
-        table = _mm512_loadu_ps(kMx ? ref::kE2M1Values : kInt4Table);
+        this->init_row(w, r);
         ia = _mm512_load_si512(kSpread.a);
         ib = _mm512_load_si512(kSpread.b);
         sh = _mm512_load_si512(kSpread.shifts);
     }
-    bool begin_chunk(int64_t c0) {
-        chunk_scales(s, n_blocks, c0, kMx, scales);
-        if constexpr (kMx)
-            return true;
-        else
-            return chunk_int4_table_form(scales, n_blocks, c0, mantissa, power);
-    }
     template <bool kTableForm>
     void load(int64_t c, __m512* v) const {
-        // Each row is its own stream; the hardware prefetchers alone left the decode waiting on memory.
-        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
-        const __m512i bytes = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
-        const int64_t b = (c / 32) % 16;
-        __m512 st;
-        if constexpr (kMx)
-            st = _mm512_mul_ps(table, _mm512_set1_ps(scales[b]));
-        else if constexpr (kTableForm)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa (int4_mantissa.h)
-            st = _mm512_mul_ps(_mm512_load_ps(kInt4Mantissa.values[mantissa[b]]), _mm512_set1_ps(power[b]));
-        else  // q * scale rounded to bf16
-            st = round_bf16_ps(_mm512_mul_ps(table, _mm512_set1_ps(scales[b])));
+        const __m512 st = this->template block_values<kTableForm>(c, [](__m512 f) { return round_bf16_ps(f); });
+        const __m512i bytes =
+            _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(this->q + c / 2)));
         v[0] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, ia), sh), st);
         v[1] = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(bytes, ib), sh), st);
     }

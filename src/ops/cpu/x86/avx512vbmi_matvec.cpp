@@ -10,17 +10,13 @@
 
 #include <cstring>
 
-#include "ops/cpu/int4_mantissa.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/x86/avx512_fused.h"
-#include "ops/reference/dequantize_detail.h"
 
 namespace sluice::ops::cpu::avx512 {
 
 namespace {
 
-constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
-constexpr int64_t kPrefetchBytes = 512;  // as avx512_matvec.cpp
 
 // vpmultishiftqb control: in qword j of the output, dword 2j takes bits [8j, 8j + 8) of the source qword (the
 // low nibble of byte j: column 2j) and dword 2j + 1 bits [8j + 4, 8j + 12) (the high nibble: column 2j + 1).
@@ -45,45 +41,19 @@ inline __m512 round_bf16_product(__m512 f) {
 }
 
 template <bool kMx>
-struct VbmiNibbleDec {
+struct VbmiNibbleDec : NibbleRow<kMx> {
     static constexpr int kVecs = 2;
-    const uint8_t* q;
-    const uint8_t* s;
-    int64_t n_blocks;
-    __m512 table;
     __m512i control;
-    alignas(64) float scales[16];  // the 16 block scales of the current 512-column chunk, as f32
-    alignas(64) int32_t mantissa[16];  // INT4_G32 in table form (int4_mantissa.h): each block's table row...
-    alignas(64) float power[16];       // ...and its scale's sign and power of two
     void init(const Weight& w, int64_t r) {
-        n_blocks = w.cols / 32;
-        q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
-        s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (kMx ? 1 : 2);
-        table = _mm512_loadu_ps(kMx ? ref::kE2M1Values : kInt4Table);
+        this->init_row(w, r);
         control = _mm512_load_si512(kControl.bytes);
-    }
-    // The chunk's scales; for INT4_G32 also whether every one of its blocks takes the table form (load<true>).
-    bool begin_chunk(int64_t c0) {
-        chunk_scales(s, n_blocks, c0, kMx, scales);
-        if constexpr (kMx)
-            return true;
-        else
-            return chunk_int4_table_form(scales, n_blocks, c0, mantissa, power);
     }
     template <bool kTableForm>
     void load(int64_t c, __m512* v) const {
-        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
-        const int64_t b = (c / 32) % 16;
-        __m512 st;
-        if constexpr (kMx)
-            st = _mm512_mul_ps(table, _mm512_set1_ps(scales[b]));
-        else if constexpr (kTableForm)  // INT4_G32: bf16(q * scale), looked up by the scale's mantissa
-            st = _mm512_mul_ps(_mm512_load_ps(kInt4Mantissa.values[mantissa[b]]), _mm512_set1_ps(power[b]));
-        else  // q * scale rounded to bf16
-            st = round_bf16_product(_mm512_mul_ps(table, _mm512_set1_ps(scales[b])));
+        const __m512 st = this->template block_values<kTableForm>(c, [](__m512 f) { return round_bf16_product(f); });
         for (int h = 0; h < 2; ++h) {
             long long codes;
-            std::memcpy(&codes, q + c / 2 + 8 * h, 8);
+            std::memcpy(&codes, this->q + c / 2 + 8 * h, 8);
             v[h] = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(control, _mm512_set1_epi64(codes)), st);
         }
     }
