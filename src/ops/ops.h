@@ -32,9 +32,7 @@ namespace ops {
 // CPU kernel paths. The active one is the best the CPU supports unless SLUICE_CPU_PATH=portable|avx2|avx512|amx|neon
 // names another (read on first use) or set_cpu_path() overrides it; tests use this to run every path. Amx is
 // Avx512 with AMX-BF16 tile products for BF16/MXFP4/INT4 weights (exact: see ops/cpu/x86/amx_matmul.cpp). Neon
-// (AArch64 builds, ops/cpu/arm) gives the portable path's bits exactly (cpu_path_matches_portable). On a CPU with
-// AVX-512 VBMI, SLUICE_AVX512_VBMI=0 runs the Avx512 path's few-row nibble decoders without it (same bits; to test
-// the decoders of AVX-512 CPUs that lack VBMI).
+// (AArch64 builds, ops/cpu/arm) gives the portable path's bits exactly (cpu_path_matches_portable).
 enum class CpuPath : uint8_t { Portable, Avx2, Avx512, Amx, Neon };
 std::string_view cpu_path_name(CpuPath p);
 std::optional<CpuPath> cpu_path_from_name(std::string_view name);  // any path's name, built here or not
@@ -46,6 +44,11 @@ std::vector<CpuPath> available_cpu_paths();  // portable first, best last
 bool cpu_path_matches_portable(CpuPath p);
 CpuPath cpu_path();
 void set_cpu_path(CpuPath p);  // throws sluice::Error if the CPU lacks it
+// Whether the Avx512 path's few-row MXFP4/INT4 decoders use VBMI (vpermb): on a CPU that has it, yes unless
+// SLUICE_AVX512_VBMI=0 (read on first use) or set_avx512_vbmi(false). Off runs the decoders of AVX-512 CPUs without
+// VBMI (Skylake-SP, Cascade Lake) on one that has it, to test and measure them; the bits are the same either way.
+bool avx512_vbmi();
+void set_avx512_vbmi(bool on);  // throws sluice::Error if on and the CPU lacks VBMI
 // Where the dispatching ops run: each ExecContext has its backend, chosen when it is made (ops/exec_context.h). On
 // Cuda every weight matmul and every attention whose head sizes fit the kernel's tiles run on the card
 // (ops/cuda/backend.h), and KDA's delta rule (ops/kda.h kda_recurrent_heads); the other ops stay on the CPU for now.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/cuda/backend.h"
@@ -46,8 +47,36 @@ struct Guarded {
 // Restores the active CPU path when a test ends.
 struct PathGuard {
     ops::CpuPath saved = ops::cpu_path();
-    ~PathGuard() { ops::set_cpu_path(saved); }
+    bool saved_vbmi = ops::avx512_vbmi();
+    ~PathGuard() {
+        ops::set_cpu_path(saved);
+        ops::set_avx512_vbmi(saved_vbmi);
+    }
 };
+
+// Every available path, and on a CPU with AVX-512 VBMI the Avx512 path a second time with VBMI off, so the few-row
+// decoders of AVX-512 CPUs without VBMI run here too. use() makes one active (under a PathGuard).
+struct PathVariant {
+    ops::CpuPath path;
+    bool vbmi;
+    std::string name() const {
+        return std::string(ops::cpu_path_name(path)) + (path == ops::CpuPath::Avx512 && !vbmi ? "(no vbmi)" : "");
+    }
+    void use() const {
+        ops::set_cpu_path(path);
+        ops::set_avx512_vbmi(vbmi);
+    }
+};
+
+std::vector<PathVariant> path_variants() {
+    const bool vbmi = ops::avx512_vbmi();
+    std::vector<PathVariant> out;
+    for (auto p : ops::available_cpu_paths()) {
+        out.push_back({p, vbmi});
+        if (p == ops::CpuPath::Avx512 && vbmi) out.push_back({p, false});
+    }
+    return out;
+}
 
 bool same_bits_or_both_nan(float a, float b) {
     if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
@@ -131,10 +160,10 @@ TEST(Ops, MatmulOddShapesEveryFormatEveryPath) {
                 const auto q = quantize(src.data(), rows, cols, f);
                 for (int64_t n : {1, 2, 5, 7}) {
                     const auto x = random_vec(n * cols, uint32_t(n + cols));
-                    for (auto p : ops::available_cpu_paths()) {
-                        ops::set_cpu_path(p);
-                        const std::string what = std::string(weight_format_name(f)) + " " +
-                                                 std::string(ops::cpu_path_name(p)) + " " + std::to_string(rows) +
+                    for (const auto& v : path_variants()) {
+                        v.use();
+                        const std::string what = std::string(weight_format_name(f)) + " " + v.name() + " " +
+                                                 std::to_string(rows) +
                                                  "x" + std::to_string(cols) + " n=" + std::to_string(n);
                         check_matmul(q.view(), x, n, pool, what.c_str());
                     }
@@ -150,9 +179,9 @@ TEST(Ops, MatmulRealShapesSmallBatch) {
         const auto src = random_vec(rows * cols, 99 + uint32_t(f));
         const auto q = quantize(src.data(), rows, cols, f);
         const auto x = random_vec(n * cols, 7);
-        for (auto p : ops::available_cpu_paths()) {
-            ops::set_cpu_path(p);
-            const std::string what = std::string(weight_format_name(f)) + " " + std::string(ops::cpu_path_name(p));
+        for (const auto& v : path_variants()) {
+            v.use();
+            const std::string what = std::string(weight_format_name(f)) + " " + v.name();
             check_matmul(q.view(), x, n, pool, what.c_str());
         }
     }
@@ -250,8 +279,8 @@ TEST(Ops, Int4ScalesOfEveryExponentSameBitsOnEveryPath) {
     const Weight w{WeightFormat::INT4_G32, rows, cols, codes.data(), scales.data()};
     std::vector<float> values(size_t(rows * cols));
     for (int64_t r = 0; r < rows; ++r) ops::ref::dequantize_row(w, r, &values[size_t(r * cols)]);
-    for (auto p : ops::available_cpu_paths()) {
-        ops::set_cpu_path(p);
+    for (const auto& v : path_variants()) {
+        v.use();
         for (int64_t n : {1, 2, 3, 4, 8, 33, 128}) {
             std::vector<float> x(size_t(n * cols), 0.0f), y(size_t(n * rows));
             std::vector<int64_t> at(static_cast<size_t>(n));
@@ -269,7 +298,7 @@ TEST(Ops, Int4ScalesOfEveryExponentSameBitsOnEveryPath) {
                     if (!row_finite || (want != 0.0f && !std::isnormal(want))) continue;
                     ++checked;
                     ASSERT_TRUE(got == want && (want == 0.0f || std::signbit(got) == std::signbit(want)))
-                        << ops::cpu_path_name(p) << " n " << n << " row " << r << " col " << at[size_t(i)] << ": " << got
+                        << v.name() << " n " << n << " row " << r << " col " << at[size_t(i)] << ": " << got
                         << " vs " << want;
                 }
             ASSERT_GT(checked, n * rows / 2);
@@ -279,8 +308,19 @@ TEST(Ops, Int4ScalesOfEveryExponentSameBitsOnEveryPath) {
             ops::dequantize_row(w, r, row.data());
             for (int64_t c = 0; c < cols; ++c)
                 ASSERT_TRUE(same_bits_or_both_nan(row[size_t(c)], values[size_t(r * cols + c)]))
-                    << ops::cpu_path_name(p) << " r " << r;
+                    << v.name() << " r " << r;
         }
+    }
+}
+
+TEST(Ops, Avx512VbmiSwitch) {
+    PathGuard guard;
+    if (!cpu_features().avx512_vbmi) EXPECT_THROW(ops::set_avx512_vbmi(true), Error);
+    ops::set_avx512_vbmi(false);
+    EXPECT_FALSE(ops::avx512_vbmi());
+    if (cpu_features().avx512_vbmi) {
+        ops::set_avx512_vbmi(true);
+        EXPECT_TRUE(ops::avx512_vbmi());
     }
 }
 

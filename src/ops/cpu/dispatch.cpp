@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <iterator>
+#include <string_view>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -28,6 +29,7 @@ namespace {
 constexpr int kUnset = -1;
 constexpr int64_t kMinDynamicBlocks = 256 / cpu::kRowBlock;  // 256 rows
 std::atomic<int> g_path{kUnset};
+std::atomic<int> g_vbmi{kUnset};
 
 // The paths this build has, portable first, best last; a CPU has a prefix of them (cpu_path_available).
 #if defined(SLUICE_CPU_X86)
@@ -136,6 +138,24 @@ void set_cpu_path(CpuPath p) {
     SLUICE_CHECK(cpu_path_available(p), "CPU path ", cpu_path_name(p), " is not available on this CPU (has ",
                  cpu_features().describe(), ")");
     g_path.store(int(p));
+}
+
+bool avx512_vbmi() {
+    int v = g_vbmi.load(std::memory_order_relaxed);
+    if (v == kUnset) {
+        const char* env = std::getenv("SLUICE_AVX512_VBMI");
+        const bool off = env && std::string_view(env) == "0";
+        int expected = kUnset;
+        g_vbmi.compare_exchange_strong(expected, int(cpu_features().avx512_vbmi && !off));
+        v = g_vbmi.load();
+    }
+    return v == 1;
+}
+
+void set_avx512_vbmi(bool on) {
+    SLUICE_CHECK(!on || cpu_features().avx512_vbmi, "AVX-512 VBMI is not available on this CPU (has ",
+                 cpu_features().describe(), ")");
+    g_vbmi.store(int(on));
 }
 
 double fma_probe(int64_t iterations) {

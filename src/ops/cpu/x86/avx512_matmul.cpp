@@ -8,15 +8,13 @@
 #endif
 #include <immintrin.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
-#include "core/cpu_features.h"
 #include "ops/cpu/decode_dispatch.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/matmul_driver.h"
 #include "ops/cpu/x86/round_bf16.h"
+#include "ops/ops.h"
 #include "ops/reference/dequantize_detail.h"
 
 namespace sluice::ops::cpu::avx512 {
@@ -177,18 +175,12 @@ struct Kernel {
     }
 };
 
-bool env_says_zero(const char* name) {
-    const char* v = std::getenv(name);
-    return v && std::string_view(v) == "0";
-}
-
 }  // namespace
 
 void matmul_rows(const Weight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, float* scratch) {
-    // SLUICE_AVX512_VBMI=0 keeps a CPU with VBMI on the plain AVX-512 few-row decoders (avx512_matvec.cpp), to test
-    // and measure them where no AVX-512 CPU without VBMI is at hand; the results are the same bits either way.
-    static const bool vbmi = cpu_features().avx512_vbmi && !env_says_zero("SLUICE_AVX512_VBMI");
-    if (vbmi && matmul_rows_fused_vbmi(w, x, n, y, r0, r1)) return;
+    // ops::avx512_vbmi() off (SLUICE_AVX512_VBMI=0, or a test) keeps a CPU with VBMI on the plain AVX-512 few-row
+    // decoders (avx512_matvec.cpp), to test and measure them where no AVX-512 CPU without VBMI is at hand.
+    if (ops::avx512_vbmi() && matmul_rows_fused_vbmi(w, x, n, y, r0, r1)) return;
     if (matmul_rows_fused(w, x, n, y, r0, r1)) return;
     matmul_rows_blocked<Kernel>(w, x, n, y, r0, r1, scratch);
 }
