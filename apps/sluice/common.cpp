@@ -91,7 +91,7 @@ void add_model_args(CLI::App* sub, ModelArgs& a) {
         ->check(positive())
         ->capture_default_str();
     sub->add_flag("--stats", a.stats, "print I/O and cache statistics to stderr");
-    sub->add_flag("--no-prefetch", a.no_prefetch, "do not read the next layer's likely experts ahead");
+    sub->add_flag("--no-prefetch", a.no_prefetch, "do not read ahead: neither the next layer's likely experts nor the next resident layers' spine matrices (their first reads)");
     sub->add_option("--experts-dir", a.experts_dir,
                     "read routed experts from a packed store (sluice pack): its folder, then any data folders, "
                     "comma-separated");

@@ -92,6 +92,14 @@ void Checkpoint::locate(const uint8_t* p, uint32_t* file, uint64_t* offset) cons
     fail(dir_, ": internal: pointer is not inside any checkpoint file");
 }
 
+bool Checkpoint::maps(const uint8_t* p) const {
+    for (const auto& f : files_) {
+        const uint8_t* b = f->base();
+        if (b && p >= b && p < b + f->size_bytes()) return true;
+    }
+    return false;
+}
+
 uint64_t Checkpoint::total_bytes() const {
     uint64_t n = 0;
     for (const auto& [k, v] : index_) n += v.second->nbytes();

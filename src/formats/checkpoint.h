@@ -27,6 +27,8 @@ public:
     // Where a byte of a mapped tensor lives on disk: index into files() and the file offset. Throws if p is not
     // inside any mapped file.
     void locate(const uint8_t* p, uint32_t* file, uint64_t* offset) const;
+    // Whether p is inside a mapped file (a weight made at load is not).
+    bool maps(const uint8_t* p) const;
 
 private:
     std::string dir_;

@@ -12,6 +12,7 @@
 #include "experts/expert_source.h"
 #include "experts/residency.h"
 #include "experts/spine_streamer.h"
+#include "experts/spine_warmer.h"
 #include "experts/streaming_expert_source.h"
 #include "formats/checkpoint.h"
 #include "models/model.h"
@@ -24,9 +25,12 @@ struct ExpertSetup {
     std::optional<ResidencyPlan> plan;           // set when a memory budget was given
     uint64_t expert_bytes = 0;                   // one routed expert (all matrices and scales)
     std::unique_ptr<SpineStreamer> spine;        // set when the budget streams the matrices of some layers
+    std::unique_ptr<SpineWarmer> warmer;         // reads the resident layers' matrices ahead (unless --no-prefetch)
 
-    // Every architecture calls this before layer l uses its weights (waits for a streamed layer's bytes).
+    // Every architecture calls this before layer l uses its weights (waits for a streamed layer's bytes, and asks
+    // for the next resident layers' first reads).
     void begin_layer(int64_t l) {
+        if (warmer) warmer->begin_layer(l);
         if (spine) spine->begin_layer(l);
     }
     // ... and this once the last layer has run (the first streamed layer's read starts during the head).

@@ -1,0 +1,107 @@
+#include "experts/spine_warmer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace sluice {
+
+namespace {
+constexpr uint64_t kChunkBytes = uint64_t(4) << 20;  // one pread; the kernel's readahead runs past it
+}  // namespace
+
+SpineWarmer::SpineWarmer(std::vector<std::string> paths, std::vector<std::vector<SpineExtent>> layers, int64_t depth)
+    : paths_(std::move(paths)),
+      fds_(paths_.size(), -1),
+      layers_(std::move(layers)),
+      depth_(std::max<int64_t>(0, depth)),
+      asked_(layers_.size(), 0) {
+    thread_ = std::thread([this] { run(); });
+}
+
+SpineWarmer::~SpineWarmer() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+        queue_.clear();
+    }
+    cv_.notify_all();
+    thread_.join();
+    for (int fd : fds_)
+        if (fd >= 0) ::close(fd);
+}
+
+void SpineWarmer::begin_layer(int64_t l) {
+    const int64_t n = int64_t(layers_.size());
+    if (l < 0 || l >= n) return;
+    bool any = false;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int64_t k = l; k <= l + depth_ && k < n; ++k) {
+            if (asked_[size_t(k)]) continue;
+            asked_[size_t(k)] = 1;
+            if (layers_[size_t(k)].empty()) continue;
+            queue_.push_back(k);
+            any = true;
+        }
+    }
+    if (any) cv_.notify_one();
+}
+
+void SpineWarmer::flush() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
+SpineWarmStats SpineWarmer::stats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+}
+
+// Reads layer l's extents through the page cache (the bytes themselves are dropped). Only this thread touches fds_.
+uint64_t SpineWarmer::read_layer(int64_t l) {
+    static thread_local std::unique_ptr<char[]> buf(new char[kChunkBytes]);
+    uint64_t done = 0;
+    for (const SpineExtent& e : layers_[size_t(l)]) {
+        if (e.file >= fds_.size()) continue;
+        int& fd = fds_[e.file];
+        if (fd == -1) {
+            fd = ::open(paths_[e.file].c_str(), O_RDONLY | O_CLOEXEC);
+            if (fd < 0) fd = -2;
+#if defined(POSIX_FADV_SEQUENTIAL)
+            else
+                (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // a larger readahead window
+#endif
+        }
+        if (fd < 0) continue;  // the faults read it, as without the warmer
+        for (uint64_t at = 0; at < e.length && !stop_.load(std::memory_order_relaxed);) {
+            const ssize_t got = ::pread(fd, buf.get(), size_t(std::min(kChunkBytes, e.length - at)), off_t(e.offset + at));
+            if (got <= 0) break;  // an error or a short file: left to the faults
+            at += uint64_t(got);
+            done += uint64_t(got);
+        }
+    }
+    return done;
+}
+
+void SpineWarmer::run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (stop_) return;
+        const int64_t l = queue_.front();
+        queue_.pop_front();
+        busy_ = true;
+        lock.unlock();
+        const uint64_t bytes = read_layer(l);
+        lock.lock();
+        stats_.layers += 1;
+        stats_.bytes += bytes;
+        busy_ = false;
+        if (queue_.empty()) idle_cv_.notify_all();
+    }
+}
+
+}  // namespace sluice
