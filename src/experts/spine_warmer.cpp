@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <memory>
 
 namespace sluice {
 
@@ -17,7 +16,9 @@ SpineWarmer::SpineWarmer(std::vector<std::string> paths, std::vector<std::vector
       fds_(paths_.size(), -1),
       layers_(std::move(layers)),
       depth_(std::max<int64_t>(0, depth)),
-      asked_(layers_.size(), 0) {
+      asked_(layers_.size(), 0),
+      buf_(new char[kChunkBytes]) {
+    queue_.reserve(layers_.size());
     thread_ = std::thread([this] { run(); });
 }
 
@@ -25,7 +26,6 @@ SpineWarmer::~SpineWarmer() {
     {
         std::lock_guard<std::mutex> lock(mu_);
         stop_ = true;
-        queue_.clear();
     }
     cv_.notify_all();
     thread_.join();
@@ -52,7 +52,7 @@ void SpineWarmer::begin_layer(int64_t l) {
 
 void SpineWarmer::flush() {
     std::unique_lock<std::mutex> lock(mu_);
-    idle_cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    idle_cv_.wait(lock, [&] { return next_ == queue_.size() && !busy_; });
 }
 
 SpineWarmStats SpineWarmer::stats() const {
@@ -62,7 +62,6 @@ SpineWarmStats SpineWarmer::stats() const {
 
 // Reads layer l's extents through the page cache (the bytes themselves are dropped). Only this thread touches fds_.
 uint64_t SpineWarmer::read_layer(int64_t l) {
-    static thread_local std::unique_ptr<char[]> buf(new char[kChunkBytes]);
     uint64_t done = 0;
     for (const SpineExtent& e : layers_[size_t(l)]) {
         if (e.file >= fds_.size()) continue;
@@ -77,7 +76,7 @@ uint64_t SpineWarmer::read_layer(int64_t l) {
         }
         if (fd < 0) continue;  // the faults read it, as without the warmer
         for (uint64_t at = 0; at < e.length && !stop_.load(std::memory_order_relaxed);) {
-            const ssize_t got = ::pread(fd, buf.get(), size_t(std::min(kChunkBytes, e.length - at)), off_t(e.offset + at));
+            const ssize_t got = ::pread(fd, buf_.get(), size_t(std::min(kChunkBytes, e.length - at)), off_t(e.offset + at));
             if (got <= 0) break;  // an error or a short file: left to the faults
             at += uint64_t(got);
             done += uint64_t(got);
@@ -89,10 +88,9 @@ uint64_t SpineWarmer::read_layer(int64_t l) {
 void SpineWarmer::run() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        cv_.wait(lock, [&] { return stop_ || next_ < queue_.size(); });
         if (stop_) return;
-        const int64_t l = queue_.front();
-        queue_.pop_front();
+        const int64_t l = queue_[next_++];
         busy_ = true;
         lock.unlock();
         const uint64_t bytes = read_layer(l);
@@ -100,7 +98,7 @@ void SpineWarmer::run() {
         stats_.layers += 1;
         stats_.bytes += bytes;
         busy_ = false;
-        if (queue_.empty()) idle_cv_.notify_all();
+        if (next_ == queue_.size()) idle_cv_.notify_all();
     }
 }
 

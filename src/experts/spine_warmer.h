@@ -13,7 +13,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -54,7 +54,10 @@ private:
     std::vector<char> asked_;  // per layer: queued once
     mutable std::mutex mu_;
     std::condition_variable cv_, idle_cv_;
-    std::deque<int64_t> queue_;
+    // layers queued, in order; each layer at most once, so reserved at construction: begin_layer never allocates
+    std::vector<int64_t> queue_;
+    size_t next_ = 0;  // queue_[next_] is the next to read
+    std::unique_ptr<char[]> buf_;  // one pread's bytes (made at construction, not during a pass)
     bool busy_ = false;
     std::atomic<bool> stop_{false};  // also checked between the chunks of a read
     SpineWarmStats stats_;
