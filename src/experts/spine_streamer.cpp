@@ -39,23 +39,30 @@ SpineLayerReads merge_spine_extents(std::vector<SpineExtent> ext) {
     return r;
 }
 
+SpineLayerReads spine_layer_reads(const Checkpoint& ck, const std::vector<Weight*>& weights) {
+    std::vector<SpineExtent> ext;
+    auto add = [&](const uint8_t* p, uint64_t n) {
+        if (!p || n == 0 || !ck.maps(p)) return;
+        SpineExtent e;
+        ck.locate(p, &e.file, &e.offset);
+        e.length = n;
+        ext.push_back(e);
+    };
+    for (const Weight* w : weights) {
+        if (w->rows == 0 || !w->data) continue;
+        add(w->data, w->data_bytes());
+        add(w->scales, w->scale_bytes());
+    }
+    return merge_spine_extents(std::move(ext));
+}
+
 SpineStreamer::SpineStreamer(const Checkpoint& ck, std::vector<std::vector<Weight*>> layers)
     : ck_(ck), layers_(std::move(layers)), regions_(layers_.size()), layer_bytes_(layers_.size(), 0) {
     for (size_t l = 0; l < layers_.size(); ++l) {
-        std::vector<Region> ext;
-        auto add = [&](const uint8_t* p, uint64_t n) {
-            if (!p || n == 0) return;
-            Region r;
-            ck_.locate(p, &r.file, &r.offset);
-            r.length = n;
-            ext.push_back(r);
-        };
-        for (Weight* w : layers_[l]) {
-            if (w->rows == 0 || !w->data) continue;
-            add(w->data, w->data_bytes());
-            add(w->scales, w->scale_bytes());
-        }
-        SpineLayerReads reads = merge_spine_extents(std::move(ext));
+        for (const Weight* w : layers_[l])  // a streamed Weight is rebound into its slot: it must come from a file
+            SLUICE_CHECK(w->rows == 0 || !w->data || (ck_.maps(w->data) && (!w->scales || ck_.maps(w->scales))), ck_.dir(),
+                         ": internal: a spine matrix to stream is not in the checkpoint's files");
+        SpineLayerReads reads = spine_layer_reads(ck_, layers_[l]);
         regions_[l] = std::move(reads.regions);
         layer_bytes_[l] = reads.read_bytes;
         weight_bytes_total_ += reads.weight_bytes;

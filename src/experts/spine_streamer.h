@@ -32,6 +32,9 @@ struct SpineLayerReads {
     uint64_t weight_bytes = 0;         // distinct tensor bytes (no padding, no gaps)
 };
 SpineLayerReads merge_spine_extents(std::vector<SpineExtent> extents);
+// The merged reads of one layer's Weights (data and scales) in the checkpoint's files; bytes the checkpoint does not
+// map (made at load) are left out. SpineStreamer and the resident layers' SpineWarmer both take their reads from it.
+SpineLayerReads spine_layer_reads(const Checkpoint& ck, const std::vector<Weight*>& weights);
 
 struct SpineStreamStats {
     uint64_t layers_read = 0;

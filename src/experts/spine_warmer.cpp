@@ -35,13 +35,14 @@ SpineWarmer::~SpineWarmer() {
 
 void SpineWarmer::begin_layer(int64_t l) {
     const int64_t n = int64_t(layers_.size());
-    if (l < 0 || l >= n) return;
+    if (l < 0 || l >= n || all_asked_.load(std::memory_order_relaxed)) return;
     bool any = false;
     {
         std::lock_guard<std::mutex> lock(mu_);
         for (int64_t k = l; k <= l + depth_ && k < n; ++k) {
             if (asked_[size_t(k)]) continue;
             asked_[size_t(k)] = 1;
+            if (++n_asked_ == asked_.size()) all_asked_.store(true, std::memory_order_relaxed);
             if (layers_[size_t(k)].empty()) continue;
             queue_.push_back(k);
             any = true;

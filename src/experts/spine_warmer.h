@@ -52,6 +52,8 @@ private:
     std::vector<std::vector<SpineExtent>> layers_;
     int64_t depth_;
     std::vector<char> asked_;  // per layer: queued once
+    size_t n_asked_ = 0;
+    std::atomic<bool> all_asked_{false};  // then begin_layer returns at once (every layer of every later pass)
     mutable std::mutex mu_;
     std::condition_variable cv_, idle_cv_;
     // layers queued, in order; each layer at most once, so reserved at construction: begin_layer never allocates

@@ -58,22 +58,7 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
     StreamingOptions so = opt.streaming;
     // The resident layers' matrices as file extents, for the warmer (every layer, until a plan streams some).
     std::vector<std::vector<SpineExtent>> warm(spine_layers.size());
-    for (size_t l = 0; l < spine_layers.size(); ++l) {
-        std::vector<SpineExtent> ext;
-        auto add = [&](const uint8_t* p, uint64_t n) {
-            if (!p || n == 0 || !ck.maps(p)) return;  // bytes made at load (not in a file) need no reading
-            SpineExtent e;
-            ck.locate(p, &e.file, &e.offset);
-            e.length = n;
-            ext.push_back(e);
-        };
-        for (const Weight* w : spine_layers[l]) {
-            if (w->rows == 0 || !w->data) continue;
-            add(w->data, w->data_bytes());
-            add(w->scales, w->scale_bytes());
-        }
-        warm[l] = merge_spine_extents(std::move(ext)).regions;
-    }
+    for (size_t l = 0; l < spine_layers.size(); ++l) warm[l] = spine_layer_reads(ck, spine_layers[l]).regions;
     if (opt.memory_budget_bytes > 0) {
         // beside the per-sequence state: the cache policy's own bookkeeping; the scratch arena of the largest pass
         // (its activations) is reserved by plan_residency_for_rows
@@ -95,7 +80,8 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
             s.spine = std::move(spine);
         }
     }
-    if (so.prefetch) {
+    const bool any_warm = std::any_of(warm.begin(), warm.end(), [](const auto& w) { return !w.empty(); });
+    if (so.prefetch && any_warm) {
         std::vector<std::string> paths;
         for (const auto& f : ck.files()) paths.push_back(f->path());
         s.warmer = std::make_unique<SpineWarmer>(std::move(paths), std::move(warm), kSpineWarmLayers);
