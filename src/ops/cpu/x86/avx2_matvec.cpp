@@ -16,8 +16,19 @@ namespace sluice::ops::cpu::avx2 {
 
 namespace {
 
-// Every decoder prefetches its row this far ahead, one line per 64 bytes consumed (as the AVX-512 matvec).
+// Every decoder prefetches its row this far ahead, one line per 64 bytes consumed (as the AVX-512 matvec), except
+// MXFP4's and INT4's (below).
 constexpr int64_t kPrefetchBytes = 512;
+// MXFP4 and INT4 rows run in groups of up to 8 (fused_range), each group one contiguous run of codes and one of
+// scales; their decoders prefetch, into L2, the row this many rows on, at the column they are at (x86/avx512_fused.h
+// says why: the next group's first scale loads went to DRAM while the loop waited on them).
+constexpr uint64_t kAheadRows = 8;
+
+// p + n for prefetching only: past the weight's end it points beyond it, which a prefetch may (it never faults),
+// so it is computed as an integer.
+inline const uint8_t* bytes_ahead(const uint8_t* p, uint64_t n) {
+    return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) + n);
+}
 
 // MXFP4 (kMx) and INT4_G32, 32 columns (16 bytes, one scale block) per load. begin_chunk decodes a 512-column
 // chunk's scales before the column loop and says whether INT4's table form holds for the whole chunk; the loop is
@@ -27,6 +38,8 @@ struct NibbleDec {
     static constexpr int kVecs = 4;
     const uint8_t* q;
     const uint8_t* s;
+    const uint8_t* q_ahead;  // the same row kAheadRows on, for prefetching only
+    const uint8_t* s_ahead;
     int64_t cols;
     // the 16 blocks of the current chunk: MXFP4's E8M0 scales as f32 (decode_scales); INT4_G32's scales' signs and
     // powers of two as f32, with their mantissas below (decode_int4_scales)
@@ -36,6 +49,8 @@ struct NibbleDec {
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
         s = w.scales + uint64_t(r) * uint64_t(w.cols / 32) * (kMx ? 1 : 2);
         cols = w.cols;
+        q_ahead = bytes_ahead(q, kAheadRows * uint64_t(w.cols / 2));
+        s_ahead = bytes_ahead(s, kAheadRows * uint64_t(w.cols / 32) * (kMx ? 1 : 2));
     }
     // 2^(e - 127) for the eight blocks of columns [c, c + 256) at once, without branches: e = 0 is 2^-127
     // (0x00400000), e = 255 NaN.
@@ -72,6 +87,7 @@ struct NibbleDec {
         return _mm256_movemask_ps(_mm256_castsi256_ps(ok)) == 0xFF;
     }
     bool begin_chunk(int64_t c0) {
+        _mm_prefetch(reinterpret_cast<const char*>(s_ahead + (c0 / 32) * (kMx ? 1 : 2)), _MM_HINT_T1);
         bool table_form = true;
         for (int64_t h = 0; h < kChunkCols / 256 && c0 + 256 * h < cols; ++h) {
             if constexpr (kMx)
@@ -86,7 +102,7 @@ struct NibbleDec {
     // power of two (int4_mantissa.h) when the chunk's scales allow, else built per block and rounded.
     template <bool kTable>
     void load(int64_t c, __m256* v) const {
-        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
+        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q_ahead + c / 2), _MM_HINT_T1);
         const int64_t b = (c / 32) % 16;
         if constexpr (kMx)
             e2m1_vectors(mx_codes(q + c / 2), _mm256_broadcast_ss(&scale[b]), v);

@@ -55,17 +55,33 @@ inline bool chunk_int4_table_form(const float* scales, int64_t n_blocks, int64_t
 constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 // Every decoder prefetches its row this far ahead, one line per 64 bytes consumed: with 4 rows per thread the
 // hardware prefetchers alone left the decode waiting on memory (INT4 one-row +20%, FP8 +7-20% on a 2-core VM;
-// 512 was the best of 0, 512, 1024 and 2048).
+// 512 was the best of 0, 512, 1024 and 2048). The MXFP4 and INT4 decoders prefetch otherwise (NibbleRow).
 constexpr int64_t kPrefetchBytes = 512;
+// A thread runs a weight's rows kGroupRows at a time (fused_range), one accumulator chain per row.
+constexpr int kGroupRows = 4;
+
+// An address kGroupRows rows after p in a matrix of row_bytes-byte rows, for prefetching only: past the last group
+// it points beyond the weight, which a prefetch may (it never faults), so it is computed as an integer.
+inline const uint8_t* rows_ahead(const uint8_t* p, uint64_t row_bytes) {
+    return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) + kGroupRows * row_bytes);
+}
 
 // The part of an MXFP4 (kMx) or INT4_G32 row decoder that does not depend on how codes are spread into lanes: the
 // row's codes and scales, the current chunk's scales (begin_chunk: INT4's table form holds when every block's scale
-// allows it), and the 16 values of a block's codes. Round: the rounding of q * scale to bf16 for INT4 outside the
+// allows it), and the 16 values of a block's codes.
+// Prefetching: the kGroupRows rows a thread runs at once are one contiguous run of codes and one of scales, so each
+// decoder prefetches, into L2, the row kGroupRows rows on (the next group's) at the column it is at: a line of codes
+// every 128 columns, and that chunk's scales as a chunk begins. Each row used to prefetch its own codes 512 bytes
+// ahead and the scales not at all, and every new group's first scale loads (which the chunk's loop waits for) went
+// to DRAM: on a 2-core Zen 5 (AVX-512, no AMX) one-row MXFP4 read at 40-55% of the read probe, 70-83% now
+// (docs/cpu.md). Round: the rounding of q * scale to bf16 for INT4 outside the
 // table form (the decoders use different forms of the same rounding).
 template <bool kMx>
 struct NibbleRow {
     const uint8_t* q;
     const uint8_t* s;
+    const uint8_t* q_ahead;  // the same row of the next group, for prefetching only
+    const uint8_t* s_ahead;
     int64_t n_blocks;
     __m512 table;
     alignas(64) float scales[16];      // the 16 block scales of the current 512-column chunk, as f32
@@ -75,19 +91,22 @@ struct NibbleRow {
         n_blocks = w.cols / 32;
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
         s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (kMx ? 1 : 2);
+        q_ahead = rows_ahead(q, uint64_t(w.cols / 2));
+        s_ahead = rows_ahead(s, uint64_t(n_blocks) * (kMx ? 1 : 2));
         table = _mm512_loadu_ps(kMx ? ref::kE2M1Values : kInt4Table);
     }
     bool begin_chunk(int64_t c0) {
+        _mm_prefetch(reinterpret_cast<const char*>(s_ahead + (c0 / 32) * (kMx ? 1 : 2)), _MM_HINT_T1);
         chunk_scales(s, n_blocks, c0, kMx, scales);
         if constexpr (kMx)
             return true;
         else
             return chunk_int4_table_form(scales, n_blocks, c0, mantissa, power);
     }
-    // Prefetches ahead of column c (each row is its own stream) and gives the values of the codes of c's block.
+    // Prefetches the next group's codes at column c and gives the values of the codes of c's block.
     template <bool kTableForm, class Round>
     __m512 block_values(int64_t c, Round round) const {
-        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + c / 2 + kPrefetchBytes), _MM_HINT_T0);
+        if (c % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(q_ahead + c / 2), _MM_HINT_T1);
         const int64_t b = (c / 32) % 16;
         if constexpr (kMx)
             return _mm512_mul_ps(table, _mm512_set1_ps(scales[b]));
@@ -140,7 +159,7 @@ void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
 template <class D, int NR>
 void fused_range(const Weight& w, const float* x, float* y, int64_t r0, int64_t r1) {
     int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) fused_rows<D, 4, NR>(w, r, x, y);
+    for (; r + kGroupRows <= r1; r += kGroupRows) fused_rows<D, kGroupRows, NR>(w, r, x, y);
     switch (r1 - r) {
         case 3: fused_rows<D, 3, NR>(w, r, x, y); break;
         case 2: fused_rows<D, 2, NR>(w, r, x, y); break;
