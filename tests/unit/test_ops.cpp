@@ -315,7 +315,9 @@ TEST(Ops, Int4ScalesOfEveryExponentSameBitsOnEveryPath) {
 
 TEST(Ops, Avx512VbmiSwitch) {
     PathGuard guard;
-    if (!cpu_features().avx512_vbmi) EXPECT_THROW(ops::set_avx512_vbmi(true), Error);
+    if (!cpu_features().avx512_vbmi) {
+        EXPECT_THROW(ops::set_avx512_vbmi(true), Error);
+    }
     ops::set_avx512_vbmi(false);
     EXPECT_FALSE(ops::avx512_vbmi());
     if (cpu_features().avx512_vbmi) {
