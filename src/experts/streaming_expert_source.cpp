@@ -124,8 +124,33 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
         note(0, k_hint_skipped);
         return;
     }
+    deferred_.clear();  // a new hint replaces what an older one could not read
+    const size_t stop = issue_read_aheads(layer, experts, 0, hints);
+    if (stop < experts.size()) {  // every slot is pinned: the rest waits for slots a fetch frees
+        note(stop, k_hint_no_slot);
+        deferred_layer_ = layer;
+        deferred_.assign(experts.begin() + int64_t(stop), experts.end());
+    }
+}
+
+void StreamingExpertSource::resume_deferred(int64_t fetching_layer) {
+    if (deferred_.empty() || deferred_layer_ == fetching_layer) return;
+    reap_prefetches();
+    const std::vector<int32_t> rest = std::move(deferred_);
+    deferred_.clear();
+    std::vector<std::pair<uint16_t, uint8_t>> outcomes;
+    const size_t stop = issue_read_aheads(deferred_layer_, rest, 0, trace_ ? &outcomes : nullptr);
+    if (stop < rest.size()) deferred_.assign(rest.begin() + int64_t(stop), rest.end());
+    if (trace_)  // the hint's record: these experts were read ahead (or found resident) after all
+        for (auto& h : trace_hints_[deferred_layer_])
+            for (const auto& o : outcomes)
+                if (h.first == o.first && h.second == k_hint_no_slot) h.second = o.second;
+}
+
+size_t StreamingExpertSource::issue_read_aheads(int64_t layer, std::span<const int32_t> experts, size_t from,
+                                                std::vector<std::pair<uint16_t, uint8_t>>* hints) {
     const auto& bank = layout_.where.at(size_t(layer));
-    for (size_t i = 0; i < experts.size(); ++i) {
+    for (size_t i = from; i < experts.size(); ++i) {
         const int32_t e = experts[i];
         const ExpertKey key{int32_t(layer), e};
         if (cache_->contains(key) || prefetching_.count(key.packed())) {
@@ -133,10 +158,7 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
             continue;
         }
         uint8_t* slot = cache_->insert(key);  // pinned until finished
-        if (!slot) {                           // every slot is pinned: nothing to read ahead into
-            note(i, k_hint_no_slot);
-            return;
-        }
+        if (!slot) return i;
         if (hints) hints->emplace_back(uint16_t(e), k_hint_read);
         auto p = std::make_shared<Prefetch>();
         p->key = key;
@@ -175,6 +197,7 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
         prefetching_[key.packed()] = std::move(p);
         guesses_[layer].push_back(e);
     }
+    return experts.size();
 }
 
 void StreamingExpertSource::finish_prefetch(uint64_t packed, bool wait) {
@@ -271,6 +294,7 @@ void StreamingExpertSource::fetch_groups(int64_t layer, std::span<const int32_t>
         }
         guesses_.erase(g);
     }
+    if (deferred_layer_ == layer) deferred_.clear();  // this fetch reads them itself
     std::vector<Pending> hits;
     std::vector<size_t> misses;
     for (size_t i = 0; i < experts.size(); ++i) {
@@ -372,8 +396,21 @@ void StreamingExpertSource::fetch_groups(int64_t layer, std::span<const int32_t>
         // While the reads are in flight: the caller's work that needs no routed expert, then the cached experts.
         if (while_reading) while_reading();
         std::vector<ReadyExpert> ready;
+        // After on_ready has computed a group, its cache slots are not needed by this fetch any more: unpinned,
+        // they can take the deferred read-aheads of the next layer (resume_deferred).
+        auto computed = [&](std::span<const ReadyExpert> group) {
+            for (const ReadyExpert& r : group)
+                if (pinned_by_us[r.i]) {
+                    cache_->unpin({int32_t(layer), experts[r.i]});
+                    pinned_by_us[r.i] = 0;
+                }
+            resume_deferred(layer);
+        };
         for (const auto& h : hits) ready.push_back({h.i, weights_in(bank[size_t(experts[h.i])], h.slot)});
-        if (!ready.empty()) on_ready(ready);
+        if (!ready.empty()) {
+            on_ready(ready);
+            computed(ready);
+        }
         std::vector<size_t> landed;
         while (true) {
             for (size_t done = 0; done < wave.size(); done += landed.size()) {
@@ -402,6 +439,7 @@ void StreamingExpertSource::fetch_groups(int64_t layer, std::span<const int32_t>
                     ready.push_back({p.i, weights_in(bank[size_t(experts[p.i])], p.slot)});
                 }
                 on_ready(ready);
+                computed(ready);
             }
             if (!wave.empty()) batches.back().wait();
             if (next_miss == misses.size()) break;
