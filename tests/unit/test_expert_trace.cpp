@@ -216,6 +216,52 @@ TEST(ExpertTraceRun, RecordsEveryLayerOfEveryPassAsTheCacheSawIt) {
     fs::remove_all(dir);
 }
 
+// A prefill chunk's MoE layer pins nearly every cache slot when the next MoE layer's read-ahead hint arrives; what
+// the hint could not read waits for the slots the layer frees as its experts are computed, so by the next layer's
+// fetch its experts are resident (StreamingExpertSource::resume_deferred). Before, the hint read as many as had free
+// slots and the next layer read the rest on demand: here 2 of its 8.
+TEST(ExpertTraceRun, PrefillReadsTheNextLayerAheadIntoFreedSlots) {
+    const fs::path dir = test::scratch_dir("trace_deferred");
+    SynthOptions o = test::small_k2_options((dir / "model").string(), 4, 8, 32);
+    o.seed = 3;
+    synth_checkpoint(o);
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 64; ++i) prompt.push_back((i * 37 + 11) % 500);
+    GenerateOptions g;
+    g.max_new_tokens = 1;
+    g.prefill_chunk = 64;  // one pass of 64 rows: every layer uses all 8 experts
+    g.stop_at_eos = false;
+    auto plain = load_model(o.out_dir, {.n_threads = 2});
+    const GenerateResult want = generate(*plain, prompt, g);
+
+    const std::string path = (dir / "run.trace").string();
+    LoadOptions opt{.n_threads = 2, .stream_experts = true};
+    auto probe = load_model(o.out_dir, {.n_threads = 1, .stream_experts = true});
+    opt.streaming.cache_bytes = 10 * probe->streaming()->slot_bytes();  // a layer's 8 experts and 2 more
+    opt.streaming.trace_path = path;
+    {
+        auto m = load_model(o.out_dir, opt);
+        EXPECT_EQ(generate(*m, prompt, g).ids, want.ids);
+    }
+    const ExpertTrace t = read_expert_trace(path);
+    EXPECT_EQ(t.header.cache_slots, 10u);
+    ASSERT_GE(t.records.size(), 3u);
+    int64_t first_moe = INT64_MAX;
+    for (const auto& r : t.records) first_moe = std::min<int64_t>(first_moe, r.layer);
+    int64_t checked = 0;
+    for (const auto& r : t.records) {
+        if (r.pass != 0 || r.layer == first_moe) continue;  // the first MoE layer gets no hint
+        EXPECT_EQ(r.distinct.size(), 8u) << "layer " << r.layer;
+        for (const auto& [e, f] : r.distinct) {
+            EXPECT_TRUE(f & k_trace_hit) << "layer " << r.layer << " expert " << e << " was read on demand";
+            EXPECT_TRUE(f & k_trace_read_ahead) << "layer " << r.layer << " expert " << e;
+        }
+        ++checked;
+    }
+    EXPECT_EQ(checked, 2);
+    fs::remove_all(dir);
+}
+
 TEST(ExpertTraceRun, ResidentExpertsCannotBeTraced) {
     const fs::path dir = test::scratch_dir("trace_resident");
     const SynthOptions o = test::small_k2_options((dir / "model").string(), 2, 8, 64);
