@@ -125,7 +125,7 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
         return;
     }
     deferred_.clear();  // a new hint replaces what an older one could not read
-    const size_t stop = issue_read_aheads(layer, experts, 0, hints);
+    const size_t stop = issue_read_aheads(layer, experts, hints);
     if (stop < experts.size()) {  // every slot is pinned: the rest waits for slots a fetch frees
         note(stop, k_hint_no_slot);
         deferred_layer_ = layer;
@@ -139,7 +139,7 @@ void StreamingExpertSource::resume_deferred(int64_t fetching_layer) {
     const std::vector<int32_t> rest = std::move(deferred_);
     deferred_.clear();
     std::vector<std::pair<uint16_t, uint8_t>> outcomes;
-    const size_t stop = issue_read_aheads(deferred_layer_, rest, 0, trace_ ? &outcomes : nullptr);
+    const size_t stop = issue_read_aheads(deferred_layer_, rest, trace_ ? &outcomes : nullptr);
     if (stop < rest.size()) deferred_.assign(rest.begin() + int64_t(stop), rest.end());
     if (trace_)  // the hint's record: these experts were read ahead (or found resident) after all
         for (auto& h : trace_hints_[deferred_layer_])
@@ -147,10 +147,10 @@ void StreamingExpertSource::resume_deferred(int64_t fetching_layer) {
                 if (h.first == o.first && h.second == k_hint_no_slot) h.second = o.second;
 }
 
-size_t StreamingExpertSource::issue_read_aheads(int64_t layer, std::span<const int32_t> experts, size_t from,
+size_t StreamingExpertSource::issue_read_aheads(int64_t layer, std::span<const int32_t> experts,
                                                 std::vector<std::pair<uint16_t, uint8_t>>* hints) {
     const auto& bank = layout_.where.at(size_t(layer));
-    for (size_t i = from; i < experts.size(); ++i) {
+    for (size_t i = 0; i < experts.size(); ++i) {
         const int32_t e = experts[i];
         const ExpertKey key{int32_t(layer), e};
         if (cache_->contains(key) || prefetching_.count(key.packed())) {

@@ -108,9 +108,9 @@ private:
     struct Prefetch;
     void finish_prefetch(uint64_t key, bool wait);  // wait (or poll) for one, unpin, drop on error
     void reap_prefetches();                          // finish those already complete
-    // Issues read-aheads of experts[from..] of layer, each into a cache slot; returns where it stopped (no free
-    // slot) or experts.size(). hints: the trace's record of each outcome, or null.
-    size_t issue_read_aheads(int64_t layer, std::span<const int32_t> experts, size_t from,
+    // Issues read-aheads of layer's experts in order, each into a cache slot; returns the index of the first that
+    // found no free slot, or experts.size(). hints: the trace's record of each outcome, or null.
+    size_t issue_read_aheads(int64_t layer, std::span<const int32_t> experts,
                              std::vector<std::pair<uint16_t, uint8_t>>* hints);
     // The part of the last hint that found no free slot: a fetch that computes its experts unpins them one group at
     // a time and reads these ahead into the slots that frees (a prefill's layer pins nearly every slot while the

@@ -35,6 +35,15 @@ TraceHeader sample_header() {
 
 using Flags = std::vector<std::pair<uint16_t, uint8_t>>;
 
+// Two threads, experts streamed into a cache of `slots` expert slots, the run traced to trace_path.
+LoadOptions traced_streaming(const std::string& model_dir, int64_t slots, const std::string& trace_path) {
+    LoadOptions opt{.n_threads = 2, .stream_experts = true};
+    auto probe = load_model(model_dir, {.n_threads = 1, .stream_experts = true});
+    opt.streaming.cache_bytes = uint64_t(slots) * probe->streaming()->slot_bytes();
+    opt.streaming.trace_path = trace_path;
+    return opt;
+}
+
 // Two passes: a two-row prefill over layers 1 and 2, then a one-row decode over the same layers.
 void write_sample(const std::string& path) {
     ExpertTraceWriter w(path, sample_header());
@@ -162,10 +171,7 @@ TEST(ExpertTraceRun, RecordsEveryLayerOfEveryPassAsTheCacheSawIt) {
     const GenerateResult want = generate(*plain, prompt, g);
 
     const std::string path = (dir / "run.trace").string();
-    LoadOptions opt{.n_threads = 2, .stream_experts = true};
-    auto probe = load_model(o.out_dir, {.n_threads = 1, .stream_experts = true});
-    opt.streaming.cache_bytes = 20 * probe->streaming()->slot_bytes();
-    opt.streaming.trace_path = path;
+    const LoadOptions opt = traced_streaming(o.out_dir, 20, path);
     LayerCacheStats cache;
     ExpertIoStats io;
     int64_t n_moe_layers = 0;
@@ -235,12 +241,8 @@ TEST(ExpertTraceRun, PrefillReadsTheNextLayerAheadIntoFreedSlots) {
     const GenerateResult want = generate(*plain, prompt, g);
 
     const std::string path = (dir / "run.trace").string();
-    LoadOptions opt{.n_threads = 2, .stream_experts = true};
-    auto probe = load_model(o.out_dir, {.n_threads = 1, .stream_experts = true});
-    opt.streaming.cache_bytes = 10 * probe->streaming()->slot_bytes();  // a layer's 8 experts and 2 more
-    opt.streaming.trace_path = path;
     {
-        auto m = load_model(o.out_dir, opt);
+        auto m = load_model(o.out_dir, traced_streaming(o.out_dir, 10, path));  // a layer's 8 experts and 2 more
         EXPECT_EQ(generate(*m, prompt, g).ids, want.ids);
     }
     const ExpertTrace t = read_expert_trace(path);

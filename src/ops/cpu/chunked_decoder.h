@@ -31,6 +31,12 @@ bool begin_chunks(D* dec, int n, int64_t c0) {
     }
 }
 
+// p + n_bytes, for prefetching only: a decoder prefetches the same row of the next row group, which past a weight's
+// last group points beyond it; a prefetch may (it never faults), so the address is computed as an integer.
+inline const uint8_t* prefetch_address(const uint8_t* p, uint64_t n_bytes) {
+    return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) + n_bytes);
+}
+
 // Columns [c, c + width) of decoder d in the chunk's form.
 template <bool kFast, class V, class D>
 inline void load_form(D& d, int64_t c, V* v) {

@@ -24,12 +24,6 @@ constexpr int64_t kPrefetchBytes = 512;
 // says why: the next group's first scale loads went to DRAM while the loop waited on them).
 constexpr uint64_t kAheadRows = 8;
 
-// p + n for prefetching only: past the weight's end it points beyond it, which a prefetch may (it never faults),
-// so it is computed as an integer.
-inline const uint8_t* bytes_ahead(const uint8_t* p, uint64_t n) {
-    return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) + n);
-}
-
 // MXFP4 (kMx) and INT4_G32, 32 columns (16 bytes, one scale block) per load. begin_chunk decodes a 512-column
 // chunk's scales before the column loop and says whether INT4's table form holds for the whole chunk; the loop is
 // compiled once per form (load<kTable>), with no per-block test or scale decoding inside it.
@@ -49,8 +43,8 @@ struct NibbleDec {
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
         s = w.scales + uint64_t(r) * uint64_t(w.cols / 32) * (kMx ? 1 : 2);
         cols = w.cols;
-        q_ahead = bytes_ahead(q, kAheadRows * uint64_t(w.cols / 2));
-        s_ahead = bytes_ahead(s, kAheadRows * uint64_t(w.cols / 32) * (kMx ? 1 : 2));
+        q_ahead = prefetch_address(q, kAheadRows * uint64_t(w.cols / 2));
+        s_ahead = prefetch_address(s, kAheadRows * uint64_t(w.cols / 32) * (kMx ? 1 : 2));
     }
     // 2^(e - 127) for the eight blocks of columns [c, c + 256) at once, without branches: e = 0 is 2^-127
     // (0x00400000), e = 255 NaN.

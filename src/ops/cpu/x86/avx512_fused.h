@@ -58,24 +58,18 @@ constexpr float kInt4Table[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4,
 // 512 was the best of 0, 512, 1024 and 2048). The MXFP4 and INT4 decoders prefetch otherwise (NibbleRow).
 constexpr int64_t kPrefetchBytes = 512;
 // A thread runs a weight's rows kGroupRows at a time (fused_range), one accumulator chain per row.
-constexpr int kGroupRows = 4;
-
-// An address kGroupRows rows after p in a matrix of row_bytes-byte rows, for prefetching only: past the last group
-// it points beyond the weight, which a prefetch may (it never faults), so it is computed as an integer.
-inline const uint8_t* rows_ahead(const uint8_t* p, uint64_t row_bytes) {
-    return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) + kGroupRows * row_bytes);
-}
+constexpr uint64_t kGroupRows = 4;
 
 // The part of an MXFP4 (kMx) or INT4_G32 row decoder that does not depend on how codes are spread into lanes: the
 // row's codes and scales, the current chunk's scales (begin_chunk: INT4's table form holds when every block's scale
-// allows it), and the 16 values of a block's codes.
+// allows it), and the 16 values of a block's codes. Round: the rounding of q * scale to bf16 for INT4 outside the
+// table form (the decoders use different forms of the same rounding).
 // Prefetching: the kGroupRows rows a thread runs at once are one contiguous run of codes and one of scales, so each
 // decoder prefetches, into L2, the row kGroupRows rows on (the next group's) at the column it is at: a line of codes
 // every 128 columns, and that chunk's scales as a chunk begins. Each row used to prefetch its own codes 512 bytes
 // ahead and the scales not at all, and every new group's first scale loads (which the chunk's loop waits for) went
-// to DRAM: on a 2-core Zen 5 (AVX-512, no AMX) one-row MXFP4 read at 40-55% of the read probe, 70-83% now
-// (docs/cpu.md). Round: the rounding of q * scale to bf16 for INT4 outside the
-// table form (the decoders use different forms of the same rounding).
+// to DRAM: on a 2-core Zen 5 (AVX-512, no AMX) one-row MXFP4 read at a median 43% of the read probe, 84% now
+// (docs/cpu.md).
 template <bool kMx>
 struct NibbleRow {
     const uint8_t* q;
@@ -91,8 +85,8 @@ struct NibbleRow {
         n_blocks = w.cols / 32;
         q = w.data + uint64_t(r) * uint64_t(w.cols / 2);
         s = w.scales + uint64_t(r) * uint64_t(n_blocks) * (kMx ? 1 : 2);
-        q_ahead = rows_ahead(q, uint64_t(w.cols / 2));
-        s_ahead = rows_ahead(s, uint64_t(n_blocks) * (kMx ? 1 : 2));
+        q_ahead = prefetch_address(q, kGroupRows * uint64_t(w.cols / 2));
+        s_ahead = prefetch_address(s, kGroupRows * uint64_t(n_blocks) * (kMx ? 1 : 2));
         table = _mm512_loadu_ps(kMx ? ref::kE2M1Values : kInt4Table);
     }
     bool begin_chunk(int64_t c0) {
@@ -159,7 +153,7 @@ void fused_rows(const Weight& w, int64_t r, const float* x, float* y) {
 template <class D, int NR>
 void fused_range(const Weight& w, const float* x, float* y, int64_t r0, int64_t r1) {
     int64_t r = r0;
-    for (; r + kGroupRows <= r1; r += kGroupRows) fused_rows<D, kGroupRows, NR>(w, r, x, y);
+    for (; r + int64_t(kGroupRows) <= r1; r += int64_t(kGroupRows)) fused_rows<D, int(kGroupRows), NR>(w, r, x, y);
     switch (r1 - r) {
         case 3: fused_rows<D, 3, NR>(w, r, x, y); break;
         case 2: fused_rows<D, 2, NR>(w, r, x, y); break;
