@@ -342,6 +342,13 @@ uint8_t* ExpertCache::insert(ExpertKey key) {
     return memory_ + slot * slot_bytes_;
 }
 
+bool ExpertCache::pin(ExpertKey key) {
+    auto it = where_.find(key.packed());
+    if (it == where_.end()) return false;
+    ++pins_[it->second];
+    return true;
+}
+
 void ExpertCache::unpin(ExpertKey key) {
     auto it = where_.find(key.packed());
     SLUICE_ASSERT(it != where_.end() && pins_[it->second] > 0, "unpin of an expert that is not pinned");

@@ -87,6 +87,9 @@ public:
     // or when the policy does not admit key over the victim.
     // The caller fills it and must call unpin() when done; if the fill fails, call drop(key).
     uint8_t* insert(ExpertKey key);
+    // Pins a cached expert without counting a use (a read-ahead hint keeps what it found resident until its layer
+    // asks); false when key is not cached. Undone by unpin().
+    bool pin(ExpertKey key);
     void unpin(ExpertKey key);
     void drop(ExpertKey key);  // forget key (e.g. its read failed); unpins its slot
     bool contains(ExpertKey key) const { return where_.count(key.packed()) != 0; }

@@ -111,6 +111,7 @@ StreamingExpertSource::~StreamingExpertSource() {
 void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> experts) {
     if (!options_.prefetch) return;
     reap_prefetches();
+    release_hint_pins(-1);  // a new hint replaces the last one
     ++hint_calls_;
     std::vector<std::pair<uint16_t, uint8_t>>* hints = trace_ ? &trace_hints_[layer] : nullptr;
     if (hints) hints->clear();
@@ -135,7 +136,9 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
 
 void StreamingExpertSource::resume_deferred(int64_t fetching_layer) {
     if (deferred_.empty() || deferred_layer_ == fetching_layer) return;
-    reap_prefetches();
+    // No reap_prefetches() here: the read-aheads of the same hint that have landed would be unpinned, and the reads
+    // issued next (least recently used first) would evict them once this fetch's freed slots ran out. They stay
+    // pinned until their layer's fetch.
     const std::vector<int32_t> rest = std::move(deferred_);
     deferred_.clear();
     std::vector<std::pair<uint16_t, uint8_t>> outcomes;
@@ -154,6 +157,8 @@ size_t StreamingExpertSource::issue_read_aheads(int64_t layer, std::span<const i
         const int32_t e = experts[i];
         const ExpertKey key{int32_t(layer), e};
         if (cache_->contains(key) || prefetching_.count(key.packed())) {
+            const bool pinned = std::find(hint_pins_.begin(), hint_pins_.end(), key) != hint_pins_.end();
+            if (!prefetching_.count(key.packed()) && !pinned && cache_->pin(key)) hint_pins_.push_back(key);
             if (hints) hints->emplace_back(uint16_t(e), k_hint_resident);
             continue;
         }
@@ -198,6 +203,14 @@ size_t StreamingExpertSource::issue_read_aheads(int64_t layer, std::span<const i
         guesses_[layer].push_back(e);
     }
     return experts.size();
+}
+
+void StreamingExpertSource::release_hint_pins(int64_t layer) {
+    std::erase_if(hint_pins_, [&](const ExpertKey& k) {
+        if (layer >= 0 && k.layer != layer) return false;
+        cache_->unpin(k);
+        return true;
+    });
 }
 
 void StreamingExpertSource::finish_prefetch(uint64_t packed, bool wait) {
@@ -295,6 +308,7 @@ void StreamingExpertSource::fetch_groups(int64_t layer, std::span<const int32_t>
         guesses_.erase(g);
     }
     if (deferred_layer_ == layer) deferred_.clear();  // this fetch reads them itself
+    release_hint_pins(layer);                         // acquired below like any other resident expert
     std::vector<Pending> hits;
     std::vector<size_t> misses;
     for (size_t i = 0; i < experts.size(); ++i) {

@@ -118,6 +118,10 @@ private:
     int64_t deferred_layer_ = -1;
     std::vector<int32_t> deferred_;
     void resume_deferred(int64_t fetching_layer);
+    // The experts a hint found resident, pinned until their layer's fetch (or the next hint): else the hint's own
+    // read-aheads, taking the least recently used slots, evicted them first (they were used a layer-pass ago).
+    std::vector<ExpertKey> hint_pins_;
+    void release_hint_pins(int64_t layer);  // those of `layer`; -1: all
 
     std::unordered_map<uint64_t, std::shared_ptr<Prefetch>> prefetching_;
     // Recent accuracy of read-ahead guesses (decaying counts): when most guesses go unused, hints are mostly

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "../support/scratch_dir.h"
 #include "core/error.h"
 #include "experts/expert_trace.h"
+#include "experts/streaming_expert_source.h"
 #include "models/model.h"
 #include "models/synth.h"
 #include "runtime/generate.h"
@@ -262,6 +264,71 @@ TEST(ExpertTraceRun, PrefillReadsTheNextLayerAheadIntoFreedSlots) {
     }
     EXPECT_EQ(checked, 2);
     fs::remove_all(dir);
+}
+
+// The read-ahead driven directly: a cache of 10 slots, the first two MoE layers' experts 0..7, LRU.
+class ReadAhead : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = test::scratch_dir("read_ahead");
+        SynthOptions o = test::small_k2_options((dir_ / "model").string(), 4, 8, 32);
+        synth_checkpoint(o);
+        LoadOptions opt{.n_threads = 1, .stream_experts = true};
+        auto probe = load_model(o.out_dir, opt);
+        opt.streaming.cache_bytes = 10 * probe->streaming()->slot_bytes();
+        opt.streaming.policy = "lru";
+        model_ = load_model(o.out_dir, opt);
+        const auto& where = source().layout().where;
+        for (size_t l = 0; l < where.size(); ++l)
+            if (!where[l].empty()) moe_.push_back(int64_t(l));
+        ASSERT_GE(moe_.size(), 2u);
+    }
+    void TearDown() override {
+        model_.reset();
+        fs::remove_all(dir_);
+    }
+    StreamingExpertSource& source() { return const_cast<StreamingExpertSource&>(*model_->streaming()); }
+    void fetch(int64_t layer, std::vector<int32_t> experts) {
+        source().fetch_groups(layer, experts, [](std::span<const ReadyExpert>) {});
+    }
+    // How many of `layer`'s experts 0..7 a fetch finds in the cache.
+    uint64_t hits_of_all(int64_t layer) {
+        const uint64_t before = source().cache().layer_stats()[size_t(layer)].hits;
+        fetch(layer, all_);
+        return source().cache().layer_stats()[size_t(layer)].hits - before;
+    }
+    fs::path dir_;
+    std::unique_ptr<Model> model_;
+    std::vector<int64_t> moe_;
+    std::vector<int32_t> all_ = {0, 1, 2, 3, 4, 5, 6, 7};
+};
+
+// The hint finds experts 0 and 1 of the next layer resident (the least recently used slots) and every other slot
+// pinned by the fetch in progress; the 6 it reads once that fetch frees slots must not evict those 2.
+TEST_F(ReadAhead, HintKeepsTheExpertsItFoundResident) {
+    const int64_t a = moe_[0], b = moe_[1];
+    fetch(b, {0, 1});
+    source().fetch_groups(a, all_, [](std::span<const ReadyExpert>) {}, [&] { source().prefetch(b, all_); });
+    EXPECT_EQ(hits_of_all(b), 8u);
+}
+
+// The hint reads 2 experts into the 2 free slots and waits for the rest; the fetch in progress frees its 4 cache
+// hits first (after a pause in which the 2 read-aheads land), then its 4 misses. The 6 read when slots free must not
+// evict the 2 that landed: they wait for the second group. (Before, a landed read-ahead was unpinned when the rest
+// resumed, and 2 of the next layer's 8 were read on demand when reads landed before the fetch's first group was
+// computed: CI saw it.)
+TEST_F(ReadAhead, LandedReadAheadsAreNotEvictedByTheirOwnHint) {
+    const int64_t a = moe_[0], b = moe_[1];
+    fetch(a, {0, 1, 2, 3});
+    int groups = 0;
+    source().fetch_groups(
+        a, all_,
+        [&](std::span<const ReadyExpert>) {
+            if (groups++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        },
+        [&] { source().prefetch(b, all_); });
+    EXPECT_GE(groups, 2);
+    EXPECT_EQ(hits_of_all(b), 8u);
 }
 
 TEST(ExpertTraceRun, ResidentExpertsCannotBeTraced) {
