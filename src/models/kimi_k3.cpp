@@ -166,6 +166,11 @@ public:
                 ops::matmul(L.latent_up, yl, n, y, ctx);
                 ops::add(y, t, n * d, y);
             } else {
+                // before the first MoE layer: its experts are read while this dense MLP computes
+                if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
+                    const auto& N = layers_[size_t(il + 1)];
+                    prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx);
+                }
                 swiglu_forward(L.mlp, h, n, y, ctx, c.act);
             }
             ops::add(p, y, n * d, p);
@@ -256,7 +261,8 @@ uint64_t kimi_k3_activation_bytes(const KimiConfig& c, int64_t rows, bool look_a
                            2 * A::f32_bytes(n * lat) + moe_scratch_bytes(n, c.num_experts_per_tok, lat,
                                                                          c.moe_intermediate_size, 0, reading));
         } else {
-            ffn = swiglu_scratch_bytes(n, c.intermediate_size);
+            ffn = std::max(swiglu_scratch_bytes(n, c.intermediate_size),
+                           look_ahead && next_moe ? route_scratch_bytes(n, c.n_routed_experts) : 0);
         }
         const uint64_t attn = c.is_mla[size_t(l)] ? mla_scratch_bytes(c.mla(), n) : kda_scratch_bytes(c.kda(), n);
         peak = std::max({peak, attn, ffn});

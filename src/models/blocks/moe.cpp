@@ -235,20 +235,23 @@ void moe_forward(int64_t layer, const Routing& routing, ExpertSource& source, co
 void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,
                              const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
                              float* y, ExecContext& ctx) {
-    if (!ffn.moe) return swiglu_forward(ffn.mlp, x, n, y, ctx);
-    const Routing& r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, ctx);
     auto hint_next = [&] {
         if (look_ahead && next && next->moe)
             prefetch_experts(source, layer + 1, p, next->router, next->router_bias, x, n, ctx);
     };
+    if (!ffn.moe) {  // a dense layer before the first MoE layer: its MLP's time is the drive's to read that layer
+        hint_next();
+        return swiglu_forward(ffn.mlp, x, n, y, ctx);
+    }
+    const Routing& r = route_sigmoid(p, ffn.router, ffn.router_bias, x, n, ctx);
     moe_forward(layer, r, source, ffn.has_shared ? &ffn.shared : nullptr, x, n, hidden, y, ctx, nullptr, {},
                 hint_next);
 }
 
 uint64_t sigmoid_moe_ffn_scratch_bytes(int64_t n, bool moe, const RouterParams& p, int64_t hidden, int64_t dense_inter,
                                        int64_t moe_inter, int64_t shared_inter, int64_t look_ahead_experts) {
-    if (!moe) return swiglu_scratch_bytes(n, dense_inter);
     const uint64_t hint = look_ahead_experts > 0 ? route_scratch_bytes(n, look_ahead_experts) : 0;
+    if (!moe) return std::max(swiglu_scratch_bytes(n, dense_inter), hint);
     return std::max(route_scratch_bytes(n, p.n_experts),
                     moe_scratch_bytes(n, p.top_k, hidden, moe_inter, shared_inter, hint));
 }

@@ -124,7 +124,7 @@ struct SigmoidMoeFfn {
 
 // y[n, H] = ffn(x) of layer `layer`. With `next` (the next layer's FFN, or null) an MoE too and `look_ahead`, the
 // experts its router picks for x are hinted to the source once this layer's reads are queued (this layer's experts
-// are pinned by then); never changes results.
+// are pinned by then), or before a dense layer's MLP; never changes results.
 void sigmoid_moe_ffn_forward(int64_t layer, const SigmoidMoeFfn& ffn, const SigmoidMoeFfn* next, bool look_ahead,
                              const RouterParams& p, ExpertSource& source, const float* x, int64_t n, int64_t hidden,
                              float* y, ExecContext& ctx);
