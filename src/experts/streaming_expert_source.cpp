@@ -38,6 +38,7 @@ StreamingExpertSource::StreamingExpertSource(const Checkpoint& ck, const std::ve
 
 StreamingExpertSource::StreamingExpertSource(ExpertLayout layout, const StreamingOptions& options)
     : layout_(std::move(layout)), verify_reads_(options.verify_reads), options_(options) {
+    guess_.resize(layout_.where.size());
     for (const auto& bank : layout_.where)
         for (const auto& loc : bank) slot_bytes_ = std::max(slot_bytes_, loc.slot_end());
     SLUICE_CHECK(slot_bytes_ > 0, layout_.origin, ": no routed experts to stream");
@@ -112,15 +113,16 @@ void StreamingExpertSource::prefetch(int64_t layer, std::span<const int32_t> exp
     if (!options_.prefetch) return;
     reap_prefetches();
     release_hint_pins(-1);  // a new hint replaces the last one
-    ++hint_calls_;
+    GuessRecord& record = guess_.at(size_t(layer));
+    ++record.hints;
     std::vector<std::pair<uint16_t, uint8_t>>* hints = trace_ ? &trace_hints_[layer] : nullptr;
     if (hints) hints->clear();
     auto note = [&](size_t from, uint8_t outcome) {
         if (hints)
             for (size_t i = from; i < experts.size(); ++i) hints->emplace_back(uint16_t(experts[i]), outcome);
     };
-    const double seen = guess_used_ + guess_wasted_;
-    if (seen > 16 && guess_used_ < 0.4 * seen && hint_calls_ % 16 != 0) {
+    const double seen = record.used + record.wasted;
+    if (seen > 16 && record.used < 0.4 * seen && record.hints % 16 != 0) {
         ++stats_.prefetch_skipped;
         note(0, k_hint_skipped);
         return;
@@ -298,11 +300,12 @@ void StreamingExpertSource::fetch_groups(int64_t layer, std::span<const int32_t>
     std::vector<int32_t> read_ahead;  // for the trace: this layer's read-aheads since its last fetch
     if (auto g = guesses_.find(layer); g != guesses_.end()) {
         if (trace_) read_ahead = g->second;
-        guess_used_ *= 0.85;
-        guess_wasted_ *= 0.85;
+        GuessRecord& record = guess_[size_t(layer)];
+        record.used *= 0.85;
+        record.wasted *= 0.85;
         for (int32_t e : g->second) {
             const bool used = std::find(experts.begin(), experts.end(), e) != experts.end();
-            (used ? guess_used_ : guess_wasted_) += 1;
+            (used ? record.used : record.wasted) += 1;
             if (used) ++stats_.prefetch_used;
         }
         guesses_.erase(g);

@@ -124,12 +124,16 @@ private:
     void release_hint_pins(int64_t layer);  // those of `layer`; -1: all
 
     std::unordered_map<uint64_t, std::shared_ptr<Prefetch>> prefetching_;
-    // Recent accuracy of read-ahead guesses (decaying counts): when most guesses go unused, hints are mostly
-    // ignored so wrong guesses neither waste the drive nor evict useful experts; a few still go through to notice
-    // when guessing works again.
-    double guess_used_ = 0, guess_wasted_ = 0;
+    // Recent accuracy of each layer's read-ahead guesses (decaying counts): when most of a layer's guesses go unused,
+    // its hints are mostly ignored so wrong guesses neither waste the drive nor evict useful experts; a few still go
+    // through to notice when guessing works again. Per layer: a guess made from the layer just before (a MoE
+    // layer's input) and one made from a dense layer's (the first MoE layer's hint) are not equally good.
+    struct GuessRecord {
+        double used = 0, wasted = 0;
+        uint64_t hints = 0;
+    };
+    std::vector<GuessRecord> guess_;  // [layer]
     std::unordered_map<int64_t, std::vector<int32_t>> guesses_;  // layer -> experts read ahead, not yet judged
-    uint64_t hint_calls_ = 0;
     // Tracing (--trace-experts): the row choices noted for the coming fetch, and the look-ahead's hints per layer.
     std::unique_ptr<ExpertTraceWriter> trace_;
     int64_t trace_layer_ = -1, trace_top_k_ = 0;
