@@ -2,8 +2,12 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/sendfile.h>
+#endif
 
 #include <algorithm>
+#include <cerrno>
 
 namespace sluice {
 
@@ -31,6 +35,7 @@ SpineWarmer::~SpineWarmer() {
     thread_.join();
     for (int fd : fds_)
         if (fd >= 0) ::close(fd);
+    if (null_fd_ >= 0) ::close(null_fd_);
 }
 
 void SpineWarmer::begin_layer(int64_t l) {
@@ -61,6 +66,28 @@ SpineWarmStats SpineWarmer::stats() const {
     return stats_;
 }
 
+// One chunk into the page cache. On Linux, sendfile() to /dev/null: the same buffered read (readahead, blocking
+// until the pages are there) with no copy into this process. On the K3-slice prefill the pread's copy was 18% of
+// both cores' time in `perf` (kernel _copy_to_iter), beside the matmuls; sendfile reads 3 GB with a quarter of pread's
+// system time. Where /dev/null or sendfile is refused, pread as before.
+ssize_t SpineWarmer::read_chunk(int fd, off_t offset, size_t bytes) {
+#if defined(__linux__)
+    if (null_fd_ == -1) {
+        null_fd_ = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null_fd_ < 0) null_fd_ = -2;
+    }
+    if (null_fd_ >= 0) {
+        off_t at = offset;
+        const ssize_t got = ::sendfile(null_fd_, fd, &at, bytes);
+        if (got >= 0) return got;
+        if (errno != EINVAL && errno != ENOSYS) return got;
+        ::close(null_fd_);
+        null_fd_ = -2;  // refused: pread from now on
+    }
+#endif
+    return ::pread(fd, buf_.get(), bytes, offset);
+}
+
 // Reads layer l's extents through the page cache (the bytes themselves are dropped). Only this thread touches fds_.
 uint64_t SpineWarmer::read_layer(int64_t l) {
     uint64_t done = 0;
@@ -77,7 +104,8 @@ uint64_t SpineWarmer::read_layer(int64_t l) {
         }
         if (fd < 0) continue;  // the faults read it, as without the warmer
         for (uint64_t at = 0; at < e.length && !stop_.load(std::memory_order_relaxed);) {
-            const ssize_t got = ::pread(fd, buf_.get(), size_t(std::min(kChunkBytes, e.length - at)), off_t(e.offset + at));
+            const size_t want = size_t(std::min(kChunkBytes, e.length - at));
+            const ssize_t got = read_chunk(fd, off_t(e.offset + at), want);
             if (got <= 0) break;  // an error or a short file: left to the faults
             at += uint64_t(got);
             done += uint64_t(got);

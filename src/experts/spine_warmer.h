@@ -3,7 +3,8 @@
 // while the layer computes (on the K3 slice, 6.7 GB of spine read that way, synchronously, inside the prefill:
 // docs/cpu.md). begin_layer(l) asks a background thread to read the next `depth` resident layers' bytes into the
 // page cache, each layer once per process, so that by the time a layer runs its pages are there and its faults only
-// map them. The reads are buffered preads of a few MiB on a file descriptor of its own, advised sequential (what
+// map them. The reads are buffered reads of a few MiB (sendfile() to /dev/null on Linux: no copy into the process;
+// else pread) on a file descriptor of its own, advised sequential (what
 // the kernel reads ahead of them fills the cache too); madvise(MADV_WILLNEED) on the map was tried first and does
 // nothing useful here: Linux caps each such call at one readahead window (force_page_cache_ra), so 5.7 GB of
 // advice filled the page cache no faster than the faults did. The bytes are the ones the residency plan already
@@ -17,6 +18,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include <sys/types.h>
 #include <vector>
 
 #include "experts/spine_streamer.h"
@@ -47,6 +50,8 @@ public:
 private:
     void run();
     uint64_t read_layer(int64_t l);
+    ssize_t read_chunk(int fd, off_t offset, size_t bytes);  // bytes read into the page cache, or -1
+    int null_fd_ = -1;  // /dev/null, the sink of sendfile(); -2: unavailable (pread)
     std::vector<std::string> paths_;
     std::vector<int> fds_;  // opened by the thread on first use; -1: not yet, -2: failed
     std::vector<std::vector<SpineExtent>> layers_;
@@ -59,7 +64,7 @@ private:
     // layers queued, in order; each layer at most once, so reserved at construction: begin_layer never allocates
     std::vector<int64_t> queue_;
     size_t next_ = 0;  // queue_[next_] is the next to read
-    std::unique_ptr<char[]> buf_;  // one pread's bytes (made at construction, not during a pass)
+    std::unique_ptr<char[]> buf_;  // one pread's bytes where sendfile is refused (made at construction)
     bool busy_ = false;
     std::atomic<bool> stop_{false};  // also checked between the chunks of a read
     SpineWarmStats stats_;
