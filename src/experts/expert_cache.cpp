@@ -279,6 +279,7 @@ ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_l
         memory_ = alloc_huge_advised(bytes);
         SLUICE_CHECK(memory_, "expert cache: cannot allocate ", bytes, " bytes");
         pinned_ = ops::PinnedRegion(memory_, bytes);
+        populate_ = std::make_unique<BackgroundPopulate>(memory_, bytes);  // free slots are used in address order
         content_space_ = stable_memory::new_space();
     }
     key_of_.resize(n_slots_);
@@ -288,6 +289,7 @@ ExpertCache::ExpertCache(uint64_t budget_bytes, uint64_t slot_bytes, int64_t n_l
 }
 
 ExpertCache::~ExpertCache() {
+    populate_.reset();  // joined before the memory goes
     for (size_t s = 0; s < n_slots_; ++s)
         if (used_[s]) stable_memory::remove_at(memory_ + s * slot_bytes_);
     pinned_.reset();

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "ops/ops.h"
 
 namespace sluice {
@@ -111,6 +112,7 @@ private:
     uint64_t slot_bytes_;
     size_t n_slots_;
     uint8_t* memory_ = nullptr;
+    std::unique_ptr<BackgroundPopulate> populate_;  // faults the slots in ahead of their first reads
     ops::PinnedRegion pinned_;  // page-locked while the CUDA backend copies experts from the slots
     uint64_t content_space_ = 0;  // slots are registered by content (core/stable_memory.h): device copies outlive them
     std::unique_ptr<CachePolicy> policy_;
