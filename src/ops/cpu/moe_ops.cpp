@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu/vec_math.h"
 #include "ops/moe_ops.h"
 #include "ops/ops.h"
 
@@ -129,12 +130,17 @@ void glu(const GluSpec& s, const float* gate, const float* up, int64_t stride, i
                 out[i] = g / (1.0f + std::exp(-g)) * up[i * stride];
             }
             return;
-        case GluSpec::Kind::Situ:
-            for (int64_t i = 0; i < n; ++i) {
-                const float g = gate[i * stride], u = up[i * stride];
-                out[i] = (s.beta * std::tanh(g / s.beta) / (1.0f + std::exp(-g))) * (s.linear_beta * std::tanh(u / s.linear_beta));
-            }
+        case GluSpec::Kind::Situ: {  // vec_math.h: a loop the compiler vectorises (libm's tanhf was 8.5% of a K3 prefill)
+            auto situ = [&](float g, float u) {
+                return (s.beta * cpu::tanh_f32(g / s.beta) / (1.0f + cpu::exp_f32(-g))) *
+                       (s.linear_beta * cpu::tanh_f32(u / s.linear_beta));
+            };
+            if (stride == 1)
+                for (int64_t i = 0; i < n; ++i) out[i] = situ(gate[i], up[i]);
+            else
+                for (int64_t i = 0; i < n; ++i) out[i] = situ(gate[i * stride], up[i * stride]);
             return;
+        }
         case GluSpec::Kind::ClampedSwiglu:
             for (int64_t i = 0; i < n; ++i) {
                 const float g = std::min(gate[i * stride], s.limit);
