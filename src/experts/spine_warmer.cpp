@@ -15,10 +15,8 @@ namespace {
 constexpr uint64_t kChunkBytes = uint64_t(4) << 20;  // one pread; the kernel's readahead runs past it
 }  // namespace
 
-SpineWarmer::SpineWarmer(std::vector<std::string> paths, std::vector<std::vector<SpineExtent>> layers, int64_t depth,
-                         std::vector<const uint8_t*> maps)
+SpineWarmer::SpineWarmer(std::vector<std::string> paths, std::vector<std::vector<SpineExtent>> layers, int64_t depth)
     : paths_(std::move(paths)),
-      maps_(std::move(maps)),
       fds_(paths_.size(), -1),
       layers_(std::move(layers)),
       depth_(std::max<int64_t>(0, depth)),
@@ -109,12 +107,6 @@ uint64_t SpineWarmer::read_layer(int64_t l) {
             const size_t want = size_t(std::min(kChunkBytes, e.length - at));
             const ssize_t got = read_chunk(fd, off_t(e.offset + at), want);
             if (got <= 0) break;  // an error or a short file: left to the faults
-            if (e.file < maps_.size() && maps_[e.file]) {  // in the page cache now: map and touch it here
-                const volatile uint8_t* p = maps_[e.file] + e.offset + at;
-                uint8_t sink = 0;
-                for (ssize_t b = 0; b < got; b += 4096) sink ^= p[b];
-                touched_ ^= sink;
-            }
             at += uint64_t(got);
             done += uint64_t(got);
         }

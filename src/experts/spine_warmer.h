@@ -35,12 +35,7 @@ class SpineWarmer {
 public:
     // layers[l]: the file extents of layer l's resident matrices (SpineExtent.file indexes paths; empty for a
     // streamed or weightless layer).
-    // maps[i]: where file i is mapped in this process (the checkpoint's own map), or empty: then each chunk read
-    // is also touched there, a byte a page, so that the pages are mapped into the process, and first touched, by
-    // this thread instead of the layer's matmuls (on a VM a page's first touch by the guest is a trip to the host:
-    // with sendfile alone the K3-slice prefill's BF16 decode took 21% of the samples, 6% from a warm map).
-    SpineWarmer(std::vector<std::string> paths, std::vector<std::vector<SpineExtent>> layers, int64_t depth,
-                std::vector<const uint8_t*> maps = {});
+    SpineWarmer(std::vector<std::string> paths, std::vector<std::vector<SpineExtent>> layers, int64_t depth);
     ~SpineWarmer();
     SpineWarmer(const SpineWarmer&) = delete;
     SpineWarmer& operator=(const SpineWarmer&) = delete;
@@ -56,10 +51,8 @@ private:
     void run();
     uint64_t read_layer(int64_t l);
     ssize_t read_chunk(int fd, off_t offset, size_t bytes);  // bytes read into the page cache, or -1
-    uint8_t touched_ = 0;  // the touched bytes' xor, kept so the reads are not optimised away
     int null_fd_ = -1;  // /dev/null, the sink of sendfile(); -2: unavailable (pread)
     std::vector<std::string> paths_;
-    std::vector<const uint8_t*> maps_;
     std::vector<int> fds_;  // opened by the thread on first use; -1: not yet, -2: failed
     std::vector<std::vector<SpineExtent>> layers_;
     int64_t depth_;

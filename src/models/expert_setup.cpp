@@ -83,9 +83,8 @@ ExpertSetup setup_experts(const Checkpoint& ck, std::vector<std::vector<ExpertWe
     const bool any_warm = std::any_of(warm.begin(), warm.end(), [](const auto& w) { return !w.empty(); });
     if (so.prefetch && any_warm) {
         std::vector<std::string> paths;
-        std::vector<const uint8_t*> maps;
-        for (const auto& f : ck.files()) paths.push_back(f->path()), maps.push_back(f->base());
-        s.warmer = std::make_unique<SpineWarmer>(std::move(paths), std::move(warm), kSpineWarmLayers, std::move(maps));
+        for (const auto& f : ck.files()) paths.push_back(f->path());
+        s.warmer = std::make_unique<SpineWarmer>(std::move(paths), std::move(warm), kSpineWarmLayers);
     }
     if ((!opt.stream_experts && opt.memory_budget_bytes == 0 && !packed) || s.expert_bytes == 0) {
         SLUICE_CHECK(so.trace_path.empty(), ck.dir(), s.expert_bytes == 0 ? ": the model has no routed experts to trace"
