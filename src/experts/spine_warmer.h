@@ -18,9 +18,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <sys/types.h>
-#include <vector>
 
 #include "experts/spine_streamer.h"
 

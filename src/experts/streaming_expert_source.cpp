@@ -158,9 +158,12 @@ size_t StreamingExpertSource::issue_read_aheads(int64_t layer, std::span<const i
     for (size_t i = 0; i < experts.size(); ++i) {
         const int32_t e = experts[i];
         const ExpertKey key{int32_t(layer), e};
-        if (cache_->contains(key) || prefetching_.count(key.packed())) {
-            const bool pinned = std::find(hint_pins_.begin(), hint_pins_.end(), key) != hint_pins_.end();
-            if (!prefetching_.count(key.packed()) && !pinned && cache_->pin(key)) hint_pins_.push_back(key);
+        const bool reading = prefetching_.count(key.packed()) != 0;  // its read-ahead holds its pin
+        if (reading || cache_->contains(key)) {
+            if (!reading && std::find(hint_pins_.begin(), hint_pins_.end(), key) == hint_pins_.end()) {
+                cache_->pin(key);
+                hint_pins_.push_back(key);
+            }
             if (hints) hints->emplace_back(uint16_t(e), k_hint_resident);
             continue;
         }

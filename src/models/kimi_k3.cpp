@@ -147,6 +147,13 @@ public:
                 ops::add(p, y, n * d, p);
             attn_res(p, blocks, L.mlp_res, n, d, eps, t, ctx.pool());
             ops::rms_norm(t, L.post_attention_layernorm.data(), n, d, eps, h);
+            // the next MoE layer's look-ahead: its router applied to this layer's input
+            auto hint_next = [&] {
+                if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
+                    const auto& N = layers_[size_t(il + 1)];
+                    prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx);
+                }
+            };
             if (L.moe) {
                 const Routing& r = route_sigmoid(router_, L.router, L.router_bias, h, n, ctx);
                 ScratchArena::Scope layer(ctx.arena());
@@ -155,10 +162,7 @@ public:
                 // while the routed experts are read: the next layer's look-ahead (this layer's experts are pinned by
                 // then), the down-projection and the shared experts
                 moe_forward(il, r, *experts_.source, nullptr, xl, n, lat, yl, ctx, nullptr, c.act, [&] {
-                    if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
-                        const auto& N = layers_[size_t(il + 1)];
-                        prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx);
-                    }
+                    hint_next();
                     ops::matmul(L.latent_down, h, n, xl, ctx);
                     swiglu_forward(L.shared, h, n, t, ctx, c.act);
                 });
@@ -166,11 +170,7 @@ public:
                 ops::matmul(L.latent_up, yl, n, y, ctx);
                 ops::add(y, t, n * d, y);
             } else {
-                // before the first MoE layer: its experts are read while this dense MLP computes
-                if (experts_.streaming && il + 1 < c.num_hidden_layers && layers_[size_t(il + 1)].moe) {
-                    const auto& N = layers_[size_t(il + 1)];
-                    prefetch_experts(*experts_.source, il + 1, router_, N.router, N.router_bias, h, n, ctx);
-                }
+                hint_next();  // before the first MoE layer: its experts are read while this dense MLP computes
                 swiglu_forward(L.mlp, h, n, y, ctx, c.act);
             }
             ops::add(p, y, n * d, p);

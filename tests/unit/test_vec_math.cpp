@@ -2,6 +2,7 @@
 // exact value, relative) over every float they are used on, and the edges (saturation, overflow, NaN) as libm's.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -19,8 +20,8 @@ template <class F>
 void sweep(float lo, float hi, uint32_t step, F&& check) {
     for (float x = lo; x < hi;) {
         check(x);
-        uint32_t u = float_to_bits(x);
-        const float next = x >= 0 ? bits_to_float(u + step) : (u - step > 0x80000000u ? bits_to_float(u - step) : 0.0f);
+        uint32_t u = std::bit_cast<uint32_t>(x);
+        const float next = x >= 0 ? std::bit_cast<float>(u + step) : (u - step > 0x80000000u ? std::bit_cast<float>(u - step) : 0.0f);
         if (!(next > x)) break;
         x = next;
     }

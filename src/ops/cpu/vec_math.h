@@ -5,21 +5,10 @@
 // (tests/unit/test_vec_math.cpp checks 4 ulp-equivalents against double over the whole range used).
 #pragma once
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
 
 namespace sluice::ops::cpu {
-
-inline float bits_to_float(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    return f;
-}
-inline uint32_t float_to_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    return u;
-}
 
 // e^x: x = n ln 2 + r with |r| <= ln 2 / 2 (Cody-Waite, two constants), e^r by its Taylor series to r^7 (the next
 // term is below 2^-29 relative there), times 2^n built in the exponent bits. x above 88.73 gives +inf, below
@@ -39,9 +28,9 @@ inline float exp_f32(float x) {
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     // n in [-127, 129]: 2^n as two factors so that neither leaves the normal range (2^129 overflows to inf, as it should)
-    const int32_t ni = int32_t(float_to_bits(t) - float_to_bits(shifter));  // the integer in t's low mantissa bits
+    const int32_t ni = int32_t(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(shifter));  // the integer in t's low mantissa bits
     const int32_t n1 = ni / 2, n2 = ni - n1;
-    const float s1 = bits_to_float(uint32_t(n1 + 127) << 23), s2 = bits_to_float(uint32_t(n2 + 127) << 23);
+    const float s1 = std::bit_cast<float>(uint32_t(n1 + 127) << 23), s2 = std::bit_cast<float>(uint32_t(n2 + 127) << 23);
     const float y = p * s1 * s2;
     return x != x ? x : (x < -87.33654475f ? 0.0f : y);
 }
