@@ -313,24 +313,27 @@ void register_bench(CLI::App& app) {
                          prefill_flops / 1e9, prefill_flops / 1e6 / std::max(1e-9, prefill_ms), at_peak_ms,
                          peak.gflops, peak.threads, at_peak_ms / std::max(1e-9, prefill_ms));
         }
+        // matmul calls and expert groups (each of whose matrices is a weight use)
+        auto busy = [](const cuda::Stats& g) { return g.busy_ms + g.group_ms; };
+        auto uses = [](const cuda::Stats& g) { return g.calls + g.group_weights; };
         if (on_cuda)  // where the time went: weight matmuls and attention on the GPU (copies and kernels), the rest
             std::fprintf(stderr,
-                         "  device  cuda (%s): weight matmuls %.1f and attention %.1f of the prefill's %.1f ms (%s up, "
-                         "weights %s, keys and values %s); %.1f and %.1f of %.1f ms per decoded token (%s up; %.1f%% of its "
-                         "weight uses from copies kept on the card, %s kept)\n",
-                         cuda::device_info().name.c_str(), g1.busy_ms - g0.busy_ms, g1.attention_ms - g0.attention_ms,
+                         "  device  cuda (%s): weight matmuls and expert groups %.1f and attention %.1f of the prefill's "
+                         "%.1f ms (%s up, weights %s, keys and values %s); %.1f and %.1f of %.1f ms per decoded token (%s "
+                         "up; %.1f%% of its weight uses from copies kept on the card, %s kept)\n",
+                         cuda::device_info().name.c_str(), busy(g1) - busy(g0), g1.attention_ms - g0.attention_ms,
                          prefill_ms, format_bytes(g1.h2d_bytes - g0.h2d_bytes).c_str(),
                          format_bytes(g1.weight_upload_bytes - g0.weight_upload_bytes).c_str(),
                          format_bytes(g1.attention_kv_bytes - g0.attention_kv_bytes).c_str(),
-                         (g2.busy_ms - g1.busy_ms) / double(a->tokens),
+                         (busy(g2) - busy(g1)) / double(a->tokens),
                          (g2.attention_ms - g1.attention_ms) / double(a->tokens), decode_ms / double(a->tokens),
                          format_bytes((g2.h2d_bytes - g1.h2d_bytes) / uint64_t(a->tokens)).c_str(),
                          100.0 * double(g2.weight_hits - g1.weight_hits) /
-                             double(std::max<uint64_t>(1, g2.calls - g1.calls)),
+                             double(std::max<uint64_t>(1, uses(g2) - uses(g1))),
                          format_bytes(g2.resident_weight_bytes).c_str());
         if (on_cuda)
             std::fprintf(stderr,
-                         "  device  prefill matmul calls on the card's timeline: placing weights %.1f ms (kept copies' "
+                         "  device  prefill matmul calls and expert groups on the card's timeline: placing weights %.1f ms (kept copies' "
                          "allocation and first upload, per-call copies), activations across %.1f, kernels %.1f; "
                          "decode per token: %.1f, %.1f, %.1f\n",
                          g1.place_ms - g0.place_ms, g1.activation_copy_ms - g0.activation_copy_ms,

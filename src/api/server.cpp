@@ -261,6 +261,11 @@ struct Server::Impl {
             metric("sluice_cuda_matmuls_total", "counter", "Weight matmuls run on the GPU.", double(g.calls));
             metric("sluice_cuda_matmul_seconds_total", "counter",
                    "Time in GPU weight matmuls (copies up and down, kernels, waits).", g.busy_ms / 1000);
+            metric("sluice_cuda_expert_groups_total", "counter",
+                   "Groups of routed experts run on the GPU (one call each: gate/up, activation, down).",
+                   double(g.group_calls));
+            metric("sluice_cuda_expert_group_seconds_total", "counter",
+                   "Time in GPU expert groups (copies up and down, kernels, waits).", g.group_ms / 1000);
             metric("sluice_cuda_attention_total", "counter", "Attention calls run on the GPU.", double(g.attention_calls));
             metric("sluice_cuda_attention_seconds_total", "counter",
                    "Time in GPU attention (keys, values and queries up, kernels, results down).", g.attention_ms / 1000);

@@ -81,12 +81,13 @@ inline int64_t expert_group_scratch_floats(int64_t rows, int64_t hidden, int64_t
 // with their scatter) handed to whichever thread is free, each expert's later items waiting only for its own
 // earlier ones. Every output is computed by the kernels' per-row arithmetic, which depends on neither the tile, the
 // thread nor the rest of the group: the bits of experts_one_by_one (the op harness checks it). On a context whose
-// backend is Cuda it is experts_one_by_one (each matmul on the card). scratch: expert_group_scratch_floats(sum of m,
-// hidden, inter) floats.
+// backend is Cuda it is cuda::expert_group (ops/cuda/backend.h: one call, the activation on the card too; its bits
+// are the card's own, which do not depend on the rest of the group either, and scratch is not used).
+// scratch: expert_group_scratch_floats(sum of m, hidden, inter) floats.
 void expert_group(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
                   int64_t hidden, float* y, float* scratch, ExecContext& ctx);
 // The same, an expert at a time, each matmul its own ops::matmul call (parallel section): what the MoE block did
-// before expert_group, kept for the CUDA backend and as the harness's bit-for-bit comparison.
+// before expert_group, kept as the harness's bit-for-bit comparison.
 void experts_one_by_one(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
                         int64_t hidden, float* y, float* scratch, ExecContext& ctx);
 

@@ -14,7 +14,10 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "harness_util.h"
+#include "core/stable_memory.h"
 #include "ops/cuda/backend.h"
+#include "ops/exec_context.h"
+#include "ops/moe_ops.h"
 #include "ops/ops.h"
 #include "ops/quantize.h"
 
@@ -123,9 +126,80 @@ Timing time_matmul(const DeviceWeights& dw, const float* xd, int64_t n, float* y
     return {ms[ms.size() / 2], graph};
 }
 
+// A K3 MoE layer's routed experts (16 of gate/up [2048, 7168] and down [7168, 2048]) for n rows that all take every
+// one of them, as ops::expert_group runs them on the card (one call: the gate/up launch, the activation, the down
+// launch) and as three ops::matmul calls an expert did before: the weights kept on the card (each expert's bytes
+// registered as a stable range, placed once in the warm-up), x and y in host memory. Kernel time is the card's
+// timeline of the group's launches (cuda::Stats::kernel_ms); call time is the host's, copies and waits included.
+void perf_expert_group(std::mt19937& rng, double read_gbps) {
+    constexpr int64_t kExperts = 16, kHidden = 7168, kInter = 2048;
+    std::printf("\n%-14s %5s %12s %12s %8s %14s %s\n", "expert group", "rows", "kernels ms", "call ms", "GB/s",
+                "one by one ms", "share (kernels)");
+    ExecContext gpu(1, ops::Backend::Cuda);
+    for (auto f : {WeightFormat::MXFP4, WeightFormat::BF16, WeightFormat::INT4_G32}) {
+        const auto gw = random_vec(kInter * kHidden, rng, 0.05f), dw = random_vec(kHidden * kInter, rng, 0.05f);
+        const QuantizedWeight gq = quantize(gw.data(), kInter, kHidden, f), dq = quantize(dw.data(), kHidden, kInter, f);
+        // each expert its own bytes (distinct device copies), registered as stable so the card keeps them
+        std::vector<std::vector<uint8_t>> bytes;
+        std::vector<uint64_t> ids;
+        std::vector<Weight> w;
+        w.reserve(size_t(3 * kExperts));
+        bytes.reserve(size_t(6 * kExperts));
+        for (int64_t e = 0; e < kExperts; ++e)
+            for (const QuantizedWeight* q : {&gq, &gq, &dq}) {
+                bytes.push_back(q->data);
+                bytes.push_back(q->scales);
+                Weight v = q->view();
+                v.data = bytes[bytes.size() - 2].data();
+                v.scales = q->scales.empty() ? nullptr : bytes.back().data();
+                ids.push_back(stable_memory::add(v.data, q->data.size()));
+                if (v.scales) ids.push_back(stable_memory::add(v.scales, q->scales.size()));
+                w.push_back(v);
+            }
+        const uint64_t wbytes = uint64_t(kExperts) * (2 * (gq.data.size() + gq.scales.size()) + dq.data.size() + dq.scales.size());
+        for (int64_t n : {1, 8, 64}) {
+            std::vector<std::vector<int64_t>> slots(static_cast<size_t>(kExperts));
+            std::vector<ops::GroupExpert> group;
+            for (int64_t e = 0; e < kExperts; ++e) {
+                for (int64_t r = 0; r < n; ++r) slots[size_t(e)].push_back(r * kExperts + e);
+                group.push_back({&w[size_t(3 * e)], &w[size_t(3 * e + 1)], &w[size_t(3 * e + 2)], slots[size_t(e)].data(), n});
+            }
+            const auto x = random_vec(n * kHidden, rng);
+            std::vector<float> y(size_t(n * kExperts * kHidden));
+            std::vector<float> scratch(size_t(ops::expert_group_scratch_floats(n * kExperts, kHidden, kInter)));
+            auto median_ms = [&](const std::function<void()>& call, int reps) {
+                call();  // warm-up: places the weights
+                std::vector<double> ms;
+                for (int r = 0; r < reps; ++r) {
+                    const auto t0 = std::chrono::steady_clock::now();
+                    call();
+                    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                }
+                std::sort(ms.begin(), ms.end());
+                return ms[ms.size() / 2];
+            };
+            const auto k0 = cuda::stats();
+            const double call_ms = median_ms([&] {
+                ops::expert_group(ops::GluSpec{}, group, x.data(), kExperts, kHidden, y.data(), nullptr, gpu);
+            }, 9);
+            const auto k1 = cuda::stats();
+            const double kernel_ms = (k1.kernel_ms - k0.kernel_ms) / 10.0;
+            const double one_ms = median_ms([&] {
+                ops::experts_one_by_one(ops::GluSpec{}, group, x.data(), kExperts, kHidden, y.data(), scratch.data(), gpu);
+            }, 5);
+            const double gbps = double(wbytes) / (kernel_ms * 1e6);
+            std::printf("%-14s %5ld %12.4f %12.4f %8.0f %14.3f %.0f%% of HBM read\n",
+                        std::string(weight_format_name(f)).c_str(), long(n), kernel_ms, call_ms, gbps, one_ms,
+                        100 * gbps / read_gbps);
+        }
+        for (uint64_t id : ids) stable_memory::remove(id);
+    }
+}
+
 }  // namespace
 
 void perf(std::mt19937& rng) {
+    if (g_perf_groups_only) return perf_expert_group(rng, cuda::measure_read_gbps(uint64_t(2) << 30));
     const auto info = cuda::device_info();
     const double hbm = hbm_copy_gbps();
     const double read = cuda::measure_read_gbps(uint64_t(2) << 30);
@@ -201,4 +275,5 @@ void perf(std::mt19937& rng) {
     }
     std::printf("(the share of the bf16 tensor peak needs the peak measured beside it: scripts/gpu-check.sh prints "
                 "one from PyTorch when it is there)\n");
+    perf_expert_group(rng, read);
 }

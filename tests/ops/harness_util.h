@@ -52,5 +52,8 @@ void check_moe_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng
 void check_expert_group(const char* name, sluice::ExecContext& ctx, std::mt19937& rng);
 void check_mla_ops(const char* name, sluice::ThreadPool& pool, std::mt19937& rng);
 void check_rope(const char* name, std::mt19937& rng);
+// tests/ops/cuda_group_checks.cpp: expert_group on the card (near its twin; an expert's bits independent of the group)
+void check_cuda_expert_group(std::mt19937& rng);
 // tests/ops/cuda_perf.cpp: --perf, the CUDA kernels against the card's limits
 void perf(std::mt19937& rng);
+inline bool g_perf_groups_only = false;  // --perf-groups: perf() times the expert groups alone

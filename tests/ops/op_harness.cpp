@@ -462,12 +462,14 @@ int main(int argc, char** argv) {
         const std::string a = argv[i];
         if (a == "--perf") {
             want_perf = true;
+        } else if (a == "--perf-groups") {  // only the expert-group part of --perf
+            want_perf = g_perf_groups_only = true;
         } else if (a == "--backend" && i + 1 < argc) {
             only = argv[++i];
         } else if (a == "--small") {
             g_max_work = int64_t(8) << 20;
         } else {
-            std::fprintf(stderr, "usage: op_harness [--perf] [--backend cpu|cuda] [--small]\n");
+            std::fprintf(stderr, "usage: op_harness [--perf | --perf-groups] [--backend cpu|cuda] [--small]\n");
             return 2;
         }
     }
@@ -519,6 +521,7 @@ int main(int argc, char** argv) {
                 check_cuda_stable_copy(rng);
                 check_cuda_content_keyed_slot(rng);
                 check_cuda_mapped_copies_kept(rng);
+                check_cuda_expert_group(rng);
                 check_attention("cuda", [](const AttentionParams& p, const float* q, int64_t n, const int64_t* pos,
                                            ops::RowView k, ops::RowView v, float* out) {
                     const cuda::AttentionShape s{p.n_heads, p.n_kv_heads, p.head_dim_k, p.head_dim_v, p.scale, p.sinks,

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/phase_times.h"
 #include "ops/cpu/matmul_call.h"
+#include "ops/cuda/backend.h"
 #include "ops/exec_context.h"
 #include "ops/moe_ops.h"
 #include "ops/ops.h"
@@ -202,8 +203,20 @@ void experts_one_by_one(const GluSpec& act, std::span<const GroupExpert> experts
 
 void expert_group(const GluSpec& act, std::span<const GroupExpert> experts, const float* x, int64_t top_k,
                   int64_t hidden, float* y, float* scratch, ExecContext& ctx) {
-    if (ctx.backend() == Backend::Cuda) return experts_one_by_one(act, experts, x, top_k, hidden, y, scratch, ctx);
-    phase_times::Scope timed(phase_times::kMatmul);  // (on CUDA, experts_one_by_one's matmuls time themselves)
+    phase_times::Scope timed(phase_times::kMatmul);
+    if (ctx.backend() == Backend::Cuda) {  // the whole group in one call on the card (ops/cuda/expert_group.cu)
+        check_group(experts, hidden);
+        std::vector<cuda::GroupMember> g;
+        g.reserve(experts.size());
+        for (const GroupExpert& e : experts) {
+            g.push_back({e.gate, e.up, e.down, e.slots, e.m});
+            phase_times::add_matmul_flops(2.0 * double(e.m) * double(e.gate->rows) * double(hidden) * 3.0);
+        }
+        const cuda::GroupActivation a{act.kind == GluSpec::Kind::Situ ? 1 : act.kind == GluSpec::Kind::ClampedSwiglu ? 2 : 0,
+                                      act.beta, act.linear_beta, act.alpha, act.limit};
+        cuda::expert_group(a, g.data(), int64_t(g.size()), x, top_k, hidden, y);
+        return;
+    }
     cpu::expert_group(act, experts, x, top_k, hidden, y, scratch, ctx.pool());
 }
 

@@ -34,13 +34,6 @@ Backend& backend() {
 
 namespace {
 
-// Tensor cores for the exact-bf16 formats in whole 32-column blocks; plain FMAs otherwise. A function of the
-// weight alone, like everything that decides a row's bits.
-bool uses_mma(WeightFormat f, int64_t cols) {
-    return (f == WeightFormat::BF16 || f == WeightFormat::MXFP4 || f == WeightFormat::INT4_G32 ||
-            f == WeightFormat::FP8_E4M3_B128) && cols % 32 == 0;
-}
-
 void run_matmul(Backend& b, const kernels::WDesc& w, const float* x_dev, int64_t n, float* y_dev) {
     const cudaStream_t s = b.stream();
     if (!uses_mma(WeightFormat(w.format), w.cols)) {
@@ -60,13 +53,15 @@ void run_matmul(Backend& b, const kernels::WDesc& w, const float* x_dev, int64_t
     CK(cudaGetLastError());
 }
 
+}  // namespace
+
+namespace detail {
 void check_weight(const Weight& w) {
     w.check();
     SLUICE_CHECK(supports(w.format), "CUDA backend: weight format ", weight_format_name(w.format),
                  " is not supported on the GPU (", w.rows, "x", w.cols, "); use --device cpu");
 }
-
-}  // namespace
+}  // namespace detail
 
 bool compiled() { return true; }
 

@@ -48,6 +48,28 @@ bool supports(WeightFormat f);  // F32, F16, BF16, FP8_E4M3_B128, MXFP4, INT4_G3
 // it. Other bytes (read staging when the host cache has no room) are copied for the call.
 void matmul(const Weight& w, const float* x, int64_t n, float* y);
 
+// A group of routed experts (ops::expert_group's contract, ops/moe_ops.h) with x and y in host memory: x's rows go
+// up once, each expert's rows are gathered on the card, every expert's gate and up products run in one launch, the
+// activation on the card, the down products in a second launch, and the outputs come back once, to their slots. A
+// matrix's product has the bits ops::matmul gives it on the card (the same tiles and k split), and the activation
+// is computed on the card for every group, so an expert's output for a row does not depend on the other experts or
+// rows of the group. The weights are placed as matmul() places them; when the card cannot hold all of a group's at
+// once, the group runs in waves of experts. The experts' matrices must have one shape (gate and up [inter, hidden],
+// down [hidden, inter]).
+struct GroupMember {
+    const Weight* gate = nullptr;
+    const Weight* up = nullptr;
+    const Weight* down = nullptr;
+    const int64_t* slots = nullptr;  // host; slot s reads row s / top_k of x and writes y + s * hidden
+    int64_t m = 0;
+};
+struct GroupActivation {
+    int kind = 0;  // 0: silu(g) u; 1: SiTU (beta, linear_beta); 2: gpt-oss's clamped SwiGLU (alpha, limit)
+    float beta = 4.0f, linear_beta = 25.0f, alpha = 1.702f, limit = 7.0f;
+};
+void expert_group(const GroupActivation& act, const GroupMember* experts, int64_t count, const float* x,
+                  int64_t top_k, int64_t hidden, float* y);
+
 // Causal attention (ops::attention's contract, ops/ops.h) with q, pos, the key/value rows and out in host memory.
 // The rows a call reads go up (keys and values: from the first key any row sees to the last), queries in bounded
 // pieces; scores, an online softmax and the weighted values in f32 FMAs, the keys walked in tiles at fixed absolute
@@ -107,6 +129,12 @@ struct Stats {
     double attention_ms = 0;                    // host time inside attention calls
     uint64_t kda_calls = 0;
     double kda_ms = 0;                          // host time inside KDA delta-rule calls
+    uint64_t group_calls = 0, group_waves = 0;  // expert groups run on the card, and the waves they took
+    uint64_t group_weights = 0;                 // matrices computed in them (not counted in calls)
+    uint64_t group_serial_stages = 0;           // their stages whose k splits ran one launch each (no room to keep
+                                                // the partial sums apart)
+    double group_ms = 0;                        // host time inside expert-group calls (its placing and kernels are
+                                                // also in place_ms and kernel_ms)
 };
 Stats stats();
 void reset_stats();

@@ -27,6 +27,16 @@ inline void check(cudaError_t e, const char* what) {
 
 inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+// Tensor cores for the exact-bf16 formats in whole 32-column blocks; plain FMAs otherwise. A function of the
+// weight alone, like everything that decides a row's bits.
+inline bool uses_mma(WeightFormat f, int64_t cols) {
+    return (f == WeightFormat::BF16 || f == WeightFormat::MXFP4 || f == WeightFormat::INT4_G32 ||
+            f == WeightFormat::FP8_E4M3_B128) && cols % 32 == 0;
+}
+
+// w is valid and its format runs on the card (else one clear error).
+void check_weight(const Weight& w);
+
 // A device buffer that only grows.
 struct DeviceBuffer {
     void* p = nullptr;
@@ -65,6 +75,13 @@ struct Copy {
     uint64_t bytes = 0;
     bool mapped = false;  // of an add() range (the checkpoint's memory map: the resident spine), not content-keyed
     std::list<Key>::iterator lru;
+    uint64_t group = 0;  // the last expert-group wave that placed it (Backend::open_group)
+};
+
+// Device memory a group of weight copies made for one call is placed in, bump-allocated.
+struct Arena {
+    uint8_t* base = nullptr;
+    uint64_t cap = 0, used = 0;
 };
 
 class Backend {
@@ -97,7 +114,7 @@ public:
 
     uint64_t workspace_bytes() const {
         return x_.bytes + xs_.bytes + y_.bytes + part_.bytes + transient_.bytes + attn_kv_.bytes + attn_io_.bytes +
-               kda_.bytes;
+               kda_.bytes + group_buf_.bytes;
     }
 
     // Grows a work buffer within the budget, evicting kept weight copies for room; when the work buffers alone would
@@ -117,8 +134,17 @@ public:
         return buf.reserve(need);
     }
 
-    // Device pointers for w's bytes: a kept copy for stable bytes, else a copy made now into the transient buffer.
-    kernels::WDesc place(const Weight& w) {
+    // An expert group's weights are all placed before its kernels run, so none of them may be evicted (their memory
+    // reused) by the placing of the next: between open_group() and close_group() a copy placed is not evicted.
+    void open_group() {
+        ++group_epoch_;
+        group_open_ = true;
+    }
+    void close_group() { group_open_ = false; }
+
+    // Device pointers for w's bytes: a kept copy for stable bytes, else a copy made now into the transient buffer, or
+    // with an arena, into the arena (data null when it has no room left).
+    kernels::WDesc place(const Weight& w, Arena* arena = nullptr) {
         const uint64_t db = w.data_bytes(), sb = w.scales ? w.scale_bytes() : 0;
         const uint64_t scale_at = align_up(db, 256), total = scale_at + sb;
         kernels::WDesc d{int(w.format), w.rows, w.cols, nullptr, nullptr};
@@ -129,6 +155,7 @@ public:
             if (auto it = copies_.find(k); it != copies_.end()) {
                 auto& list = it->second.mapped ? mapped_lru_ : lru_;
                 list.splice(list.begin(), list, it->second.lru);
+                it->second.group = group_epoch_;
                 ++stats.weight_hits;
                 return desc_at(d, it->second.dev, scale_at, sb);
             }
@@ -139,14 +166,22 @@ public:
                 CK(cudaMallocAsync(&dev, total, stream_));
                 upload(dev, w, scale_at);
                 list.push_front(k);
-                copies_[k] = {dev, total, mapped, list.begin()};
+                copies_[k] = {dev, total, mapped, list.begin(), group_epoch_};
                 resident_bytes_ += total;
                 ++stats.weight_misses;
                 stats.resident_weight_bytes = resident_bytes_;
                 return desc_at(d, dev, scale_at, sb);
             }
         }
-        void* dev = grow(transient_, total, "a weight copied for this call");
+        void* dev = nullptr;
+        if (arena) {
+            const uint64_t at = align_up(arena->used, 256);
+            if (at + total > arena->cap) return d;
+            dev = arena->base + at;
+            arena->used = at + total;
+        } else {
+            dev = grow(transient_, total, "a weight copied for this call");
+        }
         upload(dev, w, scale_at);
         return desc_at(d, dev, scale_at, sb);
     }
@@ -154,6 +189,7 @@ public:
     DeviceBuffer x_, xs_, y_, part_, transient_;
     DeviceBuffer attn_kv_, attn_io_;  // attention (attention.cu): the keys and values; queries, positions, outputs
     DeviceBuffer kda_;                // KDA's delta rule (kda.cu): a piece of rows and the heads' state
+    DeviceBuffer group_buf_;          // an expert group's activations (expert_group.cu)
 
     // Host ranges page-locked by pin_host (start -> bytes); the caller holds mu.
     std::map<uintptr_t, uint64_t> pinned_ranges;
@@ -226,7 +262,12 @@ private:
         stats.resident_weight_bytes = resident_bytes_;
     }
     void evict_from(std::list<Key>& list, uint64_t limit) {
-        while (resident_bytes_ > limit && !list.empty()) erase_copy(copies_.find(list.back()), list);
+        while (resident_bytes_ > limit && !list.empty()) {
+            const auto it = copies_.find(list.back());
+            // the open group's copies are the most recently used: once one is last, the rest are all the group's
+            if (group_open_ && it->second.group == group_epoch_) break;
+            erase_copy(it, list);
+        }
     }
     void erase_copy(std::unordered_map<Key, Copy, KeyHash>::iterator it, std::list<Key>& list) {
         CK(cudaFreeAsync(it->second.dev, stream_));  // after the work already queued that reads it
@@ -256,6 +297,8 @@ private:
     std::list<Key> mapped_lru_;  // copies of the mapped checkpoint, most recently used first
     uint64_t removals_seen_ = 0;
     uint64_t resident_bytes_ = 0;
+    uint64_t group_epoch_ = 0;
+    bool group_open_ = false;
 };
 
 // The one backend (made at first use, never destroyed: kernels may be in flight at exit).

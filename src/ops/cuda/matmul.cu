@@ -144,17 +144,21 @@ __device__ __forceinline__ void load_x16(const __nv_bfloat16* __restrict__ xs, c
 
 // y[n][rows] = W x^T over this block's rows and this split's chunks of k; with several splits, this split's partial
 // sums into part[split][n][rows] (reduce_kernel adds them in split order).
+// One block's tile: rows from bx, activation rows from by, split bz of k. The parts of activation row i are at
+// xs + p * plane + i * cols (kSelfSplit: x + i * cols, split here). With splits > 1 the tile writes its partial sums
+// to part + bz * part_stride (laid out as y), which reduce_kernel adds in split order. mma_kernel runs one weight's
+// tiles; grouped_mma_kernel the tiles of many (an expert group), each with the bits it would have alone.
 template <int F, int MT, int NT, bool kSelfSplit>
-__global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __nv_bfloat16* __restrict__ xs,
-                                                                const float* __restrict__ x, int64_t n,
-                                                                float* __restrict__ y, float* __restrict__ part,
-                                                                int64_t chunks_per_split) {
+__device__ __forceinline__ void mma_tile(const WDesc& w, const __nv_bfloat16* __restrict__ xs,
+                                         const float* __restrict__ x, int64_t n, int64_t plane, float* __restrict__ y,
+                                         float* __restrict__ part, int64_t part_stride, int splits,
+                                         int64_t chunks_per_split, int64_t bx, int64_t by, int64_t bz) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t R = w.rows, C = w.cols;
-    const int64_t r0 = (int64_t(blockIdx.x) * kBlockWarps + warp) * kWarpRows * MT;
-    const int64_t n0 = int64_t(blockIdx.y) * 8 * NT;
+    const int64_t r0 = (bx * kBlockWarps + warp) * kWarpRows * MT;
+    const int64_t n0 = by * 8 * NT;
     const int64_t n_chunks = (C + kChunkCols - 1) / kChunkCols;
-    const int64_t c_begin = int64_t(blockIdx.z) * chunks_per_split;
+    const int64_t c_begin = bz * chunks_per_split;
     const int64_t c_end = c_begin + chunks_per_split < n_chunks ? c_begin + chunks_per_split : n_chunks;
     int64_t ra[MT], rb[MT];
     bool va[MT], vb[MT];
@@ -163,7 +167,6 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
         ra[m] = r0 + m * kWarpRows + g, rb[m] = ra[m] + 8;
         va[m] = ra[m] < R, vb[m] = rb[m] < R;
     }
-    const int64_t plane = n * C;
     constexpr bool kPostScale = F == int(WeightFormat::FP8_E4M3_B128);
 
     float acc[MT][NT][4];
@@ -235,17 +238,50 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
             }
         }
     }
-    float* o = gridDim.z == 1 ? y : part + int64_t(blockIdx.z) * n * R;
+    // part == nullptr with splits > 1: the splits run one launch each, in order, each adding its sums to y (the first
+    // storing them), which rounds exactly as reduce_kernel's sum of the parts does
+    const bool add = splits > 1 && part == nullptr && bz > 0;
+    float* o = splits == 1 || part == nullptr ? y : part + bz * part_stride;
+    auto put = [&](int64_t i, float v) { o[i] = add ? o[i] + v : v; };
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int64_t x0 = n0 + nt * 8 + 2 * t;
-            if (va[m] && x0 < n) o[x0 * R + ra[m]] = acc[m][nt][0];
-            if (va[m] && x0 + 1 < n) o[(x0 + 1) * R + ra[m]] = acc[m][nt][1];
-            if (vb[m] && x0 < n) o[x0 * R + rb[m]] = acc[m][nt][2];
-            if (vb[m] && x0 + 1 < n) o[(x0 + 1) * R + rb[m]] = acc[m][nt][3];
+            if (va[m] && x0 < n) put(x0 * R + ra[m], acc[m][nt][0]);
+            if (va[m] && x0 + 1 < n) put((x0 + 1) * R + ra[m], acc[m][nt][1]);
+            if (vb[m] && x0 < n) put(x0 * R + rb[m], acc[m][nt][2]);
+            if (vb[m] && x0 + 1 < n) put((x0 + 1) * R + rb[m], acc[m][nt][3]);
         }
+}
+
+template <int F, int MT, int NT, bool kSelfSplit>
+__global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __nv_bfloat16* __restrict__ xs,
+                                                                const float* __restrict__ x, int64_t n,
+                                                                float* __restrict__ y, float* __restrict__ part,
+                                                                int64_t chunks_per_split) {
+    mma_tile<F, MT, NT, kSelfSplit>(w, xs, x, n, n * w.cols, y, part, n * w.rows, int(gridDim.z), chunks_per_split,
+                                    blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+// The tiles of `count` weights of one format and shape (GroupJob: first_block ascending) in one launch: block b of
+// the flat grid belongs to the last job whose first_block <= b.
+template <int F, int MT, int NT, bool kSelfSplit>
+__global__ void __launch_bounds__(kBlockWarps * 32) grouped_mma_kernel(const GroupJob* __restrict__ jobs, int count,
+                                                                        int64_t plane, int64_t part_stride, int splits,
+                                                                        int64_t chunks_per_split, int split_index) {
+    const int64_t b = blockIdx.x;
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (jobs[mid].first_block <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    const GroupJob j = jobs[lo];
+    const int64_t local = b - j.first_block;
+    mma_tile<F, MT, NT, kSelfSplit>(j.w, j.xs, j.x, j.n, plane, j.y, split_index < 0 ? j.part : nullptr, part_stride,
+                                    splits, chunks_per_split, local % j.row_blocks, local / j.row_blocks,
+                                    split_index < 0 ? int64_t(blockIdx.z) : int64_t(split_index));
 }
 
 __global__ void reduce_kernel(const float* __restrict__ part, int splits, int64_t count, float* __restrict__ y) {
@@ -289,12 +325,32 @@ unsigned grid_for(int64_t count, int threads) {
     return unsigned(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
 }
 
-template <int F, int MT, int NT, bool kSelfSplit>
+// The variants, by Tile::kind (tile_for). The tile over rows and n does not change any row's result (rows never mix
+// in an mma, every tile walks k in the same order, and a row's parts are split by the same function wherever that
+// happens), only the speed: narrow tiles that split their own activations for a few rows (one launch), wide ones
+// that reuse each weight and activation load for many mmas when there are many. FP8's widest tile is 2x4: its
+// per-chunk sums need a second set of registers.
+template <int F, int Kind>
+struct TileOf;
+template <int F> struct TileOf<F, 0> { static constexpr int MT = 1, NT = 1; static constexpr bool kSelf = true; };
+template <int F> struct TileOf<F, 1> { static constexpr int MT = 1, NT = 2; static constexpr bool kSelf = false; };
+template <int F> struct TileOf<F, 2> { static constexpr int MT = 2, NT = 2; static constexpr bool kSelf = false; };
+template <int F> struct TileOf<F, 3> {
+    static constexpr int MT = F == int(WeightFormat::FP8_E4M3_B128) ? 2 : 4, NT = 4;
+    static constexpr bool kSelf = false;
+};
+// kind 0's tile reading split_x's parts: an expert group splits its rows once for all its experts, where every warp
+// of kind 0 splits its activations again for each 16 weight rows (for a nibble format that costs more instructions
+// than decoding the weights)
+template <int F> struct TileOf<F, 4> { static constexpr int MT = 1, NT = 1; static constexpr bool kSelf = false; };
+
+template <int F, int Kind>
 void launch(const WDesc& w, const MmaArgs& a, int64_t per_split, cudaStream_t s) {
-    const int64_t block_rows = int64_t(kWarpRows) * MT * kBlockWarps;
-    const dim3 grid(unsigned((w.rows + block_rows - 1) / block_rows), unsigned((a.n + 8 * NT - 1) / (8 * NT)),
+    using T = TileOf<F, Kind>;
+    const int64_t block_rows = int64_t(kWarpRows) * T::MT * kBlockWarps;
+    const dim3 grid(unsigned((w.rows + block_rows - 1) / block_rows), unsigned((a.n + 8 * T::NT - 1) / (8 * T::NT)),
                     unsigned(a.splits));
-    mma_kernel<F, MT, NT, kSelfSplit><<<grid, kBlockWarps * 32, 0, s>>>(w, a.xs, a.x, a.n, a.y, a.part, per_split);
+    mma_kernel<F, T::MT, T::NT, T::kSelf><<<grid, kBlockWarps * 32, 0, s>>>(w, a.xs, a.x, a.n, a.y, a.part, per_split);
     if (a.splits > 1) reduce_kernel<<<grid_for(a.n * w.rows, 256), 256, 0, s>>>(a.part, a.splits, a.n * w.rows, a.y);
 }
 
@@ -302,20 +358,45 @@ template <int F>
 void launch_mma(const WDesc& w, const MmaArgs& a, cudaStream_t s) {
     const int64_t n_chunks = (w.cols + kChunkCols - 1) / kChunkCols;
     const int64_t per_split = (n_chunks + a.splits - 1) / a.splits;
-    // The tile over rows and n does not change any row's result (rows never mix in an mma, every tile walks k in
-    // the same order, and a row's parts are split by the same function wherever that happens), only the speed:
-    // narrow tiles that split their own activations for a few rows (one launch), wide ones that reuse each weight
-    // and activation load for many mmas when there are many.
-    if (a.n <= 8)
-        launch<F, 1, 1, true>(w, a, per_split, s);
-    else if (a.n <= 16)
-        launch<F, 1, 2, false>(w, a, per_split, s);
-    else if (a.n <= 64)
-        launch<F, 2, 2, false>(w, a, per_split, s);
-    else if constexpr (F == int(WeightFormat::FP8_E4M3_B128))  // its per-chunk sums need a second set of registers
-        launch<F, 2, 4, false>(w, a, per_split, s);
-    else
-        launch<F, 4, 4, false>(w, a, per_split, s);
+    switch (tile_for(F, a.n).kind) {
+        case 0: return launch<F, 0>(w, a, per_split, s);
+        case 1: return launch<F, 1>(w, a, per_split, s);
+        case 2: return launch<F, 2>(w, a, per_split, s);
+        default: return launch<F, 3>(w, a, per_split, s);
+    }
+}
+
+template <int F, int Kind>
+void launch_grouped(const GroupLaunch& g, cudaStream_t s) {
+    using T = TileOf<F, Kind>;
+    const dim3 grid(unsigned(g.blocks), 1u, g.split_index < 0 ? unsigned(g.splits) : 1u);
+    grouped_mma_kernel<F, T::MT, T::NT, T::kSelf><<<grid, kBlockWarps * 32, 0, s>>>(
+        g.jobs, g.count, g.plane, g.part_stride, g.splits, g.chunks_per_split, g.split_index);
+}
+
+template <int F>
+void grouped_by_kind(int kind, const GroupLaunch& g, cudaStream_t s) {
+    switch (kind) {
+        case 0: return launch_grouped<F, 4>(g, s);  // the group has split its rows already
+        case 1: return launch_grouped<F, 1>(g, s);
+        case 2: return launch_grouped<F, 2>(g, s);
+        default: return launch_grouped<F, 3>(g, s);
+    }
+}
+
+__global__ void reduce_strided_kernel(const float* __restrict__ part, int splits, int64_t split_stride, int64_t count,
+                                      float* __restrict__ y) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+        float s = part[i];
+        for (int k = 1; k < splits; ++k) s += part[k * split_stride + i];
+        y[i] = s;
+    }
+}
+
+__global__ void split_planes_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ parts,
+                                    int64_t plane) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+        split3(x[i], parts[i], parts[plane + i], parts[2 * plane + i]);
 }
 
 }  // namespace
@@ -324,7 +405,32 @@ void split_x(const float* x, int64_t count, __nv_bfloat16* parts, cudaStream_t s
     split_x_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts);
 }
 
-bool mma_splits_itself(int64_t n) { return n <= 8; }
+bool mma_splits_itself(int64_t n) { return tile_for(int(WeightFormat::BF16), n).self_split; }
+
+Tile tile_for(int format, int64_t n) {
+    const int kind = n <= 8 ? 0 : n <= 16 ? 1 : n <= 64 ? 2 : 3;
+    const int mt = kind == 0 || kind == 1 ? 1 : kind == 2 ? 2 : format == int(WeightFormat::FP8_E4M3_B128) ? 2 : 4;
+    const int nt = kind == 0 ? 1 : kind == 3 ? 4 : 2;
+    return {kind, int64_t(kWarpRows) * mt * kBlockWarps, int64_t(8) * nt, kind == 0};
+}
+
+void grouped_mma(int format, int kind, const GroupLaunch& g, cudaStream_t s) {
+    switch (WeightFormat(format)) {
+        case WeightFormat::BF16: return grouped_by_kind<int(WeightFormat::BF16)>(kind, g, s);
+        case WeightFormat::MXFP4: return grouped_by_kind<int(WeightFormat::MXFP4)>(kind, g, s);
+        case WeightFormat::INT4_G32: return grouped_by_kind<int(WeightFormat::INT4_G32)>(kind, g, s);
+        case WeightFormat::FP8_E4M3_B128: return grouped_by_kind<int(WeightFormat::FP8_E4M3_B128)>(kind, g, s);
+        default: return;
+    }
+}
+
+void reduce_splits(const float* part, int splits, int64_t split_stride, float* y, int64_t count, cudaStream_t s) {
+    reduce_strided_kernel<<<grid_for(count, 256), 256, 0, s>>>(part, splits, split_stride, count, y);
+}
+
+void split_x_planes(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, cudaStream_t s) {
+    split_planes_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts, plane);
+}
 
 void mma_matmul(const WDesc& w, const MmaArgs& a, cudaStream_t s) {
     switch (WeightFormat(w.format)) {

@@ -34,6 +34,46 @@ struct MmaArgs {
 };
 // For so few rows the kernel splits its activations itself (one launch, no split_x).
 bool mma_splits_itself(int64_t n);
+// The tile the kernels use for n activation rows of a weight of this format: its variant, and the weight rows and
+// activation rows one block covers (the grid is rows / block_rows x n / block_n x splits). Speed only: no row's bits
+// depend on it.
+struct Tile {
+    int kind;
+    int64_t block_rows, block_n;
+    bool self_split;  // reads f32 activations and splits them itself (else the split_x parts)
+};
+Tile tile_for(int format, int64_t n);
+
+// One weight's product in a grouped launch (an expert group: ops/cuda/expert_group.cu).
+struct GroupJob {
+    WDesc w;
+    const float* x;          // [n][cols] when the tile splits its own activations
+    const __nv_bfloat16* xs; // else their parts: part p of row i at xs + p * plane + i * cols
+    float* y;                // [n][rows], when splits == 1
+    float* part;             // else split s's partial sums at part + s * part_stride, laid out as y
+    int64_t n;
+    int64_t first_block;     // its first block in the launch's flat grid (ascending over the jobs)
+    int64_t row_blocks;      // its blocks are row_blocks x (n / block_n), row block fastest
+};
+// A launch of `count` jobs of one format, shape and tile kind; jobs in device memory.
+struct GroupLaunch {
+    const GroupJob* jobs;
+    int count;
+    int64_t blocks;  // the flat grid: the sum of the jobs' blocks
+    int64_t plane, part_stride;
+    int splits;
+    int64_t chunks_per_split;
+    // -1: every split in one launch (grid z), each to its jobs' part, added up by reduce_splits afterwards; s >= 0:
+    // split s alone, adding to y (launched for s = 0, 1, ... in order: the same bits, no partial-sum buffer)
+    int split_index = -1;
+};
+// Each job gets the bits mma_matmul gives its weight and rows alone (the same tile code, the same k split). Every
+// kind reads the split_x parts here (kind 0 too, unlike mma_matmul's): the group splits its rows once.
+void grouped_mma(int format, int kind, const GroupLaunch& g, cudaStream_t s);
+// y[i] = part[i] + part[split_stride + i] + ... (splits terms, in order) for i < count.
+void reduce_splits(const float* part, int splits, int64_t split_stride, float* y, int64_t count, cudaStream_t s);
+// split_x with the three parts `plane` elements apart (count <= plane).
+void split_x_planes(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, cudaStream_t s);
 void mma_matmul(const WDesc& w, const MmaArgs& a, cudaStream_t s);
 // F32 / F16 weights, and BF16 / FP8 ones whose width is not a multiple of 32: one warp per output, lanes stride the columns, a fixed shuffle tree adds them.
 void ffma_matmul(const WDesc& w, const float* x, int64_t n, float* y, cudaStream_t s);
