@@ -19,7 +19,8 @@ void set_memory_budget(uint64_t) {}
 uint64_t memory_budget() { return 0; }
 bool supports(WeightFormat) { return false; }
 void matmul(const Weight&, const float*, int64_t, float*) { off(); }
-void expert_group(const GroupActivation&, const GroupMember*, int64_t, const float*, int64_t, int64_t, float*) { off(); }
+void expert_group(const GroupActivation&, const GroupMember*, int64_t, const float*, int64_t, int64_t, float*,
+                  ThreadPool*) { off(); }
 bool attention_supports(const AttentionShape&, const Rows&, const Rows&) { return false; }
 void attention(const AttentionShape&, const float*, int64_t, const int64_t*, const Rows&, const Rows&, float*) { off(); }
 bool kda_supports(int64_t) { return false; }

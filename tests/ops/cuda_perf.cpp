@@ -135,7 +135,7 @@ void perf_expert_group(std::mt19937& rng, double read_gbps) {
     constexpr int64_t kExperts = 16, kHidden = 7168, kInter = 2048;
     std::printf("\n%-14s %5s %12s %12s %8s %14s %s\n", "expert group", "rows", "kernels ms", "call ms", "GB/s",
                 "one by one ms", "share (kernels)");
-    ExecContext gpu(1, ops::Backend::Cuda);
+    ExecContext gpu(0, ops::Backend::Cuda);  // every core, as the engine's pool (the outputs' copy to their slots)
     for (auto f : {WeightFormat::MXFP4, WeightFormat::BF16, WeightFormat::INT4_G32}) {
         const auto gw = random_vec(kInter * kHidden, rng, 0.05f), dw = random_vec(kHidden * kInter, rng, 0.05f);
         const QuantizedWeight gq = quantize(gw.data(), kInter, kHidden, f), dq = quantize(dw.data(), kHidden, kInter, f);

@@ -214,7 +214,7 @@ void expert_group(const GluSpec& act, std::span<const GroupExpert> experts, cons
         }
         const cuda::GroupActivation a{act.kind == GluSpec::Kind::Situ ? 1 : act.kind == GluSpec::Kind::ClampedSwiglu ? 2 : 0,
                                       act.beta, act.linear_beta, act.alpha, act.limit};
-        cuda::expert_group(a, g.data(), int64_t(g.size()), x, top_k, hidden, y);
+        cuda::expert_group(a, g.data(), int64_t(g.size()), x, top_k, hidden, y, &ctx.pool());
         return;
     }
     cpu::expert_group(act, experts, x, top_k, hidden, y, scratch, ctx.pool());

@@ -20,6 +20,10 @@
 
 #include "ops/weight.h"
 
+namespace sluice {
+class ThreadPool;
+}
+
 namespace sluice::cuda {
 
 bool compiled();  // this build has the CUDA backend
@@ -67,8 +71,9 @@ struct GroupActivation {
     int kind = 0;  // 0: silu(g) u; 1: SiTU (beta, linear_beta); 2: gpt-oss's clamped SwiGLU (alpha, limit)
     float beta = 4.0f, linear_beta = 25.0f, alpha = 1.702f, limit = 7.0f;
 };
+// pool (may be null): the threads that copy the outputs to their slots (a prefill chunk's group brings back GBs).
 void expert_group(const GroupActivation& act, const GroupMember* experts, int64_t count, const float* x,
-                  int64_t top_k, int64_t hidden, float* y);
+                  int64_t top_k, int64_t hidden, float* y, ThreadPool* pool = nullptr);
 
 // Causal attention (ops::attention's contract, ops/ops.h) with q, pos, the key/value rows and out in host memory.
 // The rows a call reads go up (keys and values: from the first key any row sees to the last), queries in bounded

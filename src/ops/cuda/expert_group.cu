@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/cuda/backend.h"
 #include "ops/cuda/backend_state.cuh"
 #include "ops/cuda/matmul_kernels.cuh"
@@ -141,7 +142,7 @@ void launch_runs(const StagePlan& p, const kernels::GroupJob* jobs_dev, int64_t 
 }  // namespace
 
 void expert_group(const GroupActivation& act, const GroupMember* experts, int64_t count, const float* x,
-                  int64_t top_k, int64_t hidden, float* y) {
+                  int64_t top_k, int64_t hidden, float* y, ThreadPool* pool) {
     SLUICE_CHECK(count >= 0 && top_k > 0 && hidden > 0, "expert_group: bad arguments (", count, " experts, top_k ",
                  top_k, ", hidden ", hidden, ")");
     std::vector<const GroupMember*> ex;
@@ -303,10 +304,19 @@ void expert_group(const GroupActivation& act, const GroupMember* experts, int64_
         place_ms += elapsed(1, 2);
         kernel_ms += elapsed(2, 3);
         copy_ms += elapsed(3, 4);
-        for (int64_t e = w0; e < w1; ++e)
-            for (int64_t j = 0; j < ex[size_t(e)]->m; ++j)
-                std::memcpy(y + ex[size_t(e)]->slots[j] * hidden, out_host + (off[size_t(e)] - r0 + j) * hidden,
+        // the wave's rows to their slots: wave row i is expert e's row i - off[e] (experts in order)
+        auto scatter = [&](int64_t i0, int64_t i1) {
+            int64_t e = std::upper_bound(off.begin() + w0, off.begin() + w1 + 1, r0 + i0) - off.begin() - 1;
+            for (int64_t i = i0; i < i1; ++i) {
+                while (r0 + i >= off[size_t(e) + 1]) ++e;
+                std::memcpy(y + ex[size_t(e)]->slots[r0 + i - off[size_t(e)]] * hidden, out_host + i * hidden,
                             size_t(hidden) * 4);
+            }
+        };
+        if (pool && R * hidden >= (int64_t(1) << 20))
+            pool->parallel_for(R, scatter, std::max<int64_t>(1, (int64_t(1) << 18) / hidden));
+        else
+            scatter(0, R);
         b.stats.d2h_bytes += uint64_t(R * hidden) * 4;
         w0 = w1;
     }
