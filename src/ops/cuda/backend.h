@@ -1,10 +1,11 @@
 // The CUDA backend's host interface (no CUDA headers here: every target includes it, and a build without nvcc
 // links ops/cuda_off.cpp instead, where compiled() is false and the rest throws).
 //
-// What runs on the card today: every weight matmul and attention (ops::matmul and ops::attention dispatch here when
-// their ExecContext's backend is Cuda), checked against their reference twins by tests/ops/op_harness.cpp. Norms,
-// routing, the MLA absorption and KDA's elementwise ops stay on the CPU for now (KDA's delta rule runs here:
-// kda_recurrent); activations go up and results come back per call.
+// What runs on the card today: every weight matmul, every group of routed experts (gate, up, activation, down) and
+// attention (ops::matmul, ops::expert_group and ops::attention dispatch here when their ExecContext's backend is
+// Cuda), checked against their reference twins by tests/ops/op_harness.cpp. Norms, routing, the MLA absorption and
+// KDA's elementwise ops stay on the CPU for now (KDA's delta rule runs here: kda_recurrent); activations go up and
+// results come back per call.
 //
 // Exactness: the weights of BF16, MXFP4, INT4 and FP8 are exact bf16 values (FP8's per-tile scale is applied to each
 // 128-column chunk's partial sum), and each f32 activation is split into three bf16 parts hi + mid + lo that sum to
