@@ -148,7 +148,9 @@ __device__ __forceinline__ void load_x16(const __nv_bfloat16* __restrict__ xs, c
 // xs + p * plane + i * cols (kSelfSplit: x + i * cols, split here). With splits > 1 the tile writes its partial sums
 // to part + bz * part_stride (laid out as y), which reduce_kernel adds in split order. mma_kernel runs one weight's
 // tiles; grouped_mma_kernel the tiles of many (an expert group), each with the bits it would have alone.
-template <int F, int MT, int NT, bool kSelfSplit>
+// kFull: every weight row of the warp's tile exists and k is whole chunks, so no fragment needs a bounds test or
+// zeroing (a warp-uniform choice made by tile_is_full; the same arithmetic either way).
+template <int F, int MT, int NT, bool kSelfSplit, bool kFull>
 __device__ __forceinline__ void mma_tile(const WDesc& w, const __nv_bfloat16* __restrict__ xs,
                                          const float* __restrict__ x, int64_t n, int64_t plane, float* __restrict__ y,
                                          float* __restrict__ part, int64_t part_stride, int splits,
@@ -194,16 +196,17 @@ __device__ __forceinline__ void mma_tile(const WDesc& w, const __nv_bfloat16* __
             uint32_t wa[MT][8], wb[MT][8];
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
+                if constexpr (!kFull)
 #pragma unroll
-                for (int k = 0; k < 8; ++k) wa[m][k] = wb[m][k] = 0u;
-                if (vc && va[m]) load16<F>(w, ra[m], col0, wa[m]);
-                if (vc && vb[m]) load16<F>(w, rb[m], col0, wb[m]);
+                    for (int k = 0; k < 8; ++k) wa[m][k] = wb[m][k] = 0u;
+                if (kFull || (vc && va[m])) load16<F>(w, ra[m], col0, wa[m]);
+                if (kFull || (vc && vb[m])) load16<F>(w, rb[m], col0, wb[m]);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const int64_t xr = n0 + nt * 8 + g;
                 uint32_t xb[3][8];
-                if (vc && xr < n) {
+                if ((kFull || vc) && xr < n) {
                     load_x16<kSelfSplit>(xs, x, plane, xr * C + col0, xb);
                 } else {
 #pragma unroll
@@ -226,8 +229,8 @@ __device__ __forceinline__ void mma_tile(const WDesc& w, const __nv_bfloat16* __
             const float* sc = reinterpret_cast<const float*>(w.scales);
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-                const float sa = va[m] ? __ldg(sc + (ra[m] / 128) * tiles + c) : 0.0f;
-                const float sb = vb[m] ? __ldg(sc + (rb[m] / 128) * tiles + c) : 0.0f;
+                const float sa = kFull || va[m] ? __ldg(sc + (ra[m] / 128) * tiles + c) : 0.0f;
+                const float sb = kFull || vb[m] ? __ldg(sc + (rb[m] / 128) * tiles + c) : 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     acc[m][nt][0] = fmaf(part[m][nt][0], sa, acc[m][nt][0]);
@@ -248,11 +251,20 @@ __device__ __forceinline__ void mma_tile(const WDesc& w, const __nv_bfloat16* __
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int64_t x0 = n0 + nt * 8 + 2 * t;
-            if (va[m] && x0 < n) put(x0 * R + ra[m], acc[m][nt][0]);
-            if (va[m] && x0 + 1 < n) put((x0 + 1) * R + ra[m], acc[m][nt][1]);
-            if (vb[m] && x0 < n) put(x0 * R + rb[m], acc[m][nt][2]);
-            if (vb[m] && x0 + 1 < n) put((x0 + 1) * R + rb[m], acc[m][nt][3]);
+            if ((kFull || va[m]) && x0 < n) put(x0 * R + ra[m], acc[m][nt][0]);
+            if ((kFull || va[m]) && x0 + 1 < n) put((x0 + 1) * R + ra[m], acc[m][nt][1]);
+            if ((kFull || vb[m]) && x0 < n) put(x0 * R + rb[m], acc[m][nt][2]);
+            if ((kFull || vb[m]) && x0 + 1 < n) put((x0 + 1) * R + rb[m], acc[m][nt][3]);
         }
+}
+
+// Whether this warp's rows of block bx all exist and k is whole chunks (the same for every lane of the warp). Only the
+// one-row tiles take the path without bounds tests: for the wide ones the second copy of the loop cost registers
+// (224 -> 255 and a stack frame for the 4x4 tile).
+template <int MT>
+__device__ __forceinline__ bool tile_is_full(const WDesc& w, int64_t bx) {
+    const int64_t r_end = (bx * kBlockWarps + (threadIdx.x >> 5) + 1) * kWarpRows * MT;
+    return r_end <= w.rows && w.cols % kChunkCols == 0;
 }
 
 template <int F, int MT, int NT, bool kSelfSplit>
@@ -260,8 +272,12 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
                                                                 const float* __restrict__ x, int64_t n,
                                                                 float* __restrict__ y, float* __restrict__ part,
                                                                 int64_t chunks_per_split) {
-    mma_tile<F, MT, NT, kSelfSplit>(w, xs, x, n, n * w.cols, y, part, n * w.rows, int(gridDim.z), chunks_per_split,
-                                    blockIdx.x, blockIdx.y, blockIdx.z);
+    if (MT * NT == 1 && tile_is_full<MT>(w, blockIdx.x))
+        mma_tile<F, MT, NT, kSelfSplit, MT * NT == 1>(w, xs, x, n, n * w.cols, y, part, n * w.rows, int(gridDim.z),
+                                              chunks_per_split, blockIdx.x, blockIdx.y, blockIdx.z);
+    else
+        mma_tile<F, MT, NT, kSelfSplit, false>(w, xs, x, n, n * w.cols, y, part, n * w.rows, int(gridDim.z),
+                                               chunks_per_split, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
 // The tiles of `count` weights of one format and shape (GroupJob: first_block ascending) in one launch: block b of
@@ -279,9 +295,15 @@ __global__ void __launch_bounds__(kBlockWarps * 32) grouped_mma_kernel(const Gro
     }
     const GroupJob j = jobs[lo];
     const int64_t local = b - j.first_block;
-    mma_tile<F, MT, NT, kSelfSplit>(j.w, j.xs, j.x, j.n, plane, j.y, split_index < 0 ? j.part : nullptr, part_stride,
-                                    splits, chunks_per_split, local % j.row_blocks, local / j.row_blocks,
-                                    split_index < 0 ? int64_t(blockIdx.z) : int64_t(split_index));
+    const int64_t bx = local % j.row_blocks, by = local / j.row_blocks;
+    const int64_t bz = split_index < 0 ? int64_t(blockIdx.z) : int64_t(split_index);
+    float* part = split_index < 0 ? j.part : nullptr;
+    if (MT * NT == 1 && tile_is_full<MT>(j.w, bx))
+        mma_tile<F, MT, NT, kSelfSplit, MT * NT == 1>(j.w, j.xs, j.x, j.n, plane, j.y, part, part_stride, splits,
+                                              chunks_per_split, bx, by, bz);
+    else
+        mma_tile<F, MT, NT, kSelfSplit, false>(j.w, j.xs, j.x, j.n, plane, j.y, part, part_stride, splits,
+                                               chunks_per_split, bx, by, bz);
 }
 
 __global__ void reduce_kernel(const float* __restrict__ part, int splits, int64_t count, float* __restrict__ y) {
