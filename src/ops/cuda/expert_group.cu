@@ -149,14 +149,15 @@ void expert_group(const GroupActivation& act, const GroupMember* experts, int64_
     for (int64_t e = 0; e < count; ++e)
         if (experts[e].m > 0) ex.push_back(&experts[e]);
     if (ex.empty()) return;
+    for (const GroupMember* e : ex) {
+        SLUICE_CHECK(e->gate && e->up && e->down && e->slots,
+                     "expert_group: an expert without its gate, up or down matrix or its slots");
+        for (const Weight* w : {e->gate, e->up, e->down}) check_weight(*w);
+    }
     const int64_t inter = ex[0]->gate->rows;
     int64_t M = 0, n_rows = 0;
     std::vector<int64_t> off;
     for (const GroupMember* e : ex) {
-        for (const Weight* w : {e->gate, e->up, e->down}) {
-            SLUICE_CHECK(w != nullptr, "expert_group: an expert without its gate, up or down matrix");
-            check_weight(*w);
-        }
         SLUICE_CHECK(e->gate->rows == inter && e->gate->cols == hidden && e->up->rows == inter &&
                          e->up->cols == hidden && e->down->rows == hidden && e->down->cols == inter,
                      "expert_group on the card: every expert's gate and up must be [", inter, ", ", hidden,
