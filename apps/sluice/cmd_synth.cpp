@@ -85,6 +85,9 @@ void register_synth(CLI::App& app) {
     sub->add_option("--target", args->opts.target_dir,
                     "kimi-k3-dspark, kimi-k3-eagle3: the Kimi K3 checkpoint the drafter is sized for (hidden size, vocabulary, "
                     "tapped layers; its embedding is copied)");
+    sub->add_option("--draft-vocab-size", args->opts.draft_vocab_size,
+                    "kimi-k3-eagle3: a head over this many of the target's tokens (evenly spaced ids), with the d2t "
+                    "tensor that maps them (default: the target's whole vocabulary, as the release)");
     sub->add_option("--top-k", args->opts.top_k,
                     "Experts per token (kimi-k2, deepseek-v3 layouts; default: the layout's, clamped to --experts)");
     sub->add_option("--expert-dtype", args->opts.expert_dtype,

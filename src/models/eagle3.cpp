@@ -1,6 +1,7 @@
 #include "models/eagle3.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -52,8 +53,8 @@ Eagle3Config parse_config(const JsonObject& j, const std::string& where, const M
     // fit the target
     check_drafter_fits(where, c.hidden_size, c.target_hidden_size, c.vocab_size, target,
                        "the drafter reads the target's embedding");
-    SLUICE_CHECK(c.draft_vocab_size == c.vocab_size, where, ": field 'draft_vocab_size' ", c.draft_vocab_size,
-                 " differs from vocab_size ", c.vocab_size, " (a reduced draft vocabulary, d2t, is not supported)");
+    SLUICE_CHECK(c.draft_vocab_size >= 1 && c.draft_vocab_size <= c.vocab_size, where, ": field 'draft_vocab_size' ",
+                 c.draft_vocab_size, " is outside [1, vocab_size ", c.vocab_size, "]");
     SLUICE_CHECK(!c.aux_layer_ids.empty(), where, ": field '", kAuxIds, "' is empty");
     for (int64_t id : c.aux_layer_ids)
         SLUICE_CHECK(id >= 1 && id <= target.num_hidden_layers, where, ": field '", kAuxIds, "' entry ", id,
@@ -111,6 +112,7 @@ Eagle3Model::Eagle3Model(const std::string& dir, Eagle3Config cfg, const Model& 
     mlp_.up = bind_linear(ck_, p + "mlp.up_proj", I, d);
     mlp_.down = bind_linear(ck_, p + "mlp.down_proj", d, I);
     norm_ = load_f32(ck_, "norm.weight", {d});
+    load_d2t();
     lm_head_ = bind_linear(ck_, "lm_head", c.draft_vocab_size, d);
     // the release's copy of the target's embedding: checked for shape, never read (the target's is used)
     if (ck_.has("embed_tokens.weight")) ck_.get("embed_tokens.weight", {c.vocab_size, d});
@@ -122,6 +124,34 @@ Eagle3Model::Eagle3Model(const std::string& dir, Eagle3Config cfg, const Model& 
     const uint64_t row = 6 * A::f32_bytes(d) + A::f32_bytes(2 * d) + A::f32_bytes(W) +
                          std::max(mla_scratch_bytes(m, 1), swiglu_scratch_bytes(1, I));
     ctx_.arena().reserve(std::max(ingest, row));
+}
+
+// A head over fewer tokens than the target's (draft_vocab_size, as vLLM's EAGLE-3 heads): tensor d2t [draft vocab]
+// (I64, or I32) maps draft id k to target id k + d2t[k]. Read whenever present; required for a reduced head.
+void Eagle3Model::load_d2t() {
+    const Eagle3Config& c = cfg_;
+    if (!ck_.has("d2t")) {
+        SLUICE_CHECK(c.draft_vocab_size == c.vocab_size, ck_.dir(), ": tensor 'd2t' is missing (field 'draft_vocab_size' ",
+                     c.draft_vocab_size, " is below vocab_size ", c.vocab_size, ": the head's ids need d2t)");
+        return;
+    }
+    const TensorView v = ck_.get("d2t", {c.draft_vocab_size});
+    SLUICE_CHECK(v.dtype() == DType::I64 || v.dtype() == DType::I32, *v.path, ": tensor 'd2t' has dtype ",
+                 dtype_name(v.dtype()), ", expected I64 or I32");
+    d2t_.resize(size_t(c.draft_vocab_size));
+    for (int64_t k = 0; k < c.draft_vocab_size; ++k) {
+        int64_t off = 0;
+        if (v.dtype() == DType::I64) {
+            std::memcpy(&off, v.data + 8 * k, 8);
+        } else {
+            int32_t o32;
+            std::memcpy(&o32, v.data + 4 * k, 4);
+            off = o32;
+        }
+        SLUICE_CHECK(k + off >= 0 && k + off < c.vocab_size, *v.path, ": tensor 'd2t' entry ", k, " is ", off,
+                     ": draft id ", k, " would be target id ", k + off, ", outside [0, ", c.vocab_size, ")");
+        d2t_[size_t(k)] = off;
+    }
 }
 
 Eagle3Model::Seq Eagle3Model::new_seq() const {
@@ -180,7 +210,7 @@ void Eagle3Model::layer_row(const float* x, float* h, int64_t pos, Seq& seq, flo
 Eagle3Model::Chain Eagle3Model::propose(Seq& seq, const float* taps, const int32_t* next, int64_t n,
                                         int64_t n_drafts) {
     const auto& c = cfg_;
-    const int64_t d = c.hidden_size, W = c.tap_width(), V = c.vocab_size, cw = c.mla.cache_width();
+    const int64_t d = c.hidden_size, W = c.tap_width(), V = c.draft_vocab_size, cw = c.mla.cache_width();
     SLUICE_CHECK(n >= 1, "EAGLE-3: propose needs at least one committed row");
     n_drafts = std::max<int64_t>(n_drafts, 0);
     const int64_t L0 = seq.rows();
@@ -214,7 +244,8 @@ Eagle3Model::Chain Eagle3Model::propose(Seq& seq, const float* taps, const int32
         layer_row(x, h, L0 + n - 1 + i, seq, o, g);  // g: the hidden state the next row reads
         float* logits = out.logits.data() + i * V;
         ops::matmul(lm_head_, o, 1, logits, ctx_);
-        token = int32_t(std::max_element(logits, logits + V) - logits);
+        const int64_t best = std::max_element(logits, logits + V) - logits;
+        token = int32_t(d2t_.empty() ? best : best + d2t_[size_t(best)]);
         out.drafts.push_back(token);
     }
     seq.truncate(L0 + n);  // the chain's rows go: only committed rows stay

@@ -52,8 +52,9 @@ bool is_eagle3_checkpoint(const std::string& dir);
 class Eagle3Model {
 public:
     // Reads DIR (config.json, safetensors) and checks it against the target: hidden_size and target_hidden_size
-    // equal the target's, vocab_size and draft_vocab_size the target's vocabulary, one layer, every aux layer id
-    // within [1, the target's layers]. Errors name the file and field or tensor. Its passes run in a context of its
+    // equal the target's, vocab_size the target's vocabulary, draft_vocab_size at most that (below it, tensor d2t
+    // maps the head's ids to the target's, each inside the vocabulary), one layer, every aux layer id within [1, the
+    // target's layers]. Errors name the file and field or tensor. Its passes run in a context of its
     // own (n_threads threads, the process default backend at load).
     static std::unique_ptr<Eagle3Model> load(const std::string& dir, const Model& target, int n_threads = 0);
 
@@ -69,7 +70,7 @@ public:
 
     struct Chain {
         std::vector<int32_t> drafts;  // d_1.. (n_drafts of them)
-        std::vector<float> logits;    // [n_drafts, vocab_size]: the logits d_i is the argmax of
+        std::vector<float> logits;    // [n_drafts, draft_vocab_size]: d_i is their argmax (through d2t)
     };
     // Appends n >= 1 committed rows at positions seq.rows().. (taps [n, tap_width()], next[i] the token after row i's
     // position) and drafts n_drafts tokens from the last of them (step 4). The chain's rows leave the cache again.
@@ -84,10 +85,12 @@ private:
     // the layer for one row at pos from its input x and residual h (h becomes the layer's output): the head's input
     // (out) and the hidden state fed back (feed)
     void layer_row(const float* x, float* h, int64_t pos, Seq& seq, float* out, float* feed);
+    void load_d2t();
     Checkpoint ck_;
     Eagle3Config cfg_;
     const Weight* embed_;  // the target's
     Weight fc_, lm_head_;
+    std::vector<int64_t> d2t_;  // draft id k -> target id k + d2t_[k]; empty when the head is the target's vocabulary
     std::vector<std::vector<float>> fc_norm_;
     std::vector<float> hidden_norm_, input_layernorm_, post_attention_layernorm_, norm_;
     MlaWeights attn_;

@@ -273,6 +273,8 @@ SynthPlan plan_synth(const SynthOptions& o) {
         for (const auto& t : p.tensors) p.tensor_bytes += t.nbytes();
         return p;
     }
+    SLUICE_CHECK(o.draft_vocab_size == 0 || *model == SynthModel::KimiK3Eagle3,
+                 "synth: --draft-vocab-size is only for --like kimi-k3-eagle3");
     if (*model == SynthModel::KimiK3Eagle3) {
         SLUICE_CHECK(*dtype == SynthDType::Bf16, "synth: kimi-k3-eagle3 is bf16 (its release format), not ",
                      dtype_name);
@@ -286,6 +288,7 @@ SynthPlan plan_synth(const SynthOptions& o) {
         return p;
     }
     SLUICE_CHECK(o.target_dir.empty(), "synth: --target is only for --like kimi-k3-dspark and kimi-k3-eagle3");
+    SLUICE_CHECK(o.draft_vocab_size == 0, "synth: --draft-vocab-size is only for --like kimi-k3-eagle3");
     if (*model == SynthModel::KimiK3) {
         SLUICE_CHECK(*dtype != SynthDType::Fp8 && *dtype != SynthDType::Int4, "synth: kimi-k3 experts are bf16, f32 or ",
                      "mxfp4 (its release format), not ", dtype_name);

@@ -45,6 +45,7 @@ struct SynthOptions {
     std::string out_dir;
     std::string target_dir;     // kimi-k3-dspark, -eagle3: the K3 checkpoint it drafts for (hidden, vocab, layers,
                                 // embedding)
+    int64_t draft_vocab_size = 0;  // kimi-k3-eagle3: > 0, below the target's vocabulary: a reduced head with d2t
     uint64_t shard_bytes = 0;   // 0: a single model.safetensors
     bool force = false;         // allow a non-empty out_dir (replaces the files synth writes)
     bool sync = true;           // fdatasync each file before renaming it into place

@@ -33,6 +33,11 @@ Eagle3Synth eagle3_plan(const SynthOptions& o) {
     s.intermediate_size = scaled_dim(18432, o.scale_down, 32, 64);
     s.aux_layer_ids = eagle3_aux_layer_ids(t.target_layers);
     const int64_t h = t.hidden_size, n_aux = int64_t(s.aux_layer_ids.size());
+    // a reduced head (vLLM's draft_vocab_size with d2t; the release has none): draft id d is target id
+    // d * vocab / draft_vocab, which d2t records as the offset d2t[d] = target id - d
+    const int64_t dv = o.draft_vocab_size > 0 ? o.draft_vocab_size : t.vocab_size;
+    SLUICE_CHECK(dv <= t.vocab_size, "synth: --draft-vocab-size ", dv, " is above the target's vocabulary ",
+                 t.vocab_size);
     json c = {
         {"architectures", {"Eagle3DeepseekV2ForCausalLM"}},
         {"model_type", "deepseek_v3"},
@@ -41,7 +46,7 @@ Eagle3Synth eagle3_plan(const SynthOptions& o) {
         {"num_hidden_layers", 1},
         {"hidden_act", "silu"},
         {"vocab_size", t.vocab_size},
-        {"draft_vocab_size", t.vocab_size},
+        {"draft_vocab_size", dv},
         {"target_hidden_size", h},
         {"num_aux_hidden_states", n_aux},
         {"eagle_config", {{"eagle_aux_hidden_state_layer_ids", s.aux_layer_ids}, {"use_aux_hidden_state", true}}},
@@ -65,7 +70,17 @@ Eagle3Synth eagle3_plan(const SynthOptions& o) {
     r.norm(p + "post_attention_layernorm.weight", h);
     r.swiglu(p + "mlp.", s.intermediate_size, h);
     r.norm("norm.weight", h);
-    r.lm_head("lm_head.weight", t.vocab_size, h);
+    r.lm_head("lm_head.weight", dv, h);
+    if (dv < t.vocab_size) {
+        const int64_t V = t.vocab_size;
+        r.tensors.push_back({"d2t", DType::I64, {dv}, [dv, V](uint64_t off, uint8_t* dst, uint64_t n) {
+            for (uint64_t b = 0; b < n; ++b) {
+                const uint64_t at = off + b, d = at / 8;
+                const int64_t v = int64_t(d) * V / dv - int64_t(d);
+                dst[b] = uint8_t(uint64_t(v) >> (8 * (at % 8)));
+            }
+        }});
+    }
     r.tensors.push_back(k3_target_embedding(o.target_dir, t.vocab_size, h));
     s.tensors = std::move(r.tensors);
     return s;

@@ -2,13 +2,16 @@
 // checkpoint synthesized for it (synth --like kimi-k3-eagle3 --target): the published layout; greedy output with
 // EAGLE-3 drafts equal to plain greedy (the target verifies); the drafter's cache, kept across calls and cut back
 // after rejections, drafts what a fresh drafter given the whole context drafts; its chain is deterministic and
-// reads the taps (wrong taps change it); load errors name the field or tensor. SLUICE_EAGLE3_DUMP=DIR (with
-// SLUICE_KEEP_TEST_DIRS=1, so the checkpoints stay) also writes what tools/reference/eagle3_reference.py needs to
-// recompute the draft logits independently.
+// reads the taps (wrong taps change it); load errors name the field or tensor; a reduced head maps its ids through
+// d2t. SLUICE_EAGLE3_DUMP=DIR (with SLUICE_KEEP_TEST_DIRS=1, so the checkpoints stay) also writes what
+// tools/reference/eagle3_reference.py needs to recompute the draft logits independently (DIR_d2t: the reduced head).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -149,7 +152,7 @@ TEST(Eagle3, DeterministicAndSensitiveToTaps) {
         if (dump && layers == em->config().tapped_layers()) {
             fs::create_directories(dump);
             npy_write_f32((fs::path(dump) / "taps.npy").string(), rows.data(), {L, W});
-            npy_write_f32((fs::path(dump) / "logits.npy").string(), ch.logits.data(), {N, em->config().vocab_size});
+            npy_write_f32((fs::path(dump) / "logits.npy").string(), ch.logits.data(), {N, em->config().draft_vocab_size});
             std::ofstream(fs::path(dump) / "meta.json")
                 << json{{"tokens", ids}, {"drafts", ch.drafts}, {"eagle3", fs::absolute(dirs().drafter)},
                         {"target", fs::absolute(dirs().target)}}.dump(2);
@@ -211,4 +214,77 @@ TEST(Eagle3, LoadErrorsNameTheField) {
     EXPECT_NE(load_error(edited("arch", [](json& c) { c["architectures"] = {"DeepseekV3ForCausalLM"}; }))
                   .find("field 'architectures'"),
               std::string::npos);
+}
+
+// A head over fewer ids than the target's vocabulary (vLLM's draft_vocab_size with d2t; the release has none):
+// synth's reduced head covers every fifth-or-so target id, d2t maps its ids back, the drafts are the target ids of
+// the head's argmax, and greedy output with them is still plain greedy. A missing d2t, or one that maps outside the
+// vocabulary, is an error naming the tensor.
+TEST(Eagle3, ReducedHeadMapsItsIdsThroughD2t) {
+    const fs::path dir = dirs().root / "eagle3_d2t";
+    constexpr int64_t kDraftVocab = 100;
+    synth_checkpoint({.like = "kimi-k3-eagle3", .layers = 1, .scale_down = 32, .seed = 13, .out_dir = dir.string(),
+                      .target_dir = dirs().target.string(), .draft_vocab_size = kDraftVocab, .sync = false});
+    const json c = json::parse(std::ifstream(dir / "config.json"));
+    const int64_t V = c["vocab_size"], h = c["hidden_size"];
+    EXPECT_EQ(c["draft_vocab_size"], kDraftVocab);
+    Checkpoint ck(dir.string());
+    EXPECT_EQ(ck.get("lm_head.weight").shape(), (std::vector<int64_t>{kDraftVocab, h}));
+    EXPECT_EQ(ck.get("d2t").shape(), (std::vector<int64_t>{kDraftVocab}));
+    std::vector<int32_t> image;  // target id of each draft id: k * V / kDraftVocab
+    for (int64_t k = 0; k < kDraftVocab; ++k) image.push_back(int32_t(k * V / kDraftVocab));
+
+    auto model = load_model(dirs().target.string());
+    auto em = Eagle3Model::load(dir.string(), *model);
+    model->set_hidden_taps(em->config().tapped_layers());
+    const auto ids = test::drafter_prompt();
+    const int64_t W = em->config().tap_width(), L = int64_t(ids.size()) - 1, N = 7;
+    const auto s = test::prefill(*model, std::span<const int32_t>(ids).first(size_t(L)));
+    std::vector<float> rows(size_t(L * W));
+    for (int64_t t = 0; t < L; ++t) std::copy_n(s->taps().row(t), W, rows.data() + t * W);
+    auto seq = em->new_seq();
+    const auto ch = em->propose(seq, rows.data(), ids.data() + 1, L, N);
+    ASSERT_EQ(ch.drafts.size(), size_t(N));
+    ASSERT_EQ(ch.logits.size(), size_t(N * kDraftVocab));
+    if (const char* dump = std::getenv("SLUICE_EAGLE3_DUMP")) {  // for tools/reference/eagle3_reference.py
+        const fs::path out = std::string(dump) + "_d2t";
+        fs::create_directories(out);
+        npy_write_f32((out / "taps.npy").string(), rows.data(), {L, W});
+        npy_write_f32((out / "logits.npy").string(), ch.logits.data(), {N, kDraftVocab});
+        std::ofstream(out / "meta.json") << json{{"tokens", ids}, {"drafts", ch.drafts}, {"eagle3", fs::absolute(dir)},
+                                                 {"target", fs::absolute(dirs().target)}}.dump(2);
+    }
+    for (int64_t i = 0; i < N; ++i) {
+        const float* row = ch.logits.data() + i * kDraftVocab;
+        const int64_t best = std::max_element(row, row + kDraftVocab) - row;
+        EXPECT_EQ(ch.drafts[size_t(i)], image[size_t(best)]) << "draft " << i;
+    }
+    Eagle3Drafter ed(dir.string(), *model);
+    test::expect_greedy_same_as_plain(*model, [&] { return ed.drafter(); });
+
+    // the same head without its d2t (the config linked, the tensors copied but d2t)
+    EXPECT_NE(load_error(edited("d2t_vocab_high", [](json& x) { x["draft_vocab_size"] = int64_t(x["vocab_size"]) + 1; }))
+                  .find("is outside [1, vocab_size"),
+              std::string::npos);
+    const fs::path no_d2t = edited("d2t_missing", [&](json& x) { x["draft_vocab_size"] = kDraftVocab; });
+    EXPECT_NE(load_error(no_d2t).find("tensor 'd2t' is missing"), std::string::npos) << load_error(no_d2t);
+    // d2t's first entry moved past the vocabulary: patch the copy's bytes
+    const fs::path bad = dirs().root / "eagle3_d2t_bad";
+    fs::remove_all(bad);
+    fs::create_directories(bad);
+    fs::copy_file(dir / "config.json", bad / "config.json");
+    std::string bytes;
+    {
+        std::ifstream in(dir / "model.safetensors", std::ios::binary);
+        bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const json header = json::parse(bytes.substr(8, n));
+    const uint64_t at = 8 + n + uint64_t(header["d2t"]["data_offsets"][0]);
+    const int64_t far = V + 5;
+    std::memcpy(bytes.data() + at, &far, 8);
+    std::ofstream(bad / "model.safetensors", std::ios::binary) << bytes;
+    const std::string e = test::drafter_load_error<Eagle3Model>(dirs(), bad);
+    EXPECT_NE(e.find("tensor 'd2t' entry 0 is " + std::to_string(far)), std::string::npos) << e;
 }

@@ -35,6 +35,8 @@ def load_safetensors(path):
             arr = u.view(np.float32)
         elif t["dtype"] == "F32":
             arr = np.frombuffer(buf, dtype=np.float32)
+        elif t["dtype"] == "I64":  # EAGLE-3's d2t (kept as float64 below: exact for ids under 2^53)
+            arr = np.frombuffer(buf, dtype="<i8")
         else:
             continue  # MXFP4 experts etc.: not needed here
         out[name] = arr.reshape(t["shape"]).astype(np.float64)

@@ -93,6 +93,8 @@ def main():
         row = (out @ w["lm_head.weight"].T)[0]
         logits.append(row)
         tok = int(np.argmax(row))
+        if "d2t" in w:  # a reduced head: draft id k is target id k + d2t[k]
+            tok += int(w["d2t"][tok])
         drafts.append(tok)
         cur = (out if norm_output else h)[0]
     logits = np.array(logits)
