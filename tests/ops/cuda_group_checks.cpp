@@ -24,7 +24,8 @@ using namespace sluice;
 void check_cuda_expert_group_small_room(std::mt19937& rng) {
     ExecContext gpu(1, ops::Backend::Cuda);
     constexpr int64_t kCount = 16, kN = 150;
-    for (auto [hidden, inter] : {std::pair<int64_t, int64_t>{1024, 256}, {256, 1024}}) {
+    for (const auto& shape : {std::pair<int64_t, int64_t>{1024, 256}, {256, 1024}}) {
+        const int64_t hidden = shape.first, inter = shape.second;  // (not a structured binding: lambdas below use them)
         std::vector<QuantizedWeight> q;
         for (int64_t e = 0; e < 3 * kCount; ++e) {
             const bool down = e % 3 == 2;
