@@ -78,7 +78,7 @@ void write_session(const std::string& path, const Session& s) {
 void register_generate(CLI::App& app) {
     struct Args {
         ModelArgs m;
-        std::string ids, prompt, draft_model, draft_memory, session, draft_gate = "on";
+        std::string ids, prompt, draft_model, draft_memory, session, draft_gate = "on", draft_sampling = "on";
         int64_t n = 16, chunk = 512;
         float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
         int64_t top_k = 0, speculative = 0;
@@ -103,8 +103,9 @@ void register_generate(CLI::App& app) {
     sub->add_option("--chunk", a->chunk, "prompt rows per forward pass")->check(positive());
     sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past end-of-sequence tokens");
     sub->add_option("--speculative", a->speculative,
-                    "verify up to N draft tokens per forward pass, from prompt lookup or --draft-model (greedy "
-                    "only; same output, fewer passes when drafts are right; 0 = off)")
+                    "verify up to N draft tokens per forward pass, from prompt lookup or --draft-model (greedy: the "
+                    "same output; sampled: the same distribution, by rejection sampling; fewer passes when drafts "
+                    "are right; 0 = off)")
         ->check(non_negative());
     sub->add_option("--draft-gate", a->draft_gate,
                     "on: verify only as many drafts (up to --speculative) as the acceptance so far and the bytes a "
@@ -117,6 +118,11 @@ void register_generate(CLI::App& app) {
                     "--speculative N. A Kimi K3 DSpark drafter folder (model_type k3_dspark) is detected: it drafts "
                     "blocks of up to 7 from the target's hidden states; so is an EAGLE-3 drafter (architectures "
                     "Eagle3DeepseekV2ForCausalLM): it drafts N tokens one at a time from them");
+    sub->add_option("--draft-sampling", a->draft_sampling,
+                    "with --temp > 0 and --draft-model: on, the drafting model draws each draft as this request "
+                    "samples and it is accepted with probability min(1, p/q) (q the drafter's, p the target's); off, "
+                    "it proposes its argmax, accepted with probability p. Both exact; prompt lookup always guesses")
+        ->check(CLI::IsMember({"on", "off"}));
     sub->add_option("--draft-memory", a->draft_memory,
                     "the draft model's share of --memory (default: a quarter); the target gets the rest");
     sub->add_option("--session", a->session,
@@ -135,8 +141,9 @@ void register_generate(CLI::App& app) {
         SLUICE_CHECK(!a->ids.empty() || !a->prompt.empty(), "generate: give a prompt with --ids or -p");
         const SamplingParams sampling{
             .temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed};
-        SLUICE_CHECK(a->speculative == 0 || a->temp == 0.0f,
-                     "--speculative needs greedy decoding (--temp 0): drafts are checked against the argmax");
+        SLUICE_CHECK(a->draft_sampling == "on" || (a->temp > 0.0f && !a->draft_model.empty()),
+                     "--draft-sampling off needs a drafting model (--draft-model) and sampling (--temp > 0): "
+                     "otherwise the drafts are guesses already");
         Sampler{sampling};  // checks the values now, not after loading the model
         std::unique_ptr<Tokenizer> tok;
         if (has_tokenizer(a->m.model)) tok = load_tokenizer(a->m.model);
@@ -203,6 +210,7 @@ void register_generate(CLI::App& app) {
             SpeculativeOptions so;
             so.draft_tokens = a->speculative;
             so.gate = a->draft_gate == "on";
+            so.sample_drafts = a->draft_sampling == "on";
             if (draft) so.draft_bytes_per_token = pass_bytes_per_token(draft->model(), *model);
             if (draft) so.drafter = draft->drafter();
             if (dspark) so.drafter = dspark->drafter();

@@ -152,7 +152,8 @@ void DSparkModel::ingest(Seq& seq, const float* taps, int64_t n) {
     }
 }
 
-DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_drafts, bool causal) {
+DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_drafts, const DraftPick* pick,
+                                       bool causal) {
     const auto& c = cfg_;
     const int64_t B = c.block_size, d = c.hidden_size, V = c.vocab_size, r = c.markov_rank;
     const float eps = float(c.rms_norm_eps);
@@ -198,7 +199,7 @@ DSparkModel::Block DSparkModel::propose(Seq& seq, int32_t anchor, int64_t n_draf
         if (!confidence_w_.empty())
             out.confidence.push_back(
                 ops::sigmoid_dot(confidence_w_.data(), confidence_b_[0], t + i * d, d, e.data(), r));
-        prev = int32_t(std::max_element(row, row + V) - row);
+        prev = pick_draft(pick, std::span<const float>(row, size_t(V)));
         out.drafts.push_back(prev);
     }
     return out;

@@ -10,7 +10,8 @@
 //     target hidden state is not known yet), then mask_token_id; embedded with the TARGET's embedding.
 //  3. B pre-norm decoder layers (standard residual): MLA over all context rows and all block rows (each block row
 //     sees the whole block), SiLU-GLU MLP; final_norm; the TARGET's LM head -> base logits U_r.
-//  4. Markov head, sequential: prev = anchor; logits_r = U_r + markov_w2 . markov_w1[prev]; d_r = argmax; prev = d_r.
+//  4. Markov head, sequential: prev = anchor; logits_r = U_r + markov_w2 . markov_w1[prev]; d_r = argmax (or a draw: DraftPick);
+//     prev = d_r.
 //  5. Confidence: c_r = sigmoid(proj . [final-normed h_r ; markov_w1[prev_r]] + bias) (reported, not used to cut).
 // The block's cache rows are dropped after the pass: only context rows stay.
 #pragma once
@@ -24,6 +25,7 @@
 #include "models/blocks/mla.h"
 #include "models/blocks/moe.h"
 #include "models/blocks/rope.h"
+#include "models/draft_pick.h"
 #include "models/model.h"
 #include "ops/exec_context.h"
 #include "state/caches.h"
@@ -75,8 +77,9 @@ public:
         std::vector<float> logits;       // [n_drafts, vocab]: U_r + Markov bias, the logits d_r is the argmax of
     };
     // Steps 2-5 for the anchor at position seq.rows(): one pass of block_size rows, n_drafts (<= block_size) drafts.
-    // causal: a deliberately wrong mask (each block row sees only the rows before it), for tests.
-    Block propose(Seq& seq, int32_t anchor, int64_t n_drafts, bool causal = false);
+    // pick: how d_r comes from logits_r (null: the argmax). causal: a deliberately wrong mask (each block row sees
+    // only the rows before it), for tests.
+    Block propose(Seq& seq, int32_t anchor, int64_t n_drafts, const DraftPick* pick = nullptr, bool causal = false);
 
 private:
     DSparkModel(const std::string& dir, DSparkConfig cfg, const Model& target, int n_threads);

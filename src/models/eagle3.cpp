@@ -208,7 +208,7 @@ void Eagle3Model::layer_row(const float* x, float* h, int64_t pos, Seq& seq, flo
 }
 
 Eagle3Model::Chain Eagle3Model::propose(Seq& seq, const float* taps, const int32_t* next, int64_t n,
-                                        int64_t n_drafts) {
+                                        int64_t n_drafts, const DraftPick* pick) {
     const auto& c = cfg_;
     const int64_t d = c.hidden_size, W = c.tap_width(), V = c.draft_vocab_size, cw = c.mla.cache_width();
     SLUICE_CHECK(n >= 1, "EAGLE-3: propose needs at least one committed row");
@@ -244,8 +244,7 @@ Eagle3Model::Chain Eagle3Model::propose(Seq& seq, const float* taps, const int32
         layer_row(x, h, L0 + n - 1 + i, seq, o, g);  // g: the hidden state the next row reads
         float* logits = out.logits.data() + i * V;
         ops::matmul(lm_head_, o, 1, logits, ctx_);
-        const int64_t best = std::max_element(logits, logits + V) - logits;
-        token = int32_t(d2t_.empty() ? best : best + d2t_[size_t(best)]);
+        token = pick_draft(pick, std::span<const float>(logits, size_t(V)), d2t_);
         out.drafts.push_back(token);
     }
     seq.truncate(L0 + n);  // the chain's rows go: only committed rows stay

@@ -23,6 +23,7 @@
 #include "models/blocks/mla.h"
 #include "models/blocks/moe.h"
 #include "models/blocks/rope.h"
+#include "models/draft_pick.h"
 #include "models/model.h"
 #include "ops/exec_context.h"
 #include "state/caches.h"
@@ -74,7 +75,9 @@ public:
     };
     // Appends n >= 1 committed rows at positions seq.rows().. (taps [n, tap_width()], next[i] the token after row i's
     // position) and drafts n_drafts tokens from the last of them (step 4). The chain's rows leave the cache again.
-    Chain propose(Seq& seq, const float* taps, const int32_t* next, int64_t n, int64_t n_drafts);
+    // pick: how d_i comes from its logits (null: the argmax, through d2t).
+    Chain propose(Seq& seq, const float* taps, const int32_t* next, int64_t n, int64_t n_drafts,
+                  const DraftPick* pick = nullptr);
 
 private:
     Eagle3Model(const std::string& dir, Eagle3Config cfg, const Model& target, int n_threads);

@@ -34,10 +34,6 @@ FileBytes read_if_present(const std::filesystem::path& p) {
     return f;
 }
 
-int32_t argmax(std::span<const float> v) {
-    return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
-}
-
 }  // namespace
 
 void check_draft_compatible(const ModelInfo& target, const std::string& target_dir, const ModelInfo& draft,
@@ -92,9 +88,8 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string& draft_dir, const
 Drafter DraftModel::drafter() {
     auto s = std::make_shared<Seq>();
     s->state = model_->new_sequence();
-    return [this, s](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*) {
-        return draft(*s, context, max_tokens);
-    };
+    return [this, s](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*,
+                     const DraftPick* pick) { return draft(*s, context, max_tokens, pick); };
 }
 
 void DraftModel::feed(Seq& s, std::span<const int32_t> tokens) {
@@ -112,7 +107,8 @@ void DraftModel::feed(Seq& s, std::span<const int32_t> tokens) {
     stats_.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::vector<int32_t> DraftModel::draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens) {
+std::vector<int32_t> DraftModel::draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens,
+                                       const DraftPick* pick) {
     if (max_tokens <= 0 || context.empty()) return {};
     // the draft's positions end at its max_position_embeddings: draft only as far as they go
     const int64_t n = int64_t(context.size());
@@ -140,7 +136,7 @@ std::vector<int32_t> DraftModel::draft(Seq& s, std::span<const int32_t> context,
     std::vector<int32_t> out;
     const size_t V = size_t(model_->info().vocab_size);
     for (int64_t j = 0; j < max_tokens; ++j) {
-        out.push_back(argmax(std::span<const float>(s.logits.data(), V)));
+        out.push_back(pick_draft(pick, std::span<const float>(s.logits.data(), V)));
         if (j + 1 < max_tokens) feed(s, std::span<const int32_t>(&out.back(), 1));
     }
     st.truncate(n);

@@ -4,7 +4,8 @@
 // Each request gets its own drafter (DraftModel::drafter()), which keeps its own SequenceState of the draft model.
 // A call with `context` (prompt + generated so far) first brings that state to the context: it truncates to the
 // common prefix with the tokens the state holds and feeds the missing tokens in one forward pass (chunked when
-// longer than prefill_chunk); then it greedily generates up to max_tokens drafts, one forward pass each, and
+// longer than prefill_chunk); then it generates up to max_tokens drafts (the argmax, or the engine's DraftPick for a
+// sampled request), one forward pass each, and
 // rolls its state back to the context (a snapshot before drafting, then truncate). So after every call the state
 // holds exactly `context`, and the next call, whose context normally extends it by the accepted drafts and one
 // token, costs one catch-up pass plus the drafting passes. Exact on every architecture: truncate() restores
@@ -64,7 +65,7 @@ public:
 
 private:
     struct Seq;
-    std::vector<int32_t> draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens);
+    std::vector<int32_t> draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens, const DraftPick* pick);
     void feed(Seq& s, std::span<const int32_t> tokens);  // appends tokens, logits of the last into s.logits
     std::unique_ptr<Model> model_;
     std::unique_ptr<ExecContext> ctx_;  // the draft's passes run in their own context (its planned threads, rows)

@@ -20,13 +20,14 @@ DSparkDrafter::DSparkDrafter(const std::string& dir, Model& target, int n_thread
 Drafter DSparkDrafter::drafter() {
     auto s = std::make_shared<Seq>();
     s->ctx = model_->new_seq();
-    return [this, s](std::span<const int32_t> context, int64_t max_tokens, const SequenceState* target) {
-        return draft(*s, context, max_tokens, target);
+    return [this, s](std::span<const int32_t> context, int64_t max_tokens, const SequenceState* target,
+                     const DraftPick* pick) {
+        return draft(*s, context, max_tokens, target, pick);
     };
 }
 
 std::vector<int32_t> DSparkDrafter::draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens,
-                                          const SequenceState* target) {
+                                          const SequenceState* target, const DraftPick* pick) {
     if (max_tokens <= 0 || context.empty()) return {};
     ++stats_.calls;
     const DSparkConfig& c = model_->config();
@@ -55,7 +56,7 @@ std::vector<int32_t> DSparkDrafter::draft(Seq& s, std::span<const int32_t> conte
         s.tokens.insert(s.tokens.end(), context.begin() + keep, context.begin() + L);
         stats_.ingested += L - keep;
     }
-    DSparkModel::Block b = model_->propose(s.ctx, context[size_t(L)], std::min(max_tokens, c.block_size));
+    DSparkModel::Block b = model_->propose(s.ctx, context[size_t(L)], std::min(max_tokens, c.block_size), pick);
     ++stats_.blocks;
     if (confidence_cut_ && !b.confidence.empty()) {
         // the target's pass bytes now (its residency plan decides what a row costs); the block is already drafted

@@ -51,7 +51,7 @@ public:
 private:
     struct Seq;
     std::vector<int32_t> draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens,
-                               const SequenceState* target);
+                               const SequenceState* target, const DraftPick* pick);
     std::unique_ptr<DSparkModel> model_;
     const Model& target_;
     bool confidence_cut_ = false;

@@ -20,13 +20,14 @@ Eagle3Drafter::Eagle3Drafter(const std::string& dir, Model& target, int n_thread
 Drafter Eagle3Drafter::drafter() {
     auto s = std::make_shared<Seq>();
     s->ctx = model_->new_seq();
-    return [this, s](std::span<const int32_t> context, int64_t max_tokens, const SequenceState* target) {
-        return draft(*s, context, max_tokens, target);
+    return [this, s](std::span<const int32_t> context, int64_t max_tokens, const SequenceState* target,
+                     const DraftPick* pick) {
+        return draft(*s, context, max_tokens, target, pick);
     };
 }
 
 std::vector<int32_t> Eagle3Drafter::draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens,
-                                          const SequenceState* target) {
+                                          const SequenceState* target, const DraftPick* pick) {
     if (max_tokens <= 0 || context.size() < 2) return {};
     ++stats_.calls;
     const Eagle3Config& c = model_->config();
@@ -44,7 +45,7 @@ std::vector<int32_t> Eagle3Drafter::draft(Seq& s, std::span<const int32_t> conte
     s.ctx.truncate(keep);
     std::vector<float> taps(size_t((L - keep) * W));
     for (int64_t t = keep; t < L; ++t) std::copy_n(target->taps().row(t), W, taps.data() + (t - keep) * W);
-    const Eagle3Model::Chain ch = model_->propose(s.ctx, taps.data(), context.data() + keep + 1, L - keep, max_tokens);
+    const Eagle3Model::Chain ch = model_->propose(s.ctx, taps.data(), context.data() + keep + 1, L - keep, max_tokens, pick);
     s.tokens.assign(context.begin(), context.end());
     ++stats_.chains;
     stats_.ingested += L - keep;

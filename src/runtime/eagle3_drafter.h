@@ -46,7 +46,7 @@ public:
 private:
     struct Seq;
     std::vector<int32_t> draft(Seq& s, std::span<const int32_t> context, int64_t max_tokens,
-                               const SequenceState* target);
+                               const SequenceState* target, const DraftPick* pick);
     std::unique_ptr<Eagle3Model> model_;
     Eagle3Stats stats_;
 };

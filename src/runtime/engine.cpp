@@ -296,6 +296,7 @@ struct Engine::Pass {
     std::vector<Request*> in_batch;  // sequence index -> request
     std::vector<SequenceState*> seqs;
     std::vector<std::vector<int32_t>> drafts;  // sequence index -> its draft tokens (decode rows only)
+    std::vector<std::vector<DraftDist>> draft_q;  // sequence index -> what each draft was drawn from, or empty
     std::vector<int64_t> first_row;            // sequence index -> its first batch row
     std::vector<uint8_t> decoding;             // sequence index -> its first row is a decode row
     std::vector<std::string> draft_error;      // sequence index -> why its drafter failed (ends it after the pass)
@@ -343,6 +344,7 @@ void Engine::schedule(Pass& p) {
         p.in_batch.push_back(r);
         p.seqs.push_back(r->seq.get());
         p.drafts.emplace_back();
+        p.draft_q.emplace_back();
         p.first_row.push_back(b.size());
         p.decoding.push_back(decoding ? 1 : 0);
         p.draft_error.emplace_back();
@@ -372,8 +374,19 @@ void Engine::schedule(Pass& p) {
             }
         }
         std::vector<int32_t> d;
+        // a sampled request's model drafter draws its drafts (Sampler::draw_draft) and the verification uses the
+        // distributions they were drawn from; a greedy request's, or one that ignores the pick, guesses
+        std::vector<DraftDist> qs;
+        std::vector<int32_t> picked;
+        DraftPick pick;
+        if (r.p.sampling.temperature > 0 && r.p.sample_drafts)
+            pick = [&](std::span<const float> logits, std::span<const int64_t> offsets) {
+                qs.emplace_back();
+                picked.push_back(r.sampler.draw_draft(logits, offsets, qs.back()));
+                return picked.back();
+            };
         try {
-            d = r.p.drafter ? r.p.drafter(r.context, max_draft, r.seq.get())
+            d = r.p.drafter ? r.p.drafter(r.context, max_draft, r.seq.get(), pick ? &pick : nullptr)
                             : lookup_draft(r.context, max_draft, r.p.ngram_min, r.p.ngram_max);
             if (int64_t(d.size()) > max_draft) d.resize(size_t(max_draft));
             for (int32_t t : d)
@@ -387,6 +400,12 @@ void Engine::schedule(Pass& p) {
         r.seq->snapshot();  // the restore point for rejected drafts (KDA: a copy plus a journal of the rows)
         const int64_t pos = r.n_prompt + r.n_generated;
         for (size_t j = 0; j < d.size(); ++j) b.add(d[j], pos + int64_t(j), int32_t(si), true);
+        // the drawn distributions apply when the drafts are the draws, in order (else they are verified as
+        // guesses: exact too, since the draws never touch the verification's generator)
+        if (picked.size() >= d.size() && std::equal(d.begin(), d.end(), picked.begin())) {
+            qs.resize(d.size());
+            p.draft_q[si] = std::move(qs);
+        }
         p.drafts[si] = std::move(d);
     }
     SLUICE_ASSERT(b.size() <= opt_.max_batch_rows, b.size(), " decode and draft rows exceed max_batch_rows");
@@ -452,7 +471,7 @@ void Engine::postprocess(Pass& p) {
             continue;
         }
         if (p.decoding[si]) {
-            sample_rows(r, p, rows_of[si], p.drafts[si]);
+            sample_rows(r, p, rows_of[si], p.drafts[si], p.draft_q[si]);
             continue;
         }
         // a prefill chunk: its prompt logits, then the first token after the last prompt row
@@ -486,7 +505,7 @@ void Engine::postprocess(Pass& p) {
         if (r.p.max_new_tokens == 0)
             end_with(r, FinishReason::length);
         else
-            sample_rows(r, p, rows.last(1), {});
+            sample_rows(r, p, rows.last(1), {}, {});
         if (!r.caching_prompt) continue;
         r.caching_prompt = false;
         const SequenceState* st = r.seq ? r.seq.get() : r.parked.get();
@@ -502,7 +521,8 @@ void Engine::postprocess(Pass& p) {
 
 // Samples the request's first row; while the sampled token is the next draft, the row after it is valid too.
 // Rejected drafts' rows leave the state (truncate back to the last kept one).
-void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_rows, std::span<const int32_t> draft) {
+void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_rows, std::span<const int32_t> draft,
+                         std::span<const DraftDist> draft_q) {
     const int64_t V = model_.info().vocab_size;
     SLUICE_ASSERT(logit_rows.size() == draft.size() + 1, "request rows ", logit_rows.size(), " for ", draft.size(),
                   " drafts");
@@ -527,7 +547,7 @@ void Engine::sample_rows(Request& r, Pass& p, std::span<const int64_t> logit_row
         // rest); after the last draft, or without one, the token is sampled
         Sampler::Verdict v{-1, false};
         if (kept < draft.size())
-            v = r.sampler.verify(dist, draft[kept]);
+            v = draft_q.empty() ? r.sampler.verify(dist, draft[kept]) : r.sampler.verify(dist, draft[kept], draft_q[kept]);
         else
             v.id = r.sampler.sample(dist);
         ++p.n_sampled;

@@ -59,10 +59,11 @@ struct RequestParams {
     // order, before the first generated token).
     bool prompt_logits = false;
     // Speculative decoding: up to draft_tokens drafted tokens per decode step, verified as rows of the same forward
-    // pass. Greedy: the tokens are exactly those of decoding without drafts. Sampled: each draft is accepted with
-    // the probability the request's sampler gives it, else replaced by a draw from the rest (exact rejection
-    // sampling for a deterministic drafter), so the tokens follow the same distribution (not the same draws as
-    // without drafts: the random stream is used differently). 0 = off. drafter empty: prompt lookup over n-grams of
+    // pass. Greedy: the tokens are exactly those of decoding without drafts. Sampled: a guessed draft is accepted
+    // with the probability the request's sampler gives it, else replaced by a draw from the rest; a drawn one (see
+    // sample_drafts) by min(1, p/q) and the residual (exact rejection sampling either way), so the tokens follow the
+    // same distribution (not the same draws as without drafts: the random stream is used differently). 0 = off.
+    // drafter empty: prompt lookup over n-grams of
     // ngram_min..ngram_max tokens.
     int64_t draft_tokens = 0;
     int64_t ngram_min = 1, ngram_max = 4;
@@ -73,6 +74,11 @@ struct RequestParams {
     // Off: always draft_tokens.
     bool draft_gate = false;
     double draft_bytes_per_token = 0;  // the drafter's own bytes per drafted token (a draft model's; 0: lookup)
+    // Sampled requests: a drafter with logits (draft model, DSpark, EAGLE-3) draws each draft as the request samples
+    // (Sampler::draw_draft) and the draft is accepted with probability min(1, p/q), else the token is drawn from
+    // max(0, p - q); false: it proposes its argmax, verified as a guess. Both exact; which accepts more depends on
+    // how well the drafter's distribution matches the target's (docs/speculation.md).
+    bool sample_drafts = true;
     // Structured output: a constraint made for this request masks every generated position (after penalties and
     // bias, before temperature and truncation); the request ends with finish "stop" once the output is complete,
     // and with finish "unsatisfiable" when no token may come next. Drafts are verified against the masked
@@ -215,7 +221,8 @@ private:
     void schedule(Pass& pass);
     bool run(Pass& pass);
     void postprocess(Pass& pass);
-    void sample_rows(Request& r, Pass& pass, std::span<const int64_t> logit_rows, std::span<const int32_t> draft);
+    void sample_rows(Request& r, Pass& pass, std::span<const int64_t> logit_rows, std::span<const int32_t> draft,
+                     std::span<const DraftDist> draft_q);
     bool take_token(Request& r, int32_t id, std::span<const float> dist);  // false: the request ends
     static bool emit(Request& r, const TokenEvent& ev);
     void finish(Request& r, bool keep_state = true);  // frees (or caches) its state, releases its reservation

@@ -116,13 +116,11 @@ GenerateResult generate(Model& model, std::span<const int32_t> prompt, const Gen
 GenerateResult generate_speculative(Model& model, std::span<const int32_t> prompt, const GenerateOptions& opt,
                                     const SpeculativeOptions& spec, SpeculativeStats* stats,
                                     const std::function<bool(int32_t)>& on_token) {
-    SLUICE_CHECK(opt.sampling.temperature == 0.0f, "speculative decoding is greedy only (temperature 0), got ",
-                 opt.sampling.temperature);
     SLUICE_CHECK(spec.draft_tokens >= 1 && spec.ngram_min >= 1 && spec.ngram_max >= spec.ngram_min,
                  "speculative options: draft_tokens >= 1 and 1 <= ngram_min <= ngram_max");
     RequestParams p{.draft_tokens = spec.draft_tokens, .ngram_min = spec.ngram_min, .ngram_max = spec.ngram_max,
                     .drafter = spec.drafter, .draft_gate = spec.gate,
-                    .draft_bytes_per_token = spec.draft_bytes_per_token};
+                    .draft_bytes_per_token = spec.draft_bytes_per_token, .sample_drafts = spec.sample_drafts};
     EngineStats es;
     GenerateResult r = generate_with(model, prompt, opt, std::move(p), on_token, &es);
     if (stats) {

@@ -47,6 +47,7 @@ struct SpeculativeOptions {
     Drafter drafter;           // empty: prompt lookup (lookup_draft)
     bool gate = false;         // RequestParams::draft_gate: draft only as far as it pays (runtime/draft_gate.h)
     double draft_bytes_per_token = 0;  // the drafter's own bytes per drafted token (for the gate)
+    bool sample_drafts = true;  // RequestParams::sample_drafts: at temperature > 0 a model drafter draws its drafts
 };
 
 struct SpeculativeStats {

@@ -18,7 +18,7 @@ int32_t argmax(std::span<const float> logits) {
     return best;
 }
 
-Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed), draft_rng_(p.seed ^ 0x9e3779b97f4a7c15ull) {
     SLUICE_CHECK(std::isfinite(p.temperature) && p.temperature >= 0, "temperature must be >= 0, got ", p.temperature);
     SLUICE_CHECK(p.top_k >= 0, "top-k must be >= 0, got ", p.top_k);
     SLUICE_CHECK(p.top_p > 0 && p.top_p <= 1, "top-p must be in (0, 1], got ", p.top_p);
@@ -26,7 +26,7 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
 }
 
 // The candidates sample() draws from, best first, with their probabilities (summing to `total`).
-Sampler::Candidates Sampler::candidates(std::span<const float> logits) const {
+Sampler::Candidates Sampler::candidates(std::span<const float> logits, size_t max_keep) const {
     SLUICE_CHECK(!logits.empty(), "sample: empty logits");
     Candidates c;
     // candidates sorted by logit (descending; ties by id). That is a total order, so any sort gives the same list.
@@ -46,6 +46,7 @@ Sampler::Candidates Sampler::candidates(std::span<const float> logits) const {
     }
     size_t keep = order.size();
     if (p_.top_k > 0) keep = std::min(keep, size_t(p_.top_k));
+    keep = std::min(keep, std::max<size_t>(max_keep, 1));
     if (keep < order.size()) std::nth_element(order.begin(), order.begin() + ptrdiff_t(keep), order.end());
     std::sort(order.begin(), order.begin() + ptrdiff_t(keep));
     c.ids.resize(keep);
@@ -117,6 +118,84 @@ Sampler::Verdict Sampler::verify(std::span<const float> logits, int32_t draft) {
     if (p > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng_) < p) return {draft, true};
     if (p >= 1) return {draft, true};  // the only candidate (u < 1 always; kept for rounding)
     return {draw(c, draft), false};
+}
+
+double DraftDist::of(int32_t id) const {
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] == id) return prob[i];
+    return 0.0;
+}
+
+int32_t Sampler::draw_draft(std::span<const float> logits, std::span<const int64_t> offsets, DraftDist& q,
+                            size_t max_support) {
+    SLUICE_CHECK(!logits.empty(), "draft: empty logits");
+    SLUICE_CHECK(offsets.empty() || offsets.size() == logits.size(), "draft: ", offsets.size(), " offsets for ",
+                 logits.size(), " logits");
+    const auto target_id = [&](int32_t i) { return int32_t(offsets.empty() ? i : i + offsets[size_t(i)]); };
+    q.ids.clear();
+    q.prob.clear();
+    if (p_.temperature == 0.0f) {
+        q.ids.push_back(target_id(argmax(logits)));
+        q.prob.push_back(1.0);
+        return q.ids[0];
+    }
+    const Candidates c = candidates(logits, max_support);
+    q.ids.resize(c.ids.size());
+    q.prob.resize(c.ids.size());
+    for (size_t i = 0; i < c.ids.size(); ++i) {
+        q.ids[i] = target_id(c.ids[i]);
+        q.prob[i] = c.prob[i] / c.total;
+    }
+    // the draw uses q exactly as stored, so the verification's q(draft) is the probability it was drawn with
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(draft_rng_);
+    double cum = 0;
+    for (size_t i = 0; i < q.ids.size(); ++i) {
+        cum += q.prob[i];
+        if (u < cum) return q.ids[i];
+    }
+    size_t last = q.ids.size() - 1;  // rounding carried the draw past the end: the last token of nonzero q
+    while (last > 0 && q.prob[last] == 0) --last;
+    return q.ids[last];
+}
+
+Sampler::Verdict Sampler::verify(std::span<const float> logits, int32_t draft, const DraftDist& q) {
+    SLUICE_CHECK(!logits.empty(), "sample: empty logits");
+    if (p_.temperature == 0.0f) {
+        const int32_t best = argmax(logits);
+        return {best, best == draft};
+    }
+    const double qx = q.of(draft);
+    SLUICE_CHECK(qx > 0, "speculative decoding: draft ", draft, " has no probability in the distribution it was drawn from");
+    const Candidates c = candidates(logits);
+    const double px = c.prob_of(draft) / c.total;
+    if (px >= qx) return {draft, true};  // min(1, p/q) = 1
+    if (px > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * qx < px) return {draft, true};
+    // residual: max(0, p - q) over the candidates (p is 0 elsewhere), drawn in the candidates' order
+    if (index_of_.size() < logits.size()) index_of_.assign(logits.size(), -1);
+    std::vector<double> r(c.ids.size());
+    for (size_t i = 0; i < c.ids.size(); ++i) {
+        r[i] = c.prob[i] / c.total;
+        index_of_[size_t(c.ids[i])] = int32_t(i);
+    }
+    for (size_t j = 0; j < q.ids.size(); ++j) {
+        const int32_t id = q.ids[j];
+        if (id < 0 || size_t(id) >= index_of_.size()) continue;
+        if (const int32_t i = index_of_[size_t(id)]; i >= 0) r[size_t(i)] = std::max(0.0, r[size_t(i)] - q.prob[j]);
+    }
+    for (int32_t id : c.ids) index_of_[size_t(id)] = -1;
+    double total = 0;
+    for (double x : r) total += x;
+    if (!(total > 0)) return {draw(c, draft), false};  // p <= q everywhere only by rounding: p without the draft
+    const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    double cum = 0;
+    int32_t last = -1;
+    for (size_t i = 0; i < c.ids.size(); ++i) {
+        if (r[i] <= 0) continue;
+        cum += r[i];
+        last = c.ids[i];
+        if (u < cum) return {c.ids[i], false};
+    }
+    return {last, false};
 }
 
 }  // namespace sluice

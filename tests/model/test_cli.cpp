@@ -118,7 +118,7 @@ TEST(Cli, BadOptionsGetOnePlainError) {
         {"pack " + kFixture + " unused-dir --qd 0", "--qd: must be > 0, got 0"},
         {"generate -m " + kFixture + " --ids '[1,2' -n 1", "--ids: '[' without a closing ']'"},
         {"generate -m " + kFixture + " --ids 1,x -n 1", "--ids: item 1 ('x') is not an integer"},
-        {gen + "-n 4 --speculative 2 --temp 0.5", "--speculative needs greedy decoding (--temp 0)"},
+        {gen + "-n 4 --speculative 2 --draft-sampling off", "--draft-sampling off needs a drafting model"},
         {gen + "--device tpu", "--device"},
         {gen + "--device cpu --gpu-memory 1G", "--gpu-memory needs --device cuda or auto"},
         {"serve -m " + kFixture, "serve needs tokenizer.json or tiktoken.model in the model folder"},

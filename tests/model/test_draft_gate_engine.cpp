@@ -63,7 +63,7 @@ Model* DraftGateEngine::model_ = nullptr;
 
 // Proposes tokens that greedy decoding never picks next: the context's last token + 1, over and over.
 Drafter wrong(int64_t vocab) {
-    return [vocab](std::span<const int32_t> ctx, int64_t k, const SequenceState*) {
+    return [vocab](std::span<const int32_t> ctx, int64_t k, const SequenceState*, const DraftPick*) {
         return std::vector<int32_t>(size_t(k), int32_t((ctx.back() + 1) % vocab));
     };
 }
@@ -93,7 +93,7 @@ TEST_F(DraftGateEngine, LandingDraftsStayOn) {
     const size_t n_prompt = base.prompt.size();
     RequestParams p = base;
     // the true continuation
-    p.drafter = [truth, n_prompt](std::span<const int32_t> ctx, int64_t k, const SequenceState*) {
+    p.drafter = [truth, n_prompt](std::span<const int32_t> ctx, int64_t k, const SequenceState*, const DraftPick*) {
         std::vector<int32_t> d;
         for (size_t i = ctx.size() - n_prompt; i < truth.size() && int64_t(d.size()) < k; ++i) d.push_back(truth[i]);
         return d;

@@ -182,11 +182,11 @@ TEST(DraftModel, StatefulDrafterMatchesFresh) {
         contexts.push_back(other);
         contexts.push_back(contexts[2]);
         for (const auto& c : contexts) {
-            const auto want = dm.drafter()(c, 4, nullptr);
+            const auto want = dm.drafter()(c, 4, nullptr, nullptr);
             EXPECT_EQ(want.size(), 4u);
-            EXPECT_EQ(kept(c, 4, nullptr), want) << "context of " << c.size();
+            EXPECT_EQ(kept(c, 4, nullptr, nullptr), want) << "context of " << c.size();
         }
-        EXPECT_TRUE(kept(contexts[0], 0, nullptr).empty());
+        EXPECT_TRUE(kept(contexts[0], 0, nullptr, nullptr).empty());
     }
 }
 

@@ -107,11 +107,30 @@ TEST(DSpark, ConfidenceCutKeepsThePrefixThatPays) {
     const int64_t keep = confidence_cut(cost, block.confidence);
     EXPECT_LT(keep, B) << "on this model some draft should not pay for its row (else the cut is not exercised)";
 
+    // a pick chooses each draft, and the Markov head conditions the next row on that choice
+    std::vector<int32_t> picked;
+    const DraftPick pick_five = [&](std::span<const float> logits, std::span<const int64_t> offsets) {
+        EXPECT_EQ(logits.size(), size_t(dm->config().vocab_size));
+        EXPECT_TRUE(offsets.empty());
+        picked.push_back(5);
+        return 5;
+    };
+    auto seq5 = dm->new_seq();
+    dm->ingest(seq5, rows.data(), s->taps().rows());
+    const auto fives = dm->propose(seq5, ids.back(), B, &pick_five);
+    EXPECT_EQ(fives.drafts, picked);
+    EXPECT_EQ(fives.drafts, std::vector<int32_t>(size_t(B), 5));
+    const size_t V = size_t(dm->config().vocab_size);
+    ASSERT_NE(block.drafts[0], 5) << "pick another token for this model";
+    EXPECT_TRUE(std::equal(fives.logits.begin(), fives.logits.begin() + ptrdiff_t(V), block.logits.begin()));
+    EXPECT_FALSE(std::equal(fives.logits.begin() + ptrdiff_t(V), fives.logits.begin() + ptrdiff_t(2 * V),
+                            block.logits.begin() + ptrdiff_t(V)));
+
     DSparkDrafter whole(drafter.string(), *model), cut(drafter.string(), *model);
     ASSERT_TRUE(cut.has_confidence_head());
     cut.set_confidence_cut(true);
-    EXPECT_EQ(whole.drafter()(ids, B, s.get()), block.drafts);
-    EXPECT_EQ(cut.drafter()(ids, B, s.get()), std::vector<int32_t>(block.drafts.begin(), block.drafts.begin() + keep));
+    EXPECT_EQ(whole.drafter()(ids, B, s.get(), nullptr), block.drafts);
+    EXPECT_EQ(cut.drafter()(ids, B, s.get(), nullptr), std::vector<int32_t>(block.drafts.begin(), block.drafts.begin() + keep));
     EXPECT_EQ(cut.stats().cut, B - keep);
     EXPECT_EQ(whole.stats().cut, 0);
 
@@ -138,14 +157,14 @@ TEST(DSpark, EngineTapsAndIncrementalContextMatchAFreshPrefill) {
     int64_t calls = 0;
     SpeculativeOptions so;
     so.draft_tokens = 5;
-    so.drafter = [&](std::span<const int32_t> ctx, int64_t max, const SequenceState* target) {
-        const auto d = kept(ctx, max, target);
+    so.drafter = [&](std::span<const int32_t> ctx, int64_t max, const SequenceState* target, const DraftPick*) {
+        const auto d = kept(ctx, max, target, nullptr);
         const auto s = test::prefill(*clean, ctx.first(ctx.size() - 1));
         EXPECT_EQ(target->taps().rows(), int64_t(ctx.size()) - 1);
         for (int64_t t = 0; t < s->taps().rows(); ++t)
             EXPECT_EQ(std::memcmp(s->taps().row(t), target->taps().row(t), size_t(s->taps().width()) * 4), 0)
                 << "tap row " << t;
-        EXPECT_EQ(fresh.drafter()(ctx, max, s.get()), d) << "context of " << ctx.size();
+        EXPECT_EQ(fresh.drafter()(ctx, max, s.get(), nullptr), d) << "context of " << ctx.size();
         ++calls;
         return d;
     };
@@ -170,7 +189,7 @@ TEST(DSpark, DeterministicAndSensitiveToMaskAndTaps) {
         for (int64_t t = 0; t < s->taps().rows(); ++t) std::copy_n(s->taps().row(t), W, rows.data() + t * W);
         auto seq = dm->new_seq();
         dm->ingest(seq, rows.data(), s->taps().rows());
-        auto b = dm->propose(seq, ids.back(), B, causal);
+        auto b = dm->propose(seq, ids.back(), B, nullptr, causal);
         EXPECT_EQ(seq.rows(), s->taps().rows());  // the block's rows are gone again
         const char* dump = std::getenv("SLUICE_DSPARK_DUMP");
         if (dump && !causal && taps == dm->config().target_layer_ids) {

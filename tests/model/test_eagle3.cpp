@@ -24,6 +24,7 @@
 #include "models/synth.h"
 #include "models/synth_roster.h"
 #include "runtime/eagle3_drafter.h"
+#include "runtime/sampler.h"
 #include "runtime/generate.h"
 #include "runtime/speculative.h"
 #include "../support/k3_drafter.h"
@@ -103,10 +104,10 @@ TEST(Eagle3, IncrementalCacheMatchesAFreshDrafter) {
     SpeculativeOptions so;
     so.draft_tokens = 4;
     so.gate = false;
-    so.drafter = [&](std::span<const int32_t> ctx, int64_t max, const SequenceState* target) {
-        const auto d = kept(ctx, max, target);
+    so.drafter = [&](std::span<const int32_t> ctx, int64_t max, const SequenceState* target, const DraftPick*) {
+        const auto d = kept(ctx, max, target, nullptr);
         const auto s = test::prefill(*clean, ctx.first(ctx.size() - 1));
-        EXPECT_EQ(fresh.drafter()(ctx, max, s.get()), d) << "context of " << ctx.size();
+        EXPECT_EQ(fresh.drafter()(ctx, max, s.get(), nullptr), d) << "context of " << ctx.size();
         ++calls;
         std::vector<int32_t> oracle;
         for (size_t i = ctx.size(); i < truth.size() && int64_t(oracle.size()) < max; ++i) oracle.push_back(truth[i]);
@@ -128,9 +129,9 @@ TEST(Eagle3, IncrementalCacheMatchesAFreshDrafter) {
     std::vector<int32_t> other(truth.begin(), truth.begin() + 30);
     other[28] = (other[28] + 1) % 256;
     const int64_t before = ed.stats().ingested;
-    const auto mine = kept(other, 4, test::prefill(*model, std::span<const int32_t>(other).first(29)).get());
+    const auto mine = kept(other, 4, test::prefill(*model, std::span<const int32_t>(other).first(29)).get(), nullptr);
     EXPECT_EQ(ed.stats().ingested - before, 2);
-    EXPECT_EQ(mine, fresh.drafter()(other, 4, test::prefill(*clean, std::span<const int32_t>(other).first(29)).get()));
+    EXPECT_EQ(mine, fresh.drafter()(other, 4, test::prefill(*clean, std::span<const int32_t>(other).first(29)).get(), nullptr));
 }
 
 // The chain is deterministic and reads the taps: moving every tap one layer changes its logits and drafts.
@@ -261,6 +262,27 @@ TEST(Eagle3, ReducedHeadMapsItsIdsThroughD2t) {
     }
     Eagle3Drafter ed(dir.string(), *model);
     test::expect_greedy_same_as_plain(*model, [&] { return ed.drafter(); });
+
+    // sampled drafting: the pick sees each head's logits over the reduced vocabulary with d2t as its offsets, and
+    // the drafts are what it returns (here draws of a sampled request, whose q lies on the head's image)
+    SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.seed = 5;
+    Sampler sampler(sp);
+    std::vector<int32_t> picked;
+    const DraftPick pick = [&](std::span<const float> logits, std::span<const int64_t> offsets) {
+        EXPECT_EQ(logits.size(), size_t(kDraftVocab));
+        EXPECT_EQ(offsets.size(), size_t(kDraftVocab));
+        DraftDist q;
+        picked.push_back(sampler.draw_draft(logits, offsets, q));
+        EXPECT_EQ(q.ids.size(), size_t(kDraftVocab));
+        for (int32_t id : q.ids) EXPECT_NE(std::find(image.begin(), image.end(), id), image.end()) << id;
+        return picked.back();
+    };
+    auto seq2 = em->new_seq();
+    const auto drawn = em->propose(seq2, rows.data(), ids.data() + 1, L, N, &pick);
+    EXPECT_EQ(drawn.drafts, picked);
+    EXPECT_NE(drawn.drafts, ch.drafts) << "at temperature 1 some draw should differ from the argmax";
 
     // the same head without its d2t (the config linked, the tensors copied but d2t)
     EXPECT_NE(load_error(edited("d2t_vocab_high", [](json& x) { x["draft_vocab_size"] = int64_t(x["vocab_size"]) + 1; }))

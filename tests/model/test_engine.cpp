@@ -69,7 +69,7 @@ TEST_P(EngineMix, EveryRequestMatchesGenerateAlone) {
         if (specs[i].drafts < 0) continue;
         truth[i] = alone(*model, params[i]).ids;
         const size_t n_prompt = params[i].prompt.size();
-        params[i].drafter = [&truth, i, n_prompt, V](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*) {
+        params[i].drafter = [&truth, i, n_prompt, V](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*, const DraftPick*) {
             std::vector<int32_t> d;
             for (size_t j = context.size() - n_prompt; j < truth[i].size() && int64_t(d.size()) < max_tokens; ++j)
                 d.push_back(j % 3 == 2 ? int32_t((truth[i][j] + 1) % V) : truth[i][j]);

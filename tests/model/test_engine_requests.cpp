@@ -37,7 +37,7 @@ TEST_F(EngineTest, AFailingDrafterEndsOnlyItsRequest) {
     auto bad = greedy(cut(ids, 0, 6), 8);
     bad.draft_tokens = 3;
     int calls = 0;
-    bad.drafter = [&calls](std::span<const int32_t>, int64_t, const SequenceState*) -> std::vector<int32_t> {
+    bad.drafter = [&calls](std::span<const int32_t>, int64_t, const SequenceState*, const DraftPick*) -> std::vector<int32_t> {
         if (++calls == 2) throw Error("the draft model is gone");
         return {1, 2};
     };

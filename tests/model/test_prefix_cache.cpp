@@ -137,7 +137,7 @@ TEST_P(PrefixCacheTest, AfterSpeculation) {
     p.max_new_tokens = 9;
     p.stop_at_eos = false;
     p.draft_tokens = 6;
-    p.drafter = [&](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*) {
+    p.drafter = [&](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*, const DraftPick*) {
         std::vector<int32_t> d;
         for (size_t j = context.size() - p1.size(); j < truth.size() && int64_t(d.size()) < max_tokens; ++j)
             d.push_back(j % 4 == 3 ? int32_t((truth[j] + 1) % V) : truth[j]);

@@ -74,7 +74,7 @@ TEST_P(SpeculativeTest, SameIdsAsGenerate) {
     for (int64_t k : {2, 5}) {
         SpeculativeOptions so;
         so.draft_tokens = k;
-        so.drafter = [&](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*) {
+        so.drafter = [&](std::span<const int32_t> context, int64_t max_tokens, const SequenceState*, const DraftPick*) {
             std::vector<int32_t> d;
             const size_t g = context.size() - prompt.size();  // tokens generated so far
             for (size_t j = g; j < ref.ids.size() && int64_t(d.size()) < max_tokens; ++j)
@@ -99,11 +99,25 @@ TEST_P(SpeculativeTest, SameIdsAsGenerate) {
     EXPECT_EQ(b.stop_reason, "callback");
 }
 
-TEST(Speculative, GreedyOnly) {
+// Sampled speculative generation (exact in distribution: test_spec_sampling) is a function of the seed: the same
+// seed gives the same tokens, with drafts drawn or guessed.
+TEST(Speculative, SampledIsSeeded) {
     auto model = load_model(fixture_dirs().front());
     GenerateOptions g;
-    g.sampling.temperature = 0.7f;
-    EXPECT_THROW(generate_speculative(*model, std::vector<int32_t>{1, 2, 3}, g, {}), Error);
+    g.max_new_tokens = 12;
+    g.stop_at_eos = false;
+    g.sampling.temperature = 0.9f;
+    const std::vector<int32_t> prompt{1, 2, 3, 1, 2};
+    for (bool drawn : {true, false}) {
+        SpeculativeOptions so;
+        so.draft_tokens = 3;
+        so.sample_drafts = drawn;
+        g.sampling.seed = 7;
+        const auto a = generate_speculative(*model, prompt, g, so);
+        const auto b = generate_speculative(*model, prompt, g, so);
+        EXPECT_EQ(a.ids, b.ids);
+        EXPECT_EQ(a.ids.size(), 12u);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpeculativeTest, ::testing::ValuesIn(fixture_dirs()), fixture_name);
