@@ -166,6 +166,41 @@ TEST(DraftModel, FixturePairsSameIdsAsReference) {
     }
 }
 
+// A model drafting for itself under sampling: its drafts are drawn from the very distribution the target verifies
+// against (a row's logits do not depend on the rows beside it), so with min(1, p/q) every draft is kept -- KDA's
+// recurrent state included. Guessed (argmax) drafts of the same drafter are kept only as often as p gives them.
+TEST(DraftModel, SelfDraftUnderSamplingKeepsEveryDrawnDraft) {
+    for (const std::string name : {"kimi_linear_noqlora", "k2_noqlora"}) {
+        SCOPED_TRACE(name);
+        auto target = load_model(fixture(name));
+        auto draft = DraftModel::load(fixture(name), {}, *target, fixture(name));
+        auto prompt = ref_ids(fixture(name));
+        prompt.resize(std::min<size_t>(prompt.size(), 20));
+        GenerateOptions g;
+        g.max_new_tokens = 24;
+        g.stop_at_eos = false;
+        g.sampling.temperature = 0.8f;
+        g.sampling.top_p = 0.95f;
+        g.sampling.seed = 11;
+        for (bool drawn : {true, false}) {
+            SpeculativeOptions so;
+            so.draft_tokens = 3;
+            so.drafter = draft->drafter();
+            so.sample_drafts = drawn;
+            SpeculativeStats st;
+            const auto r = generate_speculative(*target, prompt, g, so, &st);
+            EXPECT_EQ(r.ids.size(), 24u);
+            EXPECT_GT(st.drafted, 0);
+            if (drawn)
+                EXPECT_EQ(st.accepted, st.drafted);
+            else
+                EXPECT_LT(st.accepted, st.drafted);
+            so.drafter = draft->drafter();
+            EXPECT_EQ(generate_speculative(*target, prompt, g, so).ids, r.ids) << "seeded: the same tokens again";
+        }
+    }
+}
+
 // A drafter that keeps its state (catch-up, rollback, a context that drops tokens) drafts what a fresh one drafts.
 TEST(DraftModel, StatefulDrafterMatchesFresh) {
     for (const std::string name : {"kimi_linear_noqlora", "k2_noqlora"}) {
