@@ -7,7 +7,8 @@
 // 64 columns 16 KiB: they stay in the L1 cache across the pairs, where walking one pair through the whole block read
 // it from L2 once per pair, and L2's bandwidth bound the loops). Every pair still computes its scores, softmax and
 // weighted sum of values in key order with the same operations, so the result is bit for bit what one pair at a time
-// gives, whatever the tiling or the thread split.
+// gives, whatever the tiling or the thread split. Pairs that see a whole key group (or value block) go four at a time
+// where the path has four-pair loops (AVX-512: each key or value load then serves four queries).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -35,6 +36,10 @@ void portable_axpys(const float* p, const float* const* values, int64_t n_values
         for (int64_t j = 0; j < n; ++j) acc[j] += p[t] * values[t][j];
 }
 
+// the four-pair loops (kernels.h); a path without them runs pairs one at a time
+using Dots4 = void (*)(const float* const*, const float* const*, int64_t, int64_t, float, float* const*);
+using Axpys4 = void (*)(const float* const*, const float* const*, int64_t, float* const*, int64_t);
+
 struct Pair {
     int64_t lo = 0, hi = 0, h = 0;
     const float* q = nullptr;
@@ -59,6 +64,9 @@ void cpu::attention(const AttentionParams& p, const float* q, int64_t n_rows, co
     const int64_t group = p.n_heads / p.n_kv_heads, dk = p.head_dim_k, dv = p.head_dim_v;
     const int64_t per_kv = n_rows * group;  // pairs are numbered kv head major, then row, then head in the group
     // the same bits on every path (avx512_attention.cpp): only the speed differs
+    // four pairs at once where a path has it (pairs that cover the whole key group or block); null: one at a time
+    Dots4 dots4 = nullptr;
+    Axpys4 axpys4 = nullptr;
 #if defined(SLUICE_CPU_X86)
     auto dots = portable_dots;
     auto axpys = portable_axpys;
@@ -67,6 +75,8 @@ void cpu::attention(const AttentionParams& p, const float* q, int64_t n_rows, co
         case CpuPath::Amx:
             dots = cpu::avx512::attention_dots;
             axpys = cpu::avx512::attention_axpys;
+            dots4 = cpu::avx512::attention_dots4;
+            axpys4 = cpu::avx512::attention_axpys4;
             break;
         case CpuPath::Avx2:
             dots = cpu::avx2::attention_dots;
@@ -109,13 +119,36 @@ void cpu::attention(const AttentionParams& p, const float* q, int64_t n_rows, co
                 for (int64_t t = k0; t < k1; ++t) kp[size_t(t - k0)] = k.row(t) + g * dk;
                 for (int64_t g0 = k0; g0 < k1; g0 += kKeys) {
                     const int64_t g1 = std::min(k1, g0 + kKeys);
+                    int64_t whole[kTile], n_whole = 0;  // pairs that see every key of the group, four at a time
                     for (int64_t i = 0; i < n; ++i) {
                         Pair& x = tile[size_t(i)];
                         float* si = s.data() + i * span;  // si[t - first]: key t's score
                         const int64_t a = std::max(g0, x.lo), z = std::min(g1, x.hi);
                         if (a >= z) continue;
+                        if (dots4 && a == g0 && z == g1) {
+                            whole[n_whole++] = i;
+                            continue;
+                        }
                         dots(x.q, kp.data() + (a - k0), z - a, dk, p.scale, si + (a - first));
                         for (int64_t t = a; t < z; ++t) x.mx = std::max(x.mx, si[t - first]);
+                    }
+                    int64_t w = 0;
+                    for (; w + 4 <= n_whole; w += 4) {
+                        const float* qs[4];
+                        float* outs[4];
+                        for (int m = 0; m < 4; ++m) {
+                            qs[m] = tile[size_t(whole[w + m])].q;
+                            outs[m] = s.data() + whole[w + m] * span + (g0 - first);
+                        }
+                        dots4(qs, kp.data() + (g0 - k0), g1 - g0, dk, p.scale, outs);
+                    }
+                    for (; w < n_whole; ++w)
+                        dots(tile[size_t(whole[w])].q, kp.data() + (g0 - k0), g1 - g0, dk, p.scale,
+                             s.data() + whole[w] * span + (g0 - first));
+                    for (int64_t ww = 0; ww < n_whole; ++ww) {
+                        Pair& x = tile[size_t(whole[ww])];
+                        const float* si = s.data() + whole[ww] * span;
+                        for (int64_t t = g0; t < g1; ++t) x.mx = std::max(x.mx, si[t - first]);
                     }
                 }
             }
@@ -134,13 +167,29 @@ void cpu::attention(const AttentionParams& p, const float* q, int64_t n_rows, co
                 for (int64_t c0 = 0; c0 < dv; c0 += kCols) {
                     const int64_t cols = std::min(kCols, dv - c0);
                     for (int64_t t = k0; t < k1; ++t) vc[size_t(t - k0)] = vp[size_t(t - k0)] + c0;
+                    int64_t whole[kTile], n_whole = 0;  // pairs that see every value of the block, four at a time
                     for (int64_t i = 0; i < n; ++i) {
                         const Pair& x = tile[size_t(i)];
                         const int64_t a = std::max(k0, x.lo), z = std::min(k1, x.hi);
-                        if (a < z)
+                        if (axpys4 && a == k0 && z == k1)
+                            whole[n_whole++] = i;
+                        else if (a < z)
                             axpys(s.data() + i * span + (a - first), vc.data() + (a - k0), z - a,
                                   acc.data() + i * dv + c0, cols);
                     }
+                    int64_t w = 0;
+                    for (; w + 4 <= n_whole; w += 4) {
+                        const float* ps[4];
+                        float* accs[4];
+                        for (int m = 0; m < 4; ++m) {
+                            ps[m] = s.data() + whole[w + m] * span + (k0 - first);
+                            accs[m] = acc.data() + whole[w + m] * dv + c0;
+                        }
+                        axpys4(ps, vc.data(), k1 - k0, accs, cols);
+                    }
+                    for (; w < n_whole; ++w)
+                        axpys(s.data() + whole[w] * span + (k0 - first), vc.data(), k1 - k0,
+                              acc.data() + whole[w] * dv + c0, cols);
                 }
             }
             for (int64_t i = 0; i < n; ++i) {

@@ -65,6 +65,11 @@ double fma_probe(int64_t iterations);  // f32 FMAs on one core; returns the flop
 // scale, and acc += p[t] * values[t] for t in order.
 void attention_dots(const float* q, const float* const* keys, int64_t n_keys, int64_t n, float scale, float* out);
 void attention_axpys(const float* p, const float* const* values, int64_t n_values, float* acc, int64_t n);
+// The same for four pairs at once (q[m], out[m]; p[m], acc[m]), each pair's bits those of the calls above.
+void attention_dots4(const float* const* q, const float* const* keys, int64_t n_keys, int64_t n, float scale,
+                     float* const* out);
+void attention_axpys4(const float* const* p, const float* const* values, int64_t n_values, float* const* acc,
+                      int64_t n);
 }  // namespace avx512
 
 namespace amx {  // needs the avx512 set + avx512-bf16 + amx-tile/amx-bf16
