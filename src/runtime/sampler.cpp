@@ -170,7 +170,10 @@ Sampler::Verdict Sampler::verify(std::span<const float> logits, int32_t draft, c
     const double px = c.prob_of(draft) / c.total;
     if (px >= qx) return {draft, true};  // min(1, p/q) = 1
     if (px > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * qx < px) return {draft, true};
-    // residual: max(0, p - q) over the candidates (p is 0 elsewhere), drawn in the candidates' order
+    // residual: max(0, p - q) over the candidates (p is 0 elsewhere), drawn in the candidates' order.
+    // index_of_: target id -> its place among the candidates, else -1; one per thread (as candidates' sort keys), not
+    // per request: a vocabulary-sized table for each of hundreds of requests would sit outside the memory plan
+    thread_local std::vector<int32_t> index_of_;
     if (index_of_.size() < logits.size()) index_of_.assign(logits.size(), -1);
     std::vector<double> r(c.ids.size());
     for (size_t i = 0; i < c.ids.size(); ++i) {

@@ -63,7 +63,6 @@ private:
     SamplingParams p_;
     std::mt19937_64 rng_;
     std::mt19937_64 draft_rng_;
-    std::vector<int32_t> index_of_;  // verify with q: target id -> its place among the candidates, else -1
 };
 
 int32_t argmax(std::span<const float> logits);
