@@ -15,10 +15,18 @@
 
 namespace {
 
+// This process's scratch files, removed when the fuzzer exits (each run used to leave its two behind).
+struct ScratchFiles {
+    std::string base = (std::filesystem::temp_directory_path() / ("sluice_fuzz_trace_" + std::to_string(::getpid()))).string();
+    ~ScratchFiles() {
+        std::error_code ec;
+        for (const char* name : {".in", ".back"}) std::filesystem::remove(base + name, ec);
+    }
+};
+
 std::string scratch(const char* name) {
-    return (std::filesystem::temp_directory_path() /
-            (std::string("sluice_fuzz_trace_") + std::to_string(::getpid()) + name))
-        .string();
+    static const ScratchFiles files;
+    return files.base + name;
 }
 
 // The pass number is not compared: the writer numbers passes itself (a new one when the layer does not rise), while

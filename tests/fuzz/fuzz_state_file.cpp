@@ -33,10 +33,18 @@ std::shared_ptr<const StateLayout> layout() {
 
 const StateFileModel k_model{"FuzzTest", 0x1234, 0x5678};
 
+// This process's scratch files, removed when the fuzzer exits (each run used to leave its two behind).
+struct ScratchFiles {
+    std::string base = (std::filesystem::temp_directory_path() / ("sluice_fuzz_state_" + std::to_string(::getpid()))).string();
+    ~ScratchFiles() {
+        std::error_code ec;
+        for (const char* name : {".in", ".back"}) std::filesystem::remove(base + name, ec);
+    }
+};
+
 std::string scratch(const char* name) {
-    return (std::filesystem::temp_directory_path() / (std::string("sluice_fuzz_state_") + std::to_string(::getpid()) +
-                                                       name))
-        .string();
+    static const ScratchFiles files;
+    return files.base + name;
 }
 
 void try_load(const std::string& bytes) {

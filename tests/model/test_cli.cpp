@@ -264,6 +264,8 @@ TEST(Cli, GenerateSessionContinuesExactly) {
                 EXPECT_EQ(next["n_cached"].get<int>(), int(all.size()) - 1) << fixture;  // all but the last id fed
             }
         }
+        for (const std::string& f : {session, session + ".json", session + ".copy", session + ".copy.json"})
+            std::remove(f.c_str());
     }
 }
 

@@ -33,10 +33,20 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// A directory of this process's own, removed when the test program exits (ctest runs every test in a process of its
+// own: without the removal each run left one directory per test behind).
+struct ScratchDir {
+    fs::path dir = fs::temp_directory_path() / ("sluice_test_state_" + std::to_string(::getpid()));
+    ScratchDir() { fs::create_directories(dir); }
+    ~ScratchDir() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+};
+
 std::string scratch(const std::string& name) {
-    const fs::path d = fs::temp_directory_path() / ("sluice_test_state_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return (d / name).string();
+    static const ScratchDir d;
+    return (d.dir / name).string();
 }
 
 class StateTest : public ::testing::TestWithParam<std::string> {
@@ -303,7 +313,10 @@ protected:
         std::ifstream f(path, std::ios::binary);
         good.assign(std::istreambuf_iterator<char>(f), {});
     }
-    void TearDown() override { fs::remove_all(fs::path(path).parent_path()); }
+    void TearDown() override {
+        fs::remove(path);
+        fs::remove(scratch("bad.state"));
+    }
     std::string load_error(const std::string& bytes, StateFileModel fm) {
         const std::string p = scratch("bad.state");
         std::ofstream(p, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
