@@ -92,35 +92,14 @@ void check_cuda_expert_group(std::mt19937& rng) {
                     if (f == WeightFormat::F32 && (n == 150 || s.hidden > 512)) continue;
                     if (count * n * s.hidden * s.inter > (int64_t(1) << 28)) continue;
                     ++case_no;
-                    std::vector<QuantizedWeight> q;
-                    for (int64_t e = 0; e < count; ++e) {
-                        const auto g = random_vec(s.inter * s.hidden, rng, 0.1f), u = random_vec(s.inter * s.hidden, rng, 0.1f),
-                                   d = random_vec(s.hidden * s.inter, rng, 0.1f);
-                        q.push_back(quantize(g.data(), s.inter, s.hidden, f));
-                        q.push_back(quantize(u.data(), s.inter, s.hidden, f));
-                        q.push_back(quantize(d.data(), s.hidden, s.inter, f));
-                    }
-                    std::vector<Weight> w;
-                    for (const auto& m : q) w.push_back(m.view());
-                    // top_k = count; row r's slot for expert e is r * count + e; a row takes an expert with
-                    // probability 1/2 (9/10 at 150 rows, so that some expert has more than 64: the widest tile), and
-                    // expert e always has row e % n
+                    // a row takes an expert with probability 1/2 (9/10 at 150 rows, so that some expert has more
+                    // than 64: the widest tile)
+                    const RandomExpertGroup eg(count, s.hidden, s.inter, f, n, n == 150 ? 0.9 : 0.5, rng);
+                    const auto& w = eg.w;
+                    const auto& slots = eg.slots;
+                    const auto& order = eg.order;
                     const int64_t K = count;
-                    std::bernoulli_distribution take(n == 150 ? 0.9 : 0.5);
-                    std::vector<std::vector<int64_t>> slots(static_cast<size_t>(count));
-                    for (int64_t e = 0; e < count; ++e)
-                        for (int64_t r = 0; r < n; ++r)
-                            if (r == e % n || take(rng)) slots[size_t(e)].push_back(r * K + e);
-                    std::vector<int64_t> order(static_cast<size_t>(count));
-                    for (int64_t e = 0; e < count; ++e) order[size_t(e)] = e;
-                    std::shuffle(order.begin(), order.end(), rng);
-                    auto group_of = [&](const std::vector<int64_t>& ord) {
-                        std::vector<ops::GroupExpert> g;
-                        for (int64_t e : ord)
-                            g.push_back({&w[size_t(3 * e)], &w[size_t(3 * e + 1)], &w[size_t(3 * e + 2)],
-                                         slots[size_t(e)].data(), int64_t(slots[size_t(e)].size())});
-                        return g;
-                    };
+                    auto group_of = [&](const std::vector<int64_t>& ord) { return eg.group(ord); };
                     ops::GluSpec act;
                     if (case_no % 3 == 1) act.kind = ops::GluSpec::Kind::Situ;
                     if (case_no % 3 == 2) act.kind = ops::GluSpec::Kind::ClampedSwiglu;

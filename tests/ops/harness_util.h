@@ -1,6 +1,7 @@
 // What the op harness's files share (tests/ops): the pass/fail tally, random inputs, and bit comparison.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,8 @@
 #include "core/thread_pool.h"
 #include "ops/exec_context.h"
 #include "ops/kda.h"
+#include "ops/moe_ops.h"
+#include "ops/quantize.h"
 
 inline int g_passed = 0, g_failed = 0;
 extern int64_t g_max_work;  // op_harness.cpp: --small (under an emulator) skips work above this
@@ -35,6 +38,48 @@ inline std::vector<float> random_vec(int64_t n, std::mt19937& rng, float scale =
 inline bool same_bits(const float* a, const float* b, int64_t count) {
     return count == 0 || std::memcmp(a, b, size_t(count) * 4) == 0;  // empty vectors may have null data()
 }
+
+// A random expert group for the expert_group checks: `count` experts of random gate, up and down weights in format f
+// ([inter, hidden], [inter, hidden], [hidden, inter]; w holds their views, 3 per expert), routed from n rows with
+// top_k = count (row r's slot for expert e is r * count + e): each row takes each expert with probability `take`,
+// and expert e always has row e % n, so every expert has 1..n rows; `order` is the experts in a shuffled order
+// (the arrival order must not matter). group(ord) gives the op's GroupExpert list in that order.
+struct RandomExpertGroup {
+    std::vector<sluice::QuantizedWeight> q;
+    std::vector<sluice::Weight> w;
+    std::vector<std::vector<int64_t>> slots;
+    std::vector<int64_t> order;
+    RandomExpertGroup(int64_t count, int64_t hidden, int64_t inter, sluice::WeightFormat f, int64_t n, double take,
+                      std::mt19937& rng)
+        : slots(static_cast<size_t>(count)), order(static_cast<size_t>(count)) {
+        for (int64_t e = 0; e < count; ++e) {
+            const auto g = random_vec(inter * hidden, rng, 0.1f), u = random_vec(inter * hidden, rng, 0.1f),
+                       d = random_vec(hidden * inter, rng, 0.1f);
+            q.push_back(sluice::quantize(g.data(), inter, hidden, f));
+            q.push_back(sluice::quantize(u.data(), inter, hidden, f));
+            q.push_back(sluice::quantize(d.data(), hidden, inter, f));
+        }
+        for (const auto& m : q) w.push_back(m.view());
+        std::bernoulli_distribution takes(take);
+        for (int64_t e = 0; e < count; ++e)
+            for (int64_t r = 0; r < n; ++r)
+                if (r == e % n || takes(rng)) slots[size_t(e)].push_back(r * count + e);
+        for (int64_t e = 0; e < count; ++e) order[size_t(e)] = e;
+        std::shuffle(order.begin(), order.end(), rng);
+    }
+    std::vector<sluice::ops::GroupExpert> group(const std::vector<int64_t>& ord) const {
+        std::vector<sluice::ops::GroupExpert> g;
+        for (int64_t e : ord)
+            g.push_back({&w[size_t(3 * e)], &w[size_t(3 * e + 1)], &w[size_t(3 * e + 2)], slots[size_t(e)].data(),
+                         int64_t(slots[size_t(e)].size())});
+        return g;
+    }
+    int64_t rows() const {
+        int64_t r = 0;
+        for (const auto& s : slots) r += int64_t(s.size());
+        return r;
+    }
+};
 
 // tests/ops/block_op_checks.cpp: KDA's delta rule and the KDA block's elementwise ops; the residual add, bias add
 // and sigmoid

@@ -223,35 +223,10 @@ void check_expert_group(const char* name, ExecContext& ctx, std::mt19937& rng) {
                     // above the op's 2^20 threshold for its parallel section
                     if (count * n * 3 * s.hidden * s.inter > g_max_work) continue;
                     ++case_no;
-                    std::vector<QuantizedWeight> q;
-                    for (int64_t e = 0; e < count; ++e) {
-                        const auto g = random_vec(s.inter * s.hidden, rng, 0.1f), u = random_vec(s.inter * s.hidden, rng, 0.1f),
-                                   d = random_vec(s.hidden * s.inter, rng, 0.1f);
-                        q.push_back(quantize(g.data(), s.inter, s.hidden, f));
-                        q.push_back(quantize(u.data(), s.inter, s.hidden, f));
-                        q.push_back(quantize(d.data(), s.hidden, s.inter, f));
-                    }
-                    std::vector<Weight> w;
-                    for (const auto& m : q) w.push_back(m.view());
-                    // slots: top_k = count, row r's slot for expert e is r * count + e; each row takes each expert
-                    // with probability 1/2, and expert e always has row e % n, so every expert has 1..n rows
+                    const RandomExpertGroup eg(count, s.hidden, s.inter, f, n, 0.5, rng);
                     const int64_t K = count;
-                    std::bernoulli_distribution take(0.5);
-                    std::vector<std::vector<int64_t>> slots(static_cast<size_t>(count));
-                    for (int64_t e = 0; e < count; ++e)
-                        for (int64_t r = 0; r < n; ++r)
-                            if (r == e % n || take(rng)) slots[size_t(e)].push_back(r * K + e);
-                    // the group in a shuffled order: arrival order must not matter
-                    std::vector<int64_t> order(static_cast<size_t>(count));
-                    for (int64_t e = 0; e < count; ++e) order[size_t(e)] = e;
-                    std::shuffle(order.begin(), order.end(), rng);
-                    std::vector<ops::GroupExpert> group;
-                    int64_t rows = 0;
-                    for (int64_t e : order) {
-                        group.push_back({&w[size_t(3 * e)], &w[size_t(3 * e + 1)], &w[size_t(3 * e + 2)],
-                                         slots[size_t(e)].data(), int64_t(slots[size_t(e)].size())});
-                        rows += int64_t(slots[size_t(e)].size());
-                    }
+                    const std::vector<ops::GroupExpert> group = eg.group(eg.order);
+                    const int64_t rows = eg.rows();
                     ops::GluSpec act;
                     if (case_no % 3 == 1) act.kind = ops::GluSpec::Kind::Situ;
                     const auto x = random_vec(n * s.hidden, rng);
