@@ -95,11 +95,16 @@ int32_t Sampler::draw(const Candidates& c, int32_t skip) {
     return last;
 }
 
-double Sampler::Candidates::prob_of(int32_t id) const {
+namespace {
+// prob[i] of the i with ids[i] == id; 0 when id is not listed (a candidate list and a draft distribution alike)
+double listed_prob(const std::vector<int32_t>& ids, const std::vector<double>& prob, int32_t id) {
     for (size_t i = 0; i < ids.size(); ++i)
         if (ids[i] == id) return prob[i];
     return 0.0;
 }
+}  // namespace
+
+double Sampler::Candidates::prob_of(int32_t id) const { return listed_prob(ids, prob, id); }
 
 int32_t Sampler::sample(std::span<const float> logits) {
     SLUICE_CHECK(!logits.empty(), "sample: empty logits");
@@ -120,11 +125,7 @@ Sampler::Verdict Sampler::verify(std::span<const float> logits, int32_t draft) {
     return {draw(c, draft), false};
 }
 
-double DraftDist::of(int32_t id) const {
-    for (size_t i = 0; i < ids.size(); ++i)
-        if (ids[i] == id) return prob[i];
-    return 0.0;
-}
+double DraftDist::of(int32_t id) const { return listed_prob(ids, prob, id); }
 
 int32_t Sampler::draw_draft(std::span<const float> logits, std::span<const int64_t> offsets, DraftDist& q,
                             size_t max_support) {
