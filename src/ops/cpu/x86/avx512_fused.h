@@ -130,6 +130,7 @@ concept HasTail = requires(const D& d, int64_t c, __m512* v) { d.template load_t
 template <bool kFast, class D, int MR, int NR>
 [[gnu::always_inline]] inline void fused_columns(D* dec, const float* x, int64_t cols, int64_t c0, int64_t end,
                                                  __m512 (&acc)[MR][NR]) {
+    static_assert(D::kVecs <= 2 || HasTail<D>, "a load wider than 32 columns needs load_tail for the odd 32");
     int64_t c = c0;
     for (; c + 16 * D::kVecs <= end; c += 16 * D::kVecs) {
         __m512 xv[NR][D::kVecs];
