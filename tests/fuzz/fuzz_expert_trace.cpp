@@ -10,23 +10,17 @@
 #include <fstream>
 #include <string>
 
+#include "../support/scratch_dir.h"
+
 #include "core/error.h"
 #include "experts/expert_trace.h"
 
 namespace {
 
-// This process's scratch files, removed when the fuzzer exits (each run used to leave its two behind).
-struct ScratchFiles {
-    std::string base = (std::filesystem::temp_directory_path() / ("sluice_fuzz_trace_" + std::to_string(::getpid()))).string();
-    ~ScratchFiles() {
-        std::error_code ec;
-        for (const char* name : {".in", ".back"}) std::filesystem::remove(base + name, ec);
-    }
-};
-
 std::string scratch(const char* name) {
-    static const ScratchFiles files;
-    return files.base + name;
+    // removed when the fuzzer exits
+    static const std::filesystem::path dir = sluice::test::scratch_dir("fuzz_trace");
+    return (dir / name).string();
 }
 
 // The pass number is not compared: the writer numbers passes itself (a new one when the layer does not rise), while

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <string>
 
+#include "../support/scratch_dir.h"
+
 #include "core/error.h"
 #include "state/state_file.h"
 
@@ -33,18 +35,10 @@ std::shared_ptr<const StateLayout> layout() {
 
 const StateFileModel k_model{"FuzzTest", 0x1234, 0x5678};
 
-// This process's scratch files, removed when the fuzzer exits (each run used to leave its two behind).
-struct ScratchFiles {
-    std::string base = (std::filesystem::temp_directory_path() / ("sluice_fuzz_state_" + std::to_string(::getpid()))).string();
-    ~ScratchFiles() {
-        std::error_code ec;
-        for (const char* name : {".in", ".back"}) std::filesystem::remove(base + name, ec);
-    }
-};
-
 std::string scratch(const char* name) {
-    static const ScratchFiles files;
-    return files.base + name;
+    // removed when the fuzzer exits
+    static const std::filesystem::path dir = sluice::test::scratch_dir("fuzz_state");
+    return (dir / name).string();
 }
 
 void try_load(const std::string& bytes) {

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "../support/scratch_dir.h"
 #include "../support/st_builder.h"
 #include "core/npy.h"
 #include "ops/cuda/backend.h"
@@ -227,7 +228,8 @@ TEST(Cli, GenerateSessionContinuesExactly) {
     };
     for (const std::string fixture : {"dsv3_qlora_group_yarn", "kimi_linear_noqlora"}) {
         const std::string model = std::string(SLUICE_TEST_DATA_DIR) + "/fixtures/" + fixture;
-        const std::string session = ::testing::TempDir() + "/sluice-session-" + fixture;
+        static const std::filesystem::path dir = sluice::test::scratch_dir("cli_session");
+        const std::string session = (dir / ("sluice-session-" + fixture)).string();
         std::remove(session.c_str());
         std::remove((session + ".json").c_str());
         int status = -1;
@@ -264,8 +266,6 @@ TEST(Cli, GenerateSessionContinuesExactly) {
                 EXPECT_EQ(next["n_cached"].get<int>(), int(all.size()) - 1) << fixture;  // all but the last id fed
             }
         }
-        for (const std::string& f : {session, session + ".json", session + ".copy", session + ".copy.json"})
-            std::remove(f.c_str());
     }
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "../support/fixtures.h"
+#include "../support/scratch_dir.h"
 #include "core/error.h"
 #include "models/model.h"
 #include "ops/exec_context.h"
@@ -33,20 +34,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// A directory of this process's own, removed when the test program exits (ctest runs every test in a process of its
-// own: without the removal each run left one directory per test behind).
-struct ScratchDir {
-    fs::path dir = fs::temp_directory_path() / ("sluice_test_state_" + std::to_string(::getpid()));
-    ScratchDir() { fs::create_directories(dir); }
-    ~ScratchDir() {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-    }
-};
-
 std::string scratch(const std::string& name) {
-    static const ScratchDir d;
-    return (d.dir / name).string();
+    static const fs::path dir = sluice::test::scratch_dir("state");  // removed when the process exits
+    return (dir / name).string();
 }
 
 class StateTest : public ::testing::TestWithParam<std::string> {
