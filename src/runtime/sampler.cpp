@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -24,6 +25,30 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed), draft_rng_(p.se
     SLUICE_CHECK(p.top_p > 0 && p.top_p <= 1, "top-p must be in (0, 1], got ", p.top_p);
     SLUICE_CHECK(p.min_p >= 0 && p.min_p <= 1, "min-p must be in [0, 1], got ", p.min_p);
 }
+
+namespace {
+// Sorts keys whose low 32 bits are their own index (so `keys` starts in ascending order of the low half) by their
+// high 32 bits: least significant digit first, 11 + 11 + 10 bits, each pass stable, so keys with equal high halves
+// stay in index order. That is the order std::sort gives on the whole 64-bit keys, without its ~log2(n) passes: for
+// a 201,088-token vocabulary sampled with no top-k the whole-vocabulary std::sort was 4.7% of a gpt-oss-shaped
+// model's decode. A digit that every key shares (the sign and top exponent bits, mostly) is skipped.
+void sort_by_high_half(std::vector<uint64_t>& keys, std::vector<uint64_t>& spare) {
+    constexpr int kShift[3] = {32, 43, 54}, kBits[3] = {11, 11, 10};
+    spare.resize(keys.size());
+    std::vector<uint32_t> count(size_t(1) << 11);
+    for (int pass = 0; pass < 3; ++pass) {
+        const int shift = kShift[pass];
+        const uint64_t mask = (uint64_t(1) << kBits[pass]) - 1;
+        std::fill(count.begin(), count.end(), 0u);
+        for (uint64_t k : keys) ++count[size_t((k >> shift) & mask)];
+        if (count[size_t((keys[0] >> shift) & mask)] == keys.size()) continue;  // one digit: nothing moves
+        uint32_t at = 0;
+        for (uint32_t& c : count) at += std::exchange(c, at);
+        for (uint64_t k : keys) spare[count[size_t((k >> shift) & mask)]++] = k;
+        keys.swap(spare);
+    }
+}
+}  // namespace
 
 // The candidates sample() draws from, best first, with their probabilities (summing to `total`).
 Sampler::Candidates Sampler::candidates(std::span<const float> logits, size_t max_keep) const {
@@ -47,8 +72,15 @@ Sampler::Candidates Sampler::candidates(std::span<const float> logits, size_t ma
     size_t keep = order.size();
     if (p_.top_k > 0) keep = std::min(keep, size_t(p_.top_k));
     keep = std::min(keep, std::max<size_t>(max_keep, 1));
-    if (keep < order.size()) std::nth_element(order.begin(), order.begin() + ptrdiff_t(keep), order.end());
-    std::sort(order.begin(), order.begin() + ptrdiff_t(keep));
+    if (keep < order.size()) {
+        std::nth_element(order.begin(), order.begin() + ptrdiff_t(keep), order.end());
+        std::sort(order.begin(), order.begin() + ptrdiff_t(keep));
+    } else if (order.size() < kRadixSortFrom) {
+        std::sort(order.begin(), order.end());
+    } else {
+        thread_local std::vector<uint64_t> spare;
+        sort_by_high_half(order, spare);
+    }
     c.ids.resize(keep);
     for (size_t i = 0; i < keep; ++i) c.ids[i] = int32_t(uint32_t(order[i]));
     const float mx = logits[size_t(c.ids[0])] / p_.temperature;

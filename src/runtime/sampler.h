@@ -49,6 +49,9 @@ public:
     int32_t draw_draft(std::span<const float> logits, std::span<const int64_t> offsets, DraftDist& q,
                        size_t max_support = kDraftSupport);
     static constexpr size_t kDraftSupport = 256;
+    // From this many candidates (a whole vocabulary sorted, no top-k) the candidate order comes from a radix sort;
+    // the order is the same either way (tests/unit/test_sampler.cpp checks both sizes against a comparison sort).
+    static constexpr size_t kRadixSortFrom = 4096;
     const SamplingParams& params() const { return p_; }
 
 private:

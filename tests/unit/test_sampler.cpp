@@ -109,6 +109,24 @@ TEST(Sampler, SameDrawsAsAComparisonSort) {
             ASSERT_EQ(s.sample(l), reference(p, ref_rng, l)) << "params " << &p - params.data() << " step " << step;
         }
     }
+    // whole vocabularies above Sampler::kRadixSortFrom, whose candidate order comes from the radix sort: logits of
+    // every sign and exponent, many ties, -0 and +0, -inf (not NaN, which the reference's comparison cannot order);
+    // small temperatures, so the order of the likeliest decides the draws
+    for (const SamplingParams& p : {SamplingParams{.temperature = 0.05f, .seed = 7},
+                                    SamplingParams{.temperature = 0.3f, .top_p = 0.9f, .seed = 8}}) {
+        Sampler s(p);
+        std::mt19937_64 ref_rng(p.seed);
+        for (int step = 0; step < 40; ++step) {
+            std::vector<float> l(Sampler::kRadixSortFrom + size_t(gen() % 30000));
+            for (auto& v : l) {
+                const int pick = int(gen() % 16);
+                v = pick == 0 ? 0.0f : pick == 1 ? -0.0f : pick == 2 ? -INFINITY
+                    : pick < 8 ? float(int(gen() % 9) - 4) * 0.25f  // ties
+                               : std::ldexp(float(int(gen() % 2001) - 1000) / 1000.0f, int(gen() % 60) - 50);
+            }
+            ASSERT_EQ(s.sample(l), reference(p, ref_rng, l)) << "radix, seed " << p.seed << " step " << step;
+        }
+    }
     // the first candidate with top-k 1: -0 and +0 tie (lowest id), NaN is never it
     Sampler k1({.temperature = 1.0f, .top_k = 1, .seed = 1});
     EXPECT_EQ(k1.sample(std::vector<float>{-0.0f, 0.0f, -1.0f}), 0);
