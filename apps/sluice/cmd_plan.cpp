@@ -1,4 +1,5 @@
 // sluice plan (-m DIR | --like NAME) --memory SIZE --drives 7GB/s[,...] [--rates FILE] [--device cpu|cuda]
+// [--gpu-memory SIZE --link RATE]
 // [--threads N] [--usage-stats FILE] [--json]: the engine's memory plan for that budget, the bytes a token reads and
 // projected decode, prefill and batch throughput (src/plan/; the arithmetic is described in plan/projection.h).
 #include <cmath>
@@ -20,7 +21,7 @@ namespace {
 
 struct PlanArgs {
     std::string model, like, memory, drives, device = "cpu", rates, usage_stats, batch_sizes = "1,4,16,64,256";
-    std::string trace, cache_policy = "lru", timing = "pipeline";
+    std::string trace, cache_policy = "lru", timing = "pipeline", gpu_memory, link;
     int64_t threads = 0, ctx = 4096, parallel = 1, prefill_chunk = 256, pass_rows = 0;
     double token_overhead_ms = 0;
     bool json = false, overlap = false;
@@ -67,6 +68,19 @@ void run_plan(const PlanArgs& a) {
     for (const std::string& d : split(a.drives)) mc.drives_gbps.push_back(parse_drive_rate(d));
     mc.device = a.device;
     mc.threads = a.threads;
+    if (!a.gpu_memory.empty()) {
+        try {
+            mc.gpu_memory_bytes = parse_size(a.gpu_memory);
+        } catch (const Error& e) {
+            fail("--gpu-memory: ", e.what());
+        }
+        SLUICE_CHECK(mc.gpu_memory_bytes > 0, "--gpu-memory: the budget must be > 0");
+        SLUICE_CHECK(!a.link.empty(), "--gpu-memory needs --link: the host-to-device copy rate (e.g. 25GB/s)");
+    }
+    if (!a.link.empty()) {
+        SLUICE_CHECK(mc.gpu_memory_bytes > 0, "--link needs --gpu-memory");
+        mc.link_gbps = parse_drive_rate(a.link, "--link");
+    }
     if (!a.rates.empty()) mc.rates = load_rates(a.rates);
     PlanSettings s{.ctx = a.ctx, .parallel = a.parallel, .prefill_chunk = a.prefill_chunk, .pass_rows = a.pass_rows,
                    .batch_sizes = {}, .timing = a.overlap ? "overlap" : a.timing, .cache_policy = a.cache_policy,
@@ -120,6 +134,10 @@ void register_plan(CLI::App& app) {
     sub->add_option("--memory", a->memory, "memory budget of the machine (e.g. 64G)")->required();
     sub->add_option("--drives", a->drives, "each drive's read rate, comma-separated (e.g. 7GB/s,7GB/s)")->required();
     sub->add_option("--device", a->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+    sub->add_option("--gpu-memory", a->gpu_memory,
+                    "with --device cuda: the card's memory budget (as the engine's --gpu-memory); plans what the CUDA "
+                    "backend keeps on the card and the bytes each pass copies to it");
+    sub->add_option("--link", a->link, "with --gpu-memory: the host-to-device copy rate (e.g. 25GB/s)");
     sub->add_option("-t,--threads", a->threads, "compute threads (kernel rates scale from the measured threads)")
         ->check(non_negative());
     sub->add_option("--rates", a->rates, "measured rates: a file sluice bench --save-rates wrote");

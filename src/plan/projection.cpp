@@ -132,17 +132,23 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
                                                      : "uniform routing";
     if (!s.usage_share.empty()) p.popular_share = skewed_hit_rate(s.usage_share, double(p.cache_slots));
     const bool can_simulate = m.n_moe_layers > 0 && m.n_experts > 0 && m.top_k > 0;
-    auto hit_for = [&](int64_t rows) {
+    auto hit_at = [&](uint64_t slots, int64_t rows, const std::string& policy) {
         if (!can_simulate) return 1.0;
-        if (s.trace && rows == 1) return replay_cache(*s.trace, p.cache_slots, 1, s.cache_policy).hit_rate;
+        if (s.trace && rows == 1) return replay_cache(*s.trace, slots, 1, policy).hit_rate;
         CacheSimOptions o;
-        o.policy = s.cache_policy;
-        return simulate_cache(m.n_moe_layers, m.n_experts, m.top_k, shares, p.cache_slots, rows, o).hit_rate;
+        o.policy = policy;
+        return simulate_cache(m.n_moe_layers, m.n_experts, m.top_k, shares, slots, rows, o).hit_rate;
     };
+    auto hit_for = [&](int64_t rows) { return hit_at(p.cache_slots, rows, s.cache_policy); };
     p.hit_model = s.cache_policy + " cache simulated at " + std::to_string(p.cache_slots) + " slots over " +
                   (s.trace ? "the recorded trace (decode) and " : "") + routing;
     p.hit_rate = hit_for(1);
     for (double g : machine.drives_gbps) p.drive_gbps += g;
+    SLUICE_CHECK(machine.gpu_memory_bytes == 0 || machine.device == "cuda", "--gpu-memory needs --device cuda");
+    SLUICE_CHECK(machine.gpu_memory_bytes > 0 || machine.link_gbps == 0, "--link needs --gpu-memory");
+    if (machine.gpu_memory_bytes > 0) {
+        p.card = plan_card(m, p.plan, machine.gpu_memory_bytes, machine.link_gbps);
+    }
     MachineRates rates;
     if (!machine.rates) {
         p.untimed_reason = machine.device == "cuda"
@@ -174,6 +180,13 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
             q.compute_ms += extra_ms;
             q.pass_ms += extra_ms;
             q.tok_per_s = 1000.0 * double(rows) / q.pass_ms;
+        }
+        if (p.card) {  // the link is a resource of its own: a pass takes at least its copies' time
+            q.card_hit_rate = hit_at(p.card->expert_slots, rows, "lru");
+            q.link_bytes = card_link_bytes(m, *p.card, q.distinct_experts * double(m.n_moe_layers), q.card_hit_rate);
+            q.link_ms = ms_for(q.link_bytes, p.card->link_gbps);
+            q.pass_ms = std::max(q.pass_ms, q.link_ms);
+            q.tok_per_s = q.pass_ms > 0 ? 1000.0 * double(rows) / q.pass_ms : 0.0;
         }
         return q;
     };
@@ -208,7 +221,7 @@ void check_trace_shape(const ExpertTrace& t, const std::string& path, const Mode
     SLUICE_CHECK(decode, "--trace ", path, ": no decode pass (one row) to replay");
 }
 
-double parse_drive_rate(const std::string& text) {
+double parse_drive_rate(const std::string& text, const std::string& flag) {
     std::string t;
     for (char c : text)
         if (c != ' ') t += c;
@@ -217,7 +230,7 @@ double parse_drive_rate(const std::string& text) {
     try {
         v = std::stod(t, &used);
     } catch (...) {
-        fail("--drives: '", text, "' is not a rate (use e.g. 7GB/s, 3500MB/s)");
+        fail(flag, ": '", text, "' is not a rate (use e.g. 7GB/s, 3500MB/s)");
     }
     std::string unit = t.substr(used);
     for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
@@ -225,8 +238,9 @@ double parse_drive_rate(const std::string& text) {
     if (unit.empty() || unit == "gb/s" || unit == "g" || unit == "gbps" || unit == "g/s") mul = 1;
     else if (unit == "mb/s" || unit == "m" || unit == "mbps" || unit == "m/s") mul = 1e-3;
     else if (unit == "tb/s") mul = 1e3;
-    else fail("--drives: '", text, "' has an unknown unit '", t.substr(used), "' (GB/s or MB/s)");
-    SLUICE_CHECK(std::isfinite(v) && v > 0, "--drives: '", text, "': a drive rate must be > 0");
+    else fail(flag, ": '", text, "' has an unknown unit '", t.substr(used), "' (GB/s or MB/s)");
+    SLUICE_CHECK(std::isfinite(v) && v > 0, flag, ": '", text, "': ", flag == "--drives" ? "a drive rate" : "a rate",
+                 " must be > 0");
     return v * mul;
 }
 

@@ -26,6 +26,7 @@
 
 #include "experts/expert_trace.h"
 #include "experts/residency.h"
+#include "plan/card.h"
 #include "plan/model_shape.h"
 #include "plan/rates.h"
 
@@ -37,6 +38,8 @@ struct PlanMachine {
     std::string device = "cpu";
     int64_t threads = 0;
     std::optional<MachineRates> rates;  // measured kernel (and drive) rates; none: no time projection
+    uint64_t gpu_memory_bytes = 0;      // --gpu-memory (device cuda): the card's budget; 0: no card tier planned
+    double link_gbps = 0;               // --link: host-to-device copy rate, with --gpu-memory
 };
 
 struct PlanSettings {
@@ -63,6 +66,8 @@ struct PassProjection {
     double expert_bytes_read = 0;         // per pass: missed slots
     double spine_bytes_read = 0;          // per pass: streamed spine
     double io_ms = 0, compute_ms = 0, pass_ms = 0;
+    double card_hit_rate = 0;             // with a card (plan/card.h): its expert copies' hit rate
+    double link_bytes = 0, link_ms = 0;   // ... the bytes the pass sends to the card, at --link; pass_ms >= link_ms
     double tok_per_s = 0;                 // rows / pass time
     double bytes_read_per_token() const { return (expert_bytes_read + spine_bytes_read) / double(rows); }
 };
@@ -77,6 +82,7 @@ struct Projection {
     double drive_gbps = 0;    // all drives together
     bool timed = false;       // rates were given for this device
     std::string untimed_reason;
+    std::optional<CardPlan> card;  // --gpu-memory
     PassProjection decode;    // B = 1
     PassProjection prefill;   // one chunk of P prompt tokens
     std::vector<PassProjection> batches;
@@ -102,7 +108,8 @@ std::vector<double> trace_usage_shares(const ExpertTrace& t, const ModelShape& m
 // pass. (The CLI also checks the checkpoint's fingerprint when the model is a folder.)
 void check_trace_shape(const ExpertTrace& t, const std::string& path, const ModelShape& m);
 
-// "7GB/s", "7 GB/s", "3500MB/s", "7" (GB/s) -> GB/s (decimal, as drives are rated). Throws Error naming the text.
-double parse_drive_rate(const std::string& text);
+// "7GB/s", "7 GB/s", "3500MB/s", "7" (GB/s) -> GB/s (decimal, as drives are rated). Throws Error naming the flag
+// and the text.
+double parse_drive_rate(const std::string& text, const std::string& flag = "--drives");
 
 }  // namespace sluice

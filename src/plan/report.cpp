@@ -27,7 +27,7 @@ const char* timing_text(const std::string& timing) {
 std::string time_model_json(const std::string& timing) {
     return timing == "overlap" ? "max(io, compute)" : timing == "serial" ? "io + compute" : "pipeline";
 }
-nlohmann::json pass_json(const PassProjection& p, bool timed) {
+nlohmann::json pass_json(const PassProjection& p, bool timed, bool card) {
     nlohmann::json j = {{"rows", p.rows},
                         {"distinct_experts_per_layer", p.distinct_experts},
                         {"hit_rate", p.hit_rate},
@@ -35,14 +35,35 @@ nlohmann::json pass_json(const PassProjection& p, bool timed) {
                         {"spine_bytes_read", p.spine_bytes_read},
                         {"bytes_read_per_token", p.bytes_read_per_token()},
                         {"io_ms", p.io_ms}};
+    if (card) {
+        j["card_hit_rate"] = p.card_hit_rate;
+        j["link_bytes"] = p.link_bytes;
+        j["link_ms"] = p.link_ms;
+    }
     if (timed) {
         j["compute_ms"] = p.compute_ms;
         j["pass_ms"] = p.pass_ms;
         j["tok_per_s"] = p.tok_per_s;
     } else {
-        if (p.io_ms > 0) j["io_bound_tok_per_s"] = 1000.0 * double(p.rows) / p.io_ms;
+        if (p.pass_ms > 0) j["io_bound_tok_per_s"] = 1000.0 * double(p.rows) / p.pass_ms;
     }
     return j;
+}
+std::string card_text(const ModelShape& m, const CardPlan& c) {
+    std::ostringstream os;
+    const uint64_t all = uint64_t(m.n_moe_layers * m.n_experts);
+    os << "card: --gpu-memory " << format_bytes(c.budget_bytes) << ", link " << fmt("%g", c.link_gbps)
+       << " GB/s; copies as the CUDA backend keeps them today (plan/card.h)\n"
+       << "  work buffers       " << format_bytes(c.workspace_bytes) << " (estimate: the host's activation reserve)\n"
+       << "  spine matrices     " << format_bytes(c.spine_kept_bytes) << " of " << format_bytes(c.spine_matrix_bytes)
+       << " kept (the rest crosses the link every pass)\n";
+    if (c.streamed_bytes > 0)
+        os << "  streamed layers    " << (c.streamed_kept_bytes ? "kept, " : "not kept (they cross the link every pass), ")
+           << format_bytes(c.streamed_bytes) << "; the drives still read them every pass\n";
+    os << "  expert copies      " << c.expert_slots << " of " << all << " ("
+       << fmt("%.2f%%", all ? 100.0 * double(c.expert_slots) / double(all) : 0.0)
+       << "), least recently used first as the backend evicts; a host miss is still read from the drive\n\n";
+    return os.str();
 }
 }  // namespace
 
@@ -59,6 +80,7 @@ std::string projection_text(const ModelShape& m, const PlanMachine& mc, const Pl
     os << "\n\n" << p.plan.describe();
     os << "  experts cached     " << p.cache_slots << " of " << m.n_moe_layers * m.n_experts << " ("
        << fmt("%.2f%%", 100 * p.cache_share) << ")\n\n";
+    if (p.card) os << card_text(m, *p.card);
     os << "expert misses: " << p.hit_model << "; decode hit rate " << fmt("%.2f%%", 100 * p.hit_rate);
     if (p.popular_share > 0)
         os << " (the " << p.cache_slots << " most-used experts take " << fmt("%.2f%%", 100 * p.popular_share)
@@ -83,19 +105,35 @@ std::string projection_text(const ModelShape& m, const PlanMachine& mc, const Pl
                   "MB read/tok", "I/O ms", "compute ms", "pass ms", "tok/s");
     os << line;
     auto print = [&](const std::string& what, const PassProjection& x) {
-        const bool reads = x.io_ms > 0;
+        const bool reads = x.pass_ms > 0;
         const std::string tps = p.timed ? fmt("%.2f", x.tok_per_s)
-                                : reads ? fmt("%.2f", 1000.0 * double(x.rows) / x.io_ms)
+                                : reads ? fmt("%.2f", 1000.0 * double(x.rows) / x.pass_ms)
                                         : std::string("-");
+        const char* ceiling = x.link_ms > x.io_ms ? " (link-bound ceiling)" : " (drive-bound ceiling)";
         std::snprintf(line, sizeof line, "%-18s %6lld %9.1f %5.1f%% %13.3f %9.2f %11s %10s %10s%s\n", what.c_str(),
                       (long long)x.rows, x.distinct_experts, 100 * x.hit_rate, x.bytes_read_per_token() / 1e6, x.io_ms,
                       p.timed ? fmt("%.2f", x.compute_ms).c_str() : "-", p.timed ? fmt("%.2f", x.pass_ms).c_str() : "-",
-                      tps.c_str(), p.timed ? "" : reads ? " (drive-bound ceiling)" : " (nothing to read: not drive-bound)");
+                      tps.c_str(), p.timed ? "" : reads ? ceiling : " (nothing to read: not drive-bound)");
         os << line;
     };
     print("decode", p.decode);
     print("prefill chunk", p.prefill);
     for (const auto& b : p.batches) print("batch B=" + std::to_string(b.rows), b);
+    if (p.card) {
+        os << "\n";
+        std::snprintf(line, sizeof line, "%-18s %10s %14s %9s\n", "to the card", "card hits", "MB copied/tok",
+                      "link ms");
+        os << line;
+        auto print_link = [&](const std::string& what, const PassProjection& x) {
+            std::snprintf(line, sizeof line, "%-18s %9.1f%% %14.3f %9.2f%s\n", what.c_str(), 100 * x.card_hit_rate,
+                          x.link_bytes / double(x.rows) / 1e6, x.link_ms,
+                          x.link_ms > 0 && x.link_ms >= x.pass_ms ? " (link-bound)" : "");
+            os << line;
+        };
+        print_link("decode", p.decode);
+        print_link("prefill chunk", p.prefill);
+        for (const auto& b : p.batches) print_link("batch B=" + std::to_string(b.rows), b);
+    }
     return os.str();
 }
 
@@ -135,10 +173,20 @@ std::string projection_json(const ModelShape& m, const PlanMachine& mc, const Pl
     j["token_overhead_ms"] = s.token_overhead_ms;
     if (p.popular_share > 0) j["popular_share"] = p.popular_share;
     j["prefill_chunk"] = s.prefill_chunk;
-    j["decode"] = pass_json(p.decode, p.timed);
-    j["prefill"] = pass_json(p.prefill, p.timed);
+    if (p.card)
+        j["card"] = {{"budget_bytes", p.card->budget_bytes},
+                     {"workspace_bytes", p.card->workspace_bytes},
+                     {"spine_matrix_bytes", p.card->spine_matrix_bytes},
+                     {"spine_kept_bytes", p.card->spine_kept_bytes},
+                     {"streamed_bytes", p.card->streamed_bytes},
+                     {"streamed_kept_bytes", p.card->streamed_kept_bytes},
+                     {"expert_slots", p.card->expert_slots},
+                     {"link_gbps", p.card->link_gbps}};
+    const bool card = p.card.has_value();
+    j["decode"] = pass_json(p.decode, p.timed, card);
+    j["prefill"] = pass_json(p.prefill, p.timed, card);
     j["batches"] = nlohmann::json::array();
-    for (const auto& b : p.batches) j["batches"].push_back(pass_json(b, p.timed));
+    for (const auto& b : p.batches) j["batches"].push_back(pass_json(b, p.timed, card));
     return j.dump();
 }
 

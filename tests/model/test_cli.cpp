@@ -293,6 +293,16 @@ TEST(Cli, PlanProjectsAndRefusesImpossibleFigures) {
     const std::string text = run(plan + "--memory 200M --drives 7GB/s --device cuda", &status, true);
     EXPECT_EQ(status, 0);
     EXPECT_NE(text.find("no CUDA kernel rates are measured yet"), std::string::npos) << text;
+    // with a card: its copies and each pass's bytes to it
+    const auto card = nlohmann::json::parse(
+        run(plan + "--memory 200M --drives 7GB/s --device cuda --gpu-memory 1G --link 25GB/s --json", &status));
+    ASSERT_EQ(status, 0);
+    EXPECT_EQ(card["card"]["budget_bytes"].get<uint64_t>(), uint64_t(1) << 30);
+    EXPECT_DOUBLE_EQ(card["card"]["link_gbps"].get<double>(), 25.0);
+    EXPECT_TRUE(card["decode"].contains("link_bytes"));
+    const std::string card_text =
+        run(plan + "--memory 200M --drives 7GB/s --device cuda --gpu-memory 1G --link 25GB/s", &status, true);
+    EXPECT_NE(card_text.find("to the card"), std::string::npos) << card_text;
     const std::string rates = test::temp_dir("cli_plan") + "/rates.json";
     {
         std::ofstream f(rates);
@@ -313,6 +323,13 @@ TEST(Cli, PlanProjectsAndRefusesImpossibleFigures) {
         {plan + "--like kimi-k3 --memory 64G --drives 7GB/s", 2, "excludes"},
         {plan + "--drives 7GB/s", 2, "--memory is required"},
         {plan + "--memory 64G --drives 7GB/s --device tpu", 2, "--device"},
+        {plan + "--memory 200M --drives 7GB/s --device cuda --gpu-memory 8G", 1, "--gpu-memory needs --link"},
+        {plan + "--memory 200M --drives 7GB/s --device cuda --link 25GB/s", 1, "--link needs --gpu-memory"},
+        {plan + "--memory 200M --drives 7GB/s --gpu-memory 8G --link 25GB/s", 1, "--gpu-memory needs --device cuda"},
+        {plan + "--memory 200M --drives 7GB/s --device cuda --gpu-memory 8G --link 0GB/s", 1,
+         "--link: '0GB/s': a rate must be > 0"},
+        {plan + "--memory 200M --drives 7GB/s --device cuda --gpu-memory 8Q --link 25GB/s", 1,
+         "--gpu-memory: size '8Q' has an unknown unit"},
     };
     for (const auto& [args, want_status, want] : cases) {
         const std::string err = run(args, &status, true);

@@ -124,6 +124,76 @@ TEST(Plan, ExpertsAtTheRateOfTheirOwnShape) {
     EXPECT_NEAR(project_pass(m, plan, r, 1.0, 1.0, 1, 1, "pipeline").compute_ms, 2.0 + 2 * 4.0 / 3.0, 1e-12);
 }
 
+// --gpu-memory: the card keeps the work buffers, then the resident spine's matrices in first-use order, then the
+// streamed layers (only when they outlast a pass in the LRU), then experts (plan/card.h).
+TEST(Plan, CardKeepsWhatFitsInOrder) {
+    ModelShape m = toy();  // 2 MB of spine matrices, 2 MoE layers x 4 experts of 1 MB, top 1
+    ResidencyPlan host;
+    host.activation_bytes = 1'000'000;
+    CardPlan c = plan_card(m, host, 10'000'000, 25.0);
+    EXPECT_EQ(c.workspace_bytes, 1'000'000u);
+    EXPECT_EQ(c.spine_kept_bytes, 2'000'000u);
+    EXPECT_EQ(c.expert_slots, 7u);  // 10 - 1 - 2 MB
+    // a decode pass uses 2 experts; half of them on the card: 1 MB crosses
+    EXPECT_DOUBLE_EQ(card_link_bytes(m, c, 2.0, 0.5), 1e6);
+    EXPECT_EQ(plan_card(m, host, 100'000'000, 25.0).expert_slots, 8u);  // never more than every routed expert
+    // 2.5 MB: the spine's first 1.5 MB stay, the other 0.5 MB cross at every pass; no room for experts
+    c = plan_card(m, host, 2'500'000, 25.0);
+    EXPECT_EQ(c.spine_kept_bytes, 1'500'000u);
+    EXPECT_EQ(c.expert_slots, 0u);
+    EXPECT_DOUBLE_EQ(card_link_bytes(m, c, 2.0, 0.0), 0.5e6 + 2e6);
+    // 3 of 5 MB of spine matrices streamed: kept when the room holds them and a decode pass's 2 experts (1 + 2 +
+    // 3 + 2 = 8 MB), else they cross at every pass
+    m.spine_matmul_bytes["bf16"] = 5'000'000;
+    host.spine_streamed_bytes = 3'000'000;
+    c = plan_card(m, host, 8'000'000, 25.0);
+    EXPECT_EQ(c.spine_matrix_bytes, 2'000'000u);
+    EXPECT_EQ(c.streamed_kept_bytes, 3'000'000u);
+    EXPECT_EQ(c.expert_slots, 2u);
+    EXPECT_DOUBLE_EQ(card_link_bytes(m, c, 2.0, 1.0), 0.0);
+    c = plan_card(m, host, 7'900'000, 25.0);
+    EXPECT_EQ(c.streamed_kept_bytes, 0u);
+    EXPECT_EQ(c.expert_slots, 4u);  // the 4.9 MB the layers do not keep
+    EXPECT_DOUBLE_EQ(card_link_bytes(m, c, 2.0, 1.0), 3e6);
+    // a budget that does not hold the work buffers names the least that would; a link rate must be a rate
+    const std::string e = error_of([&] { (void)plan_card(m, host, 1'000'000, 25.0); });
+    EXPECT_NE(e.find("give at least"), std::string::npos) << e;
+    EXPECT_NE(error_of([&] { (void)plan_card(m, host, 10'000'000, 0.0); }).find("--link"), std::string::npos);
+}
+
+// Through project(): the drives read what they read without the card; each pass also gets its copies' bytes and
+// time, and takes at least that time.
+TEST(Plan, CardAddsTheLinkToEveryPass) {
+    const ModelShape m = shape_from_published("mixtral");
+    PlanMachine mc;
+    mc.memory_bytes = uint64_t(40) << 30;
+    mc.drives_gbps = {7.0};
+    mc.device = "cuda";
+    PlanSettings s;
+    s.batch_sizes = {1, 16};
+    const Projection plain = project(m, mc, s);
+    EXPECT_FALSE(plain.card.has_value());
+    EXPECT_EQ(plain.decode.link_bytes, 0.0);
+    mc.gpu_memory_bytes = uint64_t(24) << 30;
+    mc.link_gbps = 0.5;  // slow enough to bind
+    const Projection p = project(m, mc, s);
+    ASSERT_TRUE(p.card.has_value());
+    EXPECT_DOUBLE_EQ(p.decode.expert_bytes_read, plain.decode.expert_bytes_read);
+    EXPECT_GT(p.decode.link_bytes, 0.0);
+    EXPECT_NEAR(p.decode.link_ms, p.decode.link_bytes / 0.5e6, 1e-6);
+    EXPECT_GE(p.decode.pass_ms, p.decode.link_ms);
+    EXPECT_NEAR(p.batches[1].tok_per_s, 16000.0 / p.batches[1].pass_ms, 1e-9);
+    EXPECT_GT(p.decode.card_hit_rate, 0.0);
+    // a card that holds every expert copies nothing once warm
+    mc.gpu_memory_bytes = uint64_t(200) << 30;
+    EXPECT_NEAR(project(m, mc, s).decode.link_bytes, 0.0, 1e-6);
+    mc.device = "cpu";
+    EXPECT_NE(error_of([&] { (void)project(m, mc, s); }).find("--gpu-memory needs --device cuda"), std::string::npos);
+    mc.device = "cuda";
+    mc.gpu_memory_bytes = 0;
+    EXPECT_NE(error_of([&] { (void)project(m, mc, s); }).find("--link needs --gpu-memory"), std::string::npos);
+}
+
 TEST(Plan, BatchReadsEachExpertOnce) {
     const ModelShape m = toy();
     const ResidencyPlan plan;
