@@ -110,10 +110,11 @@ TEST(Sampler, SameDrawsAsAComparisonSort) {
         }
     }
     // whole vocabularies above Sampler::kRadixSortFrom, whose candidate order comes from the radix sort: logits of
-    // every sign and exponent, many ties, -0 and +0, -inf (not NaN, which the reference's comparison cannot order);
-    // small temperatures, so the order of the likeliest decides the draws
-    for (const SamplingParams& p : {SamplingParams{.temperature = 0.05f, .seed = 7},
-                                    SamplingParams{.temperature = 0.3f, .top_p = 0.9f, .seed = 8}}) {
+    // every sign and exponent, -0 and +0, -inf (not NaN, which the reference's comparison cannot order), and the
+    // likeliest ones either tied or dense in [2, 4) with random mantissas, so that their order (and with it the
+    // draws) depends on the ids of ties and on every bit of a logit
+    for (const SamplingParams& p : {SamplingParams{.temperature = 0.3f, .seed = 7},
+                                    SamplingParams{.temperature = 1.0f, .top_p = 0.9f, .seed = 8}}) {
         Sampler s(p);
         std::mt19937_64 ref_rng(p.seed);
         for (int step = 0; step < 40; ++step) {
@@ -121,8 +122,9 @@ TEST(Sampler, SameDrawsAsAComparisonSort) {
             for (auto& v : l) {
                 const int pick = int(gen() % 16);
                 v = pick == 0 ? 0.0f : pick == 1 ? -0.0f : pick == 2 ? -INFINITY
-                    : pick < 8 ? float(int(gen() % 9) - 4) * 0.25f  // ties
-                               : std::ldexp(float(int(gen() % 2001) - 1000) / 1000.0f, int(gen() % 60) - 50);
+                    : pick < 7 ? 3.0f + float(int(gen() % 5)) * 0.25f  // ties, 4.0 the likeliest
+                    : pick < 10 ? std::ldexp(float(int(gen() % 2001) - 1000) / 1000.0f, -int(gen() % 50))
+                                : 2.0f + 2.0f * float(gen() >> 8) / 16777216.0f;
             }
             ASSERT_EQ(s.sample(l), reference(p, ref_rng, l)) << "radix, seed " << p.seed << " step " << step;
         }
