@@ -18,6 +18,7 @@ class BpeModel {
 public:
     // Registers a vocabulary entry (raw bytes) with its id. Ids need not be dense.
     void add_token(std::string bytes, int32_t id);
+    void reserve(size_t tokens) { vocab_.reserve(tokens); }
     // Registers a merge: left + right -> merged, with the given rank (lower merges first).
     void add_merge(int32_t left, int32_t right, int32_t merged, uint32_t rank);
     // Call once after all add_* calls.

@@ -69,7 +69,7 @@ public:
     std::vector<int32_t> encode(std::string_view text, bool add_special) const override;
     std::string decode_bytes(const std::vector<int32_t>& ids, bool skip_special) const override;
     std::optional<int32_t> token_to_id(std::string_view token) const override {
-        auto it = token_ids_.find(std::string(token));
+        auto it = token_ids_.find(token);
         return it == token_ids_.end() ? std::nullopt : std::optional<int32_t>(it->second);
     }
     std::optional<std::string> id_to_token(int32_t id) const override {
@@ -89,7 +89,8 @@ private:
     void load_added(const json& added);
     void load_post_processor(const json& j, const std::string& where);
     void load_decoder(const json& j, const std::string& where);
-    void set_token(int32_t id, const std::string& token, bool special);
+    // Returns whether the token maps through the ByteLevel alphabet (its bytes are then id_bytes_[id]).
+    bool set_token(int32_t id, const std::string& token, bool special);
     void encode_text(std::string_view text, std::vector<int32_t>& out) const;
 
     std::string origin_;
@@ -99,7 +100,11 @@ private:
     AddedTokenMatcher raw_added_, normalized_added_;
     std::vector<std::string> id_token_, id_bytes_;
     std::vector<uint8_t> present_, special_;
-    std::unordered_map<std::string, int32_t> token_ids_;
+    struct StringHash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_ids_;
     std::vector<int32_t> prefix_ids_, suffix_ids_;
 };
 
@@ -179,7 +184,7 @@ void HfTokenizer::load_pre_tokenizer(const json& j, const std::string& where) {
     }
 }
 
-void HfTokenizer::set_token(int32_t id, const std::string& token, bool special) {
+bool HfTokenizer::set_token(int32_t id, const std::string& token, bool special) {
     SLUICE_CHECK(id >= 0 && id < kMaxIds, "tokenizer.json: token id ", id, " of \"", token, "\" is out of range [0, ",
                  kMaxIds, ")");
     if (static_cast<size_t>(id) >= id_token_.size()) {
@@ -191,10 +196,11 @@ void HfTokenizer::set_token(int32_t id, const std::string& token, bool special) 
     id_token_[id] = token;
     // The ByteLevel decoder maps a token through the byte alphabet, or keeps its UTF-8 if it cannot.
     auto bytes = byte_level_to_bytes(token);
-    id_bytes_[id] = bytes ? *bytes : token;
+    id_bytes_[id] = bytes ? std::move(*bytes) : token;
     present_[id] = 1;
     special_[id] = special;
-    token_ids_[token] = id;
+    token_ids_.insert_or_assign(token, id);
+    return bytes.has_value();
 }
 
 void HfTokenizer::load_model(const json& model) {
@@ -208,30 +214,35 @@ void HfTokenizer::load_model(const json& model) {
     }
     const json& vocab = field(model, "vocab", "model");
     SLUICE_CHECK(vocab.is_object(), "tokenizer.json: model.vocab is not an object");
+    token_ids_.reserve(vocab.size());
+    bpe_.reserve(vocab.size());
     for (const auto& [token, idj] : vocab.items()) {
-        const int32_t id = token_id(idj, "model.vocab[\"" + token + "\"]");
-        set_token(id, token, false);
-        if (auto bytes = byte_level_to_bytes(token)) bpe_.add_token(*bytes, id);
+        // the entry's name (a string per token) is built only for the error
+        const bool plain = idj.is_number_unsigned() && idj.get<uint64_t>() < uint64_t(kMaxIds);
+        const int32_t id = plain ? int32_t(idj.get<uint64_t>()) : token_id(idj, "model.vocab[\"" + token + "\"]");
+        if (set_token(id, token, false)) bpe_.add_token(id_bytes_[id], id);
     }
     const json& merges = field(model, "merges", "model");
     SLUICE_CHECK(merges.is_array(), "tokenizer.json: model.merges is not an array");
     uint32_t rank = 0;
+    std::string ab;  // the merged token's text, reused
     for (const json& m : merges) {
-        std::string a, b;
+        std::string_view a, b;
         if (m.is_string()) {
-            const std::string s = m.get<std::string>();
+            const std::string& s = m.get_ref<const std::string&>();
             const size_t sp = s.find(' ');
             SLUICE_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos,
                          "tokenizer.json: merge ", rank, " \"", s, "\" is not two tokens");
-            a = s.substr(0, sp);
-            b = s.substr(sp + 1);
+            a = std::string_view(s).substr(0, sp);
+            b = std::string_view(s).substr(sp + 1);
         } else {
             SLUICE_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
                          "tokenizer.json: merge ", rank, " is not a pair of strings");
-            a = m[0].get<std::string>();
-            b = m[1].get<std::string>();
+            a = m[0].get_ref<const std::string&>();
+            b = m[1].get_ref<const std::string&>();
         }
-        auto ia = token_ids_.find(a), ib = token_ids_.find(b), im = token_ids_.find(a + b);
+        ab.assign(a).append(b);
+        auto ia = token_ids_.find(a), ib = token_ids_.find(b), im = token_ids_.find(ab);
         SLUICE_CHECK(ia != token_ids_.end() && ib != token_ids_.end() && im != token_ids_.end(),
                      "tokenizer.json: merge ", rank, " (", a, " ", b, ") uses a token missing from the vocab");
         bpe_.add_merge(ia->second, ib->second, im->second, rank);
