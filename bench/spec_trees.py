@@ -68,18 +68,18 @@ def branches(widths):
 
 
 def two_chains(length):
-    """The root's top two drafts, each followed by a top-1 chain: 2 * length nodes."""
+    """The root's top two drafts, each followed by a top-1 chain of length - 1: 2 * length nodes."""
     return {(r,) + (0,) * j for r in (0, 1) for j in range(length)}
 
 
 SHAPES = [(f"chain {k}", chain(k)) for k in range(1, 7)] + [
-    ("chain 2 + siblings", chain_with_siblings(2)),
-    ("chain 3 + siblings", chain_with_siblings(3)),
-    ("two chains of 2", two_chains(2)),
-    ("two chains of 3", two_chains(3)),
+    ("chain 2 + the second choice beside each node", chain_with_siblings(2)),
+    ("chain 3 + the second choice beside each node", chain_with_siblings(3)),
+    ("the root's top 2, each followed by a chain of 1", two_chains(2)),
+    ("the root's top 2, each followed by a chain of 2", two_chains(3)),
     ("binary, depth 2", branches([2, 2])),
     ("binary, depth 3", branches([2, 2, 2])),
-    ("top-3 root, chains of 2", {(r,) + (0,) * j for r in (0, 1, 2) for j in range(2)}),
+    ("the root's top 3, each followed by a chain of 1", {(r,) + (0,) * j for r in (0, 1, 2) for j in range(2)}),
 ]
 
 
