@@ -10,6 +10,7 @@
 #include "tokenizer/config_util.h"
 #include "tokenizer/regex_split.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/unicode.h"
 
 namespace sluice::tok {
@@ -17,6 +18,7 @@ namespace sluice::tok {
 namespace {
 
 using nlohmann::json;
+using VocabEntries = std::vector<std::pair<std::string, json>>;
 
 constexpr const char* k_gpt2_pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -64,7 +66,8 @@ std::string type_of(const json& j, const std::string& where) {
 
 class HfTokenizer final : public Tokenizer {
 public:
-    HfTokenizer(const json& root, const json& config, const std::string& origin);
+    // split_vocab: model.vocab's entries when the parse kept them out of the DOM (tokenizer_json.h), else null
+    HfTokenizer(const json& root, const VocabEntries* split_vocab, const json& config, const std::string& origin);
 
     std::vector<int32_t> encode(std::string_view text, bool add_special) const override;
     std::string decode_bytes(const std::vector<int32_t>& ids, bool skip_special) const override;
@@ -85,7 +88,8 @@ private:
     };
     void load_normalizer(const json& j);
     void load_pre_tokenizer(const json& j, const std::string& where);
-    void load_model(const json& model);
+    void load_model(const json& model, const VocabEntries* split_vocab);
+    void add_vocab_entry(const std::string& token, const json& idj);
     void load_added(const json& added);
     void load_post_processor(const json& j, const std::string& where);
     void load_decoder(const json& j, const std::string& where);
@@ -108,10 +112,12 @@ private:
     std::vector<int32_t> prefix_ids_, suffix_ids_;
 };
 
-HfTokenizer::HfTokenizer(const json& root, const json& config, const std::string& origin) : origin_(origin) {
+HfTokenizer::HfTokenizer(const json& root, const VocabEntries* split_vocab, const json& config,
+                         const std::string& origin)
+    : origin_(origin) {
     load_normalizer(root.value("normalizer", json()));
     load_pre_tokenizer(root.value("pre_tokenizer", json()), "pre_tokenizer");
-    load_model(field(root, "model", "the file"));
+    load_model(field(root, "model", "the file"), split_vocab);
     load_added(root.value("added_tokens", json::array()));
     load_decoder(root.value("decoder", json()), "decoder");
     load_post_processor(root.value("post_processor", json()), "post_processor");
@@ -203,7 +209,15 @@ bool HfTokenizer::set_token(int32_t id, const std::string& token, bool special) 
     return bytes.has_value();
 }
 
-void HfTokenizer::load_model(const json& model) {
+void HfTokenizer::add_vocab_entry(const std::string& token, const json& idj) {
+    // the entry's name (a string per token) is built only for the error
+    const bool plain = idj.is_number_unsigned() && idj.get<uint64_t>() < uint64_t(kMaxIds);
+    const int32_t id = plain ? int32_t(idj.get<uint64_t>()) : token_id(idj, "model.vocab[\"" + token + "\"]");
+    SLUICE_CHECK(!token_ids_.contains(token), "tokenizer.json: model.vocab has \"", token, "\" twice");
+    if (set_token(id, token, false)) bpe_.add_token(id_bytes_[id], id);
+}
+
+void HfTokenizer::load_model(const json& model, const VocabEntries* split_vocab) {
     const std::string type = type_of(model, "model");
     SLUICE_CHECK(type == "BPE", "tokenizer.json: model type ", type, " is not supported (only BPE)");
     SLUICE_CHECK(model.value("dropout", json()).is_null(), "tokenizer.json: model.dropout is not supported");
@@ -214,14 +228,13 @@ void HfTokenizer::load_model(const json& model) {
     }
     const json& vocab = field(model, "vocab", "model");
     SLUICE_CHECK(vocab.is_object(), "tokenizer.json: model.vocab is not an object");
-    token_ids_.reserve(vocab.size());
-    bpe_.reserve(vocab.size());
-    for (const auto& [token, idj] : vocab.items()) {
-        // the entry's name (a string per token) is built only for the error
-        const bool plain = idj.is_number_unsigned() && idj.get<uint64_t>() < uint64_t(kMaxIds);
-        const int32_t id = plain ? int32_t(idj.get<uint64_t>()) : token_id(idj, "model.vocab[\"" + token + "\"]");
-        if (set_token(id, token, false)) bpe_.add_token(id_bytes_[id], id);
-    }
+    const size_t n_vocab = split_vocab ? split_vocab->size() : vocab.size();
+    token_ids_.reserve(n_vocab);
+    bpe_.reserve(n_vocab);
+    if (split_vocab)
+        for (const auto& [token, idj] : *split_vocab) add_vocab_entry(token, idj);
+    else
+        for (const auto& [token, idj] : vocab.items()) add_vocab_entry(token, idj);
     const json& merges = field(model, "merges", "model");
     SLUICE_CHECK(merges.is_array(), "tokenizer.json: model.merges is not an array");
     uint32_t rank = 0;
@@ -365,10 +378,10 @@ std::string HfTokenizer::decode_bytes(const std::vector<int32_t>& ids, bool skip
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(std::string_view tokenizer_json, std::string_view config_json,
                                              const std::string& origin) {
-    const json root = parse_json(tokenizer_json, origin);
+    const TokenizerJson parsed = parse_tokenizer_json(tokenizer_json, origin);
     const json config = parse_json(config_json, "tokenizer_config.json");
     try {
-        return std::make_unique<HfTokenizer>(root, config, origin);
+        return std::make_unique<HfTokenizer>(parsed.root, parsed.vocab_split ? &parsed.vocab : nullptr, config, origin);
     } catch (const json::exception& e) {
         fail("tokenizer: ", origin, " has an unexpected structure: ", e.what());
     }

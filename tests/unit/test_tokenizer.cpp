@@ -16,6 +16,7 @@
 #include "models/synth_tokenizer.h"
 #include "tokenizer/regex_split.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/unicode.h"
 #include "../support/test_tokenizers.h"
 
@@ -153,6 +154,62 @@ TEST(Tokenizer, BadInputFailsClearly) {
     } catch (const sluice::Error& e) {
         EXPECT_NE(std::string(e.what()).find("999999"), std::string::npos);
     }
+}
+
+// tokenizer.json's model.vocab is parsed outside the DOM (tokenizer_json.h): its entries in file order, an empty
+// object left in the DOM, nothing else touched; a nested value is kept as null, so the loader names the entry.
+TEST(Tokenizer, VocabularyParsedOutsideTheDom) {
+    const auto t = parse_tokenizer_json(
+        R"({"vocab": {"a": 1}, "model": {"inner": {"vocab": {"b": 2}}, "list": [{"vocab": {"x": 0}}],
+            "vocab": {"c": 3, "d": [1, {"e": 2}], "f": 4, "g": {"h": 5}, "i": -1}, "type": "BPE"}})",
+        "t.json");
+    EXPECT_TRUE(t.vocab_split);
+    ASSERT_EQ(t.vocab.size(), 5u);
+    EXPECT_EQ(t.vocab[0].first, "c");
+    EXPECT_EQ(t.vocab[0].second, 3);
+    EXPECT_EQ(t.vocab[1].first, "d");
+    EXPECT_TRUE(t.vocab[1].second.is_null());
+    EXPECT_EQ(t.vocab[2].first, "f");
+    EXPECT_EQ(t.vocab[2].second, 4);
+    EXPECT_TRUE(t.vocab[3].second.is_null());
+    EXPECT_EQ(t.vocab[4].second, -1);
+    EXPECT_EQ(t.root["vocab"]["a"], 1);
+    EXPECT_EQ(t.root["model"]["inner"]["vocab"]["b"], 2);
+    EXPECT_EQ(t.root["model"]["list"][0]["vocab"]["x"], 0);
+    EXPECT_EQ(t.root["model"]["vocab"], nlohmann::json::object());
+    EXPECT_EQ(t.root["model"]["type"], "BPE");
+    // the last "vocab" wins, as in a DOM
+    const auto twice = parse_tokenizer_json(R"({"model": {"vocab": {"a": 1}, "vocab": {"b": 2}}})", "t.json");
+    ASSERT_EQ(twice.vocab.size(), 1u);
+    EXPECT_EQ(twice.vocab[0].first, "b");
+    EXPECT_FALSE(parse_tokenizer_json(R"({"model": {"vocab": [1]}})", "t.json").vocab_split);
+    auto error = [](auto f) {
+        try {
+            f();
+        } catch (const sluice::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(error([] { parse_tokenizer_json(R"({"model": {"vocab": {"a": 1,}}})", "t.json"); })
+                  .find("tokenizer: t.json is not valid JSON: "),
+              std::string::npos);
+    EXPECT_NE(error([] { parse_tokenizer_json("[1]", "t.json"); }).find("t.json is not a JSON object"),
+              std::string::npos);
+    // through the loader: a nested id names its entry, a token listed twice is refused
+    auto j = nlohmann::json::parse(sluice::synth::synth_tokenizer_json());
+    j["model"]["vocab"]["zz"] = nlohmann::json::object();
+    EXPECT_NE(error([&] { load_hf_tokenizer(j.dump(), "", "nested.json"); })
+                  .find("model.vocab[\"zz\"] is not an integer"),
+              std::string::npos);
+    std::string dup = sluice::synth::synth_tokenizer_json();
+    const size_t at = dup.find("\"vocab\":");
+    ASSERT_NE(at, std::string::npos);
+    const size_t brace = dup.find('{', at);
+    dup.insert(brace + 1, "\"dd\": 1, \"dd\": 2, ");
+    EXPECT_NE(error([&] { load_hf_tokenizer(dup, "", "dup.json"); }).find("model.vocab has \"dd\" twice"),
+              std::string::npos)
+        << error([&] { load_hf_tokenizer(dup, "", "dup.json"); });
 }
 
 // Runs `sluice <args>` with stdin from a file; returns exit status and stdout.
