@@ -94,7 +94,8 @@ private:
     void load_post_processor(const json& j, const std::string& where);
     void load_decoder(const json& j, const std::string& where);
     // Returns whether the token maps through the ByteLevel alphabet (its bytes are then id_bytes_[id]).
-    bool set_token(int32_t id, const std::string& token, bool special);
+    // map_text: also map the token's text to the id (the vocabulary's entries map it themselves)
+    bool set_token(int32_t id, const std::string& token, bool special, bool map_text = true);
     void encode_text(std::string_view text, std::vector<int32_t>& out) const;
 
     std::string origin_;
@@ -190,7 +191,7 @@ void HfTokenizer::load_pre_tokenizer(const json& j, const std::string& where) {
     }
 }
 
-bool HfTokenizer::set_token(int32_t id, const std::string& token, bool special) {
+bool HfTokenizer::set_token(int32_t id, const std::string& token, bool special, bool map_text) {
     SLUICE_CHECK(id >= 0 && id < kMaxIds, "tokenizer.json: token id ", id, " of \"", token, "\" is out of range [0, ",
                  kMaxIds, ")");
     if (static_cast<size_t>(id) >= id_token_.size()) {
@@ -205,7 +206,7 @@ bool HfTokenizer::set_token(int32_t id, const std::string& token, bool special) 
     id_bytes_[id] = bytes ? std::move(*bytes) : token;
     present_[id] = 1;
     special_[id] = special;
-    token_ids_.insert_or_assign(token, id);
+    if (map_text) token_ids_.insert_or_assign(token, id);
     return bytes.has_value();
 }
 
@@ -213,8 +214,8 @@ void HfTokenizer::add_vocab_entry(const std::string& token, const json& idj) {
     // the entry's name (a string per token) is built only for the error
     const bool plain = idj.is_number_unsigned() && idj.get<uint64_t>() < uint64_t(kMaxIds);
     const int32_t id = plain ? int32_t(idj.get<uint64_t>()) : token_id(idj, "model.vocab[\"" + token + "\"]");
-    SLUICE_CHECK(!token_ids_.contains(token), "tokenizer.json: model.vocab has \"", token, "\" twice");
-    if (set_token(id, token, false)) bpe_.add_token(id_bytes_[id], id);
+    SLUICE_CHECK(token_ids_.try_emplace(token, id).second, "tokenizer.json: model.vocab has \"", token, "\" twice");
+    if (set_token(id, token, false, false)) bpe_.add_token(id_bytes_[id], id);
 }
 
 void HfTokenizer::load_model(const json& model, const VocabEntries* split_vocab) {
