@@ -173,7 +173,7 @@ void register_generate(CLI::App& app) {
         // recurrent state snapshots within a pass (speculation; a session's prefix cache): reserved in the plan
         if (a->speculative > 0 || !a->session.empty()) load.snapshot_rows = std::max(a->chunk, a->speculative + 1);
         const DraftPlan draft_plan = plan_draft(load, a->draft_model, a->draft_memory, a->speculative);
-        auto model = load_model(a->m.model, load);
+        auto model = load_target(a->m.model, load, draft_plan);
         std::unique_ptr<DraftModel> draft = load_draft(draft_plan, *model, a->m.model, a->chunk);
         std::unique_ptr<DSparkDrafter> dspark = load_dspark(draft_plan, *model);
         if (dspark) dspark->set_confidence_cut(a->draft_gate == "on");  // the gate's per-block part
@@ -236,6 +236,10 @@ void register_generate(CLI::App& app) {
         const int64_t steps = int64_t(r.ids.size()) - 1;
         const double decode_tps = steps > 0 && r.decode_ms > 0 ? 1000.0 * double(steps) / r.decode_ms : 0;
         if (a->m.stats) print_stats(*model, r.prefill_ms + r.decode_ms, r.n_prompt + int64_t(r.ids.size()), stderr);
+        if (a->m.stats && draft_plan.drafter_bytes > 0)
+            std::fprintf(stderr, "drafter %s: %s (weights and context caches)%s\n", draft_plan.dir.c_str(),
+                         format_bytes(draft_plan.drafter_bytes).c_str(),
+                         load.memory_budget_bytes > 0 ? ", reserved from --memory before the plan above" : "");
         const uint64_t decode_bytes = streaming ? streaming->stats().bytes_read - bytes_at_first : 0;
         // tokens per verify pass: the decode passes' tokens (kept drafts + one each); the first came from the prefill
         const double per_pass = spec_stats.forward_passes > 0 ? double(steps) / double(spec_stats.forward_passes) : 0;

@@ -8,6 +8,8 @@
 #include "core/error.h"
 #include "experts/packed_store.h"
 #include "experts/residency.h"
+#include "formats/checkpoint.h"
+#include "formats/hf_config.h"
 #include "ops/cuda/backend.h"
 #include "ops/ops.h"
 #include "runtime/draft_gate.h"
@@ -145,6 +147,48 @@ double pass_bytes_per_token(const Model& draft, const Model& target) {
     return draft_pass_bytes(draft, ram_byte_weight(target));
 }
 
+namespace {
+// A DSpark or EAGLE-3 drafter's bytes come out of the target's budget (none to take from under --memory 0).
+void reserve_for_drafter(LoadOptions& target, DraftPlan& plan, int64_t speculative) {
+    plan.drafter_bytes =
+        hidden_state_drafter_bytes(plan.dir, target.max_context_tokens, target.max_sequences, speculative);
+    if (target.memory_budget_bytes == 0) return;
+    SLUICE_CHECK(target.memory_budget_bytes > plan.drafter_bytes, "--memory ", format_bytes(target.memory_budget_bytes),
+                 " does not even hold the drafter ", plan.dir, ": ", format_bytes(plan.drafter_bytes),
+                 " (its weights and context caches) before the target");
+    target.memory_budget_bytes -= plan.drafter_bytes;
+}
+}  // namespace
+
+uint64_t hidden_state_drafter_bytes(const std::string& dir, int64_t context_tokens, int64_t sequences,
+                                    int64_t speculative) {
+    const Checkpoint ck(dir);
+    uint64_t weights = 0;
+    for (const std::string& name : ck.names())
+        if (name != "embed_tokens.weight") weights += ck.get(name).nbytes();
+    const JsonObject cfg = JsonObject::load_file(dir + "/config.json");
+    const std::string where = dir + "/config.json";
+    const int64_t layers = cfg.get_int("num_hidden_layers", 1);
+    const int64_t row_floats = cfg.get_int("kv_lora_rank", 0) + cfg.get_int("qk_rope_head_dim", 0);
+    SLUICE_CHECK(layers > 0 && row_floats > 0, where, ": num_hidden_layers, kv_lora_rank and qk_rope_head_dim must "
+                 "be positive to plan the drafter's caches");
+    // each sequence's cache pages hold 64 rows (state/caches.h, PagedRows)
+    const int64_t rows = (context_tokens + speculative + 63) / 64 * 64;
+    const uint64_t caches = uint64_t(sequences) * uint64_t(rows) * uint64_t(layers) * uint64_t(row_floats) * 4;
+    const uint64_t logits = uint64_t(speculative + 1) * uint64_t(cfg.get_int("vocab_size", 0)) * 4 * 2;
+    return weights + caches + logits;
+}
+
+std::unique_ptr<Model> load_target(const std::string& dir, const LoadOptions& options, const DraftPlan& plan) {
+    try {
+        return load_model(dir, options);
+    } catch (const Error& e) {
+        if (plan.drafter_bytes == 0 || std::string(e.what()).find("minimum") == std::string::npos) throw;
+        throw Error(cat(e.what(), "; ", format_bytes(plan.drafter_bytes), " of --memory is reserved for the drafter ",
+                        plan.dir, " (its weights and context caches), so --memory must be that much more"));
+    }
+}
+
 DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const std::string& draft_memory,
                      int64_t speculative) {
     SLUICE_CHECK(draft_dir.empty() || speculative > 0, "--draft-model needs --speculative N (N >= 1)");
@@ -156,12 +200,14 @@ DraftPlan plan_draft(LoadOptions& target, const std::string& draft_dir, const st
         SLUICE_CHECK(draft_memory.empty(), "--draft-memory: ", draft_dir,
                      " is a DSpark drafter, which shares the target's memory map and takes no share of the budget");
         plan.dspark = true;
+        reserve_for_drafter(target, plan, speculative);
         return plan;
     }
     if (is_eagle3_checkpoint(draft_dir)) {
         SLUICE_CHECK(draft_memory.empty(), "--draft-memory: ", draft_dir,
                      " is an EAGLE-3 drafter, which reads the target's hidden states and takes no share of the budget");
         plan.eagle3 = true;
+        reserve_for_drafter(target, plan, speculative);
         return plan;
     }
     const MemorySplit split =
@@ -213,7 +259,7 @@ ServingModel load_serving_model(const ModelArgs& m, const EngineArgs& e, int64_t
     if (lo.prefix_cache_bytes > 0 || !e.state_dir.empty() || e.speculative > 0) lo.snapshot_rows = batch_rows;
     const DraftPlan draft_plan = plan_draft(lo, e.draft_model, e.draft_memory, e.speculative);
     ServingModel s;
-    s.model = load_model(m.model, lo);
+    s.model = load_target(m.model, lo, draft_plan);
     s.draft = load_draft(draft_plan, *s.model, m.model, batch_rows);
     s.dspark = load_dspark(draft_plan, *s.model);
     if (s.dspark) s.dspark->set_confidence_cut(e.draft_gate == "on");  // the gate's per-block part

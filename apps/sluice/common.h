@@ -69,7 +69,17 @@ struct DraftPlan {
     LoadOptions load;   // the draft's options (its budget share; the target's reader, policy and sequences)
     bool dspark = false;
     bool eagle3 = false;
+    // DSpark and EAGLE-3: what the drafter holds beside the target (hidden_state_drafter_bytes), taken from the
+    // target's budget when it has one
+    uint64_t drafter_bytes = 0;
 };
+// A DSpark or EAGLE-3 drafter's memory: its weights (read from its memory map at every draft; an EAGLE-3 copy of
+// the target's embedding is never read and not counted), its MLA context caches for `sequences` sequences of
+// `context_tokens` + `speculative` rows (f32 latent and RoPE key per layer), and its logits for a block of drafts.
+uint64_t hidden_state_drafter_bytes(const std::string& dir, int64_t context_tokens, int64_t sequences,
+                                    int64_t speculative);
+// load_model, and when the budget is too small with a drafter's bytes reserved from it, the error says so.
+std::unique_ptr<Model> load_target(const std::string& dir, const LoadOptions& options, const DraftPlan& plan);
 // A draft model's cost per drafted token for the speculative gate, in the target's drive bytes (one decode pass:
 // the spine and top-k experts per MoE layer, RAM-held bytes weighed as runtime/draft_gate.h says).
 double pass_bytes_per_token(const Model& draft, const Model& target);

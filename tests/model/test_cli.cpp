@@ -390,3 +390,39 @@ TEST(Cli, BenchSavesRatesThatPlanUses) {
     EXPECT_EQ(status, 1);
     EXPECT_NE(cut.find("is truncated"), std::string::npos) << cut;
 }
+
+// A DSpark or EAGLE-3 drafter's weights and context caches come out of --memory before the target's plan: --stats
+// says how much, the target's plan gets the rest, and a budget too small for both says the drafter took its part.
+TEST(Cli, HiddenStateDrafterIsInTheBudget) {
+    const std::string dir = test::temp_dir("cli_drafter_budget");
+    int status = -1;
+    run("synth --like kimi-k3 --layers 5 --experts 4 --scale-down 32 --no-sync -o " + dir + "/k3", &status);
+    ASSERT_EQ(status, 0);
+    for (const std::string like : {"kimi-k3-dspark", "kimi-k3-eagle3"}) {
+        const std::string drafter = dir + "/" + like;
+        run("synth --like " + like + " --target " + dir + "/k3 --layers " + (like == "kimi-k3-dspark" ? "5" : "1") +
+                " --scale-down 32 --no-sync -o " + drafter,
+            &status);
+        ASSERT_EQ(status, 0) << like;
+        const std::string gen = "generate -m " + dir + "/k3 --ids 5,17,3,99 -n 4 --speculative 3 --draft-model " +
+                                drafter + " --ctx 512 ";
+        const std::string out = run(gen + "--memory 64M --stats", &status, true);
+        ASSERT_EQ(status, 0) << out;
+        // "memory budget        57.10 MiB" and "drafter DIR: 6.90 MiB (weights ...": together the 64 MiB given
+        const auto mib_after = [&](const std::string& key) {
+            const size_t at = out.find(key);
+            EXPECT_NE(at, std::string::npos) << key << "\n" << out;
+            return at == std::string::npos ? 0.0 : std::stod(out.substr(out.find_first_of("0123456789", at + key.size())));
+        };
+        const double budget = mib_after("memory budget"), reserved = mib_after("drafter " + drafter + ":");
+        EXPECT_GT(reserved, 0.1) << out;  // the weights alone (files of 1.6-4 MB) and 512 + 3 cache rows
+        EXPECT_NEAR(budget + reserved, 64.0, 0.02) << out;
+        EXPECT_NE(out.find("reserved from --memory"), std::string::npos) << out;
+        const std::string tight = run(gen + "--memory " + std::to_string(int(reserved * 1024) + 64) + "K", &status, true);
+        EXPECT_EQ(status, 1);
+        EXPECT_NE(tight.find("is reserved for the drafter " + drafter), std::string::npos) << tight;
+        const std::string none = run(gen + "--memory " + std::to_string(int(reserved * 1024) - 16) + "K", &status, true);
+        EXPECT_EQ(status, 1);
+        EXPECT_NE(none.find("does not even hold the drafter " + drafter), std::string::npos) << none;
+    }
+}
