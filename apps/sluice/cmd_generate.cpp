@@ -237,7 +237,7 @@ void register_generate(CLI::App& app) {
         const double decode_tps = steps > 0 && r.decode_ms > 0 ? 1000.0 * double(steps) / r.decode_ms : 0;
         if (a->m.stats) print_stats(*model, r.prefill_ms + r.decode_ms, r.n_prompt + int64_t(r.ids.size()), stderr);
         if (a->m.stats && draft_plan.drafter_bytes > 0)
-            std::fprintf(stderr, "drafter %s: %s (weights and context caches)%s\n", draft_plan.dir.c_str(),
+            std::fprintf(stderr, "drafter %s: %s (weights, context caches and taps)%s\n", draft_plan.dir.c_str(),
                          format_bytes(draft_plan.drafter_bytes).c_str(),
                          load.memory_budget_bytes > 0 ? ", reserved from --memory before the plan above" : "");
         const uint64_t decode_bytes = streaming ? streaming->stats().bytes_read - bytes_at_first : 0;

@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -155,7 +156,7 @@ void reserve_for_drafter(LoadOptions& target, DraftPlan& plan, int64_t speculati
     if (target.memory_budget_bytes == 0) return;
     SLUICE_CHECK(target.memory_budget_bytes > plan.drafter_bytes, "--memory ", format_bytes(target.memory_budget_bytes),
                  " does not even hold the drafter ", plan.dir, ": ", format_bytes(plan.drafter_bytes),
-                 " (its weights and context caches) before the target");
+                 " (its weights, context caches and taps) before the target");
     target.memory_budget_bytes -= plan.drafter_bytes;
 }
 }  // namespace
@@ -175,8 +176,20 @@ uint64_t hidden_state_drafter_bytes(const std::string& dir, int64_t context_toke
     // each sequence's cache pages hold 64 rows (state/caches.h, PagedRows)
     const int64_t rows = (context_tokens + speculative + 63) / 64 * 64;
     const uint64_t caches = uint64_t(sequences) * uint64_t(rows) * uint64_t(layers) * uint64_t(row_floats) * 4;
+    // the target's hidden-state taps the drafter reads, one row of each tapped layer per token (SequenceState::taps)
+    int64_t taps = 0;
+    if (cfg.has("target_layer_ids")) {
+        taps = int64_t(cfg.get_int_list("target_layer_ids").size());
+    } else if (const auto e = cfg.get_object("eagle_config"); e && e->has("eagle_aux_hidden_state_layer_ids")) {
+        taps = int64_t(e->get_int_list("eagle_aux_hidden_state_layer_ids").size());
+    } else {
+        taps = cfg.get_int("num_aux_hidden_states", 0);
+    }
+    const int64_t tap_width = cfg.get_int("target_hidden_size", cfg.get_int("hidden_size", 0));
+    const uint64_t tap_rows = uint64_t(sequences) * uint64_t(rows) * uint64_t(std::max<int64_t>(0, taps)) *
+                              uint64_t(std::max<int64_t>(0, tap_width)) * 4;
     const uint64_t logits = uint64_t(speculative + 1) * uint64_t(cfg.get_int("vocab_size", 0)) * 4 * 2;
-    return weights + caches + logits;
+    return weights + caches + tap_rows + logits;
 }
 
 std::unique_ptr<Model> load_target(const std::string& dir, const LoadOptions& options, const DraftPlan& plan) {
@@ -185,7 +198,7 @@ std::unique_ptr<Model> load_target(const std::string& dir, const LoadOptions& op
     } catch (const Error& e) {
         if (plan.drafter_bytes == 0 || std::string(e.what()).find("minimum") == std::string::npos) throw;
         throw Error(cat(e.what(), "; ", format_bytes(plan.drafter_bytes), " of --memory is reserved for the drafter ",
-                        plan.dir, " (its weights and context caches), so --memory must be that much more"));
+                        plan.dir, " (its weights, context caches and taps), so --memory must be that much more"));
     }
 }
 

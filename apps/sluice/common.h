@@ -74,8 +74,9 @@ struct DraftPlan {
     uint64_t drafter_bytes = 0;
 };
 // A DSpark or EAGLE-3 drafter's memory: its weights (read from its memory map at every draft; an EAGLE-3 copy of
-// the target's embedding is never read and not counted), its MLA context caches for `sequences` sequences of
-// `context_tokens` + `speculative` rows (f32 latent and RoPE key per layer), and its logits for a block of drafts.
+// the target's embedding is never read and not counted), for `sequences` sequences of `context_tokens` +
+// `speculative` rows its MLA context caches (f32 latent and RoPE key per layer) and the target's hidden-state taps it
+// reads (f32, one row per tapped layer), and its logits for a block of drafts.
 uint64_t hidden_state_drafter_bytes(const std::string& dir, int64_t context_tokens, int64_t sequences,
                                     int64_t speculative);
 // load_model, and when the budget is too small with a drafter's bytes reserved from it, the error says so.

@@ -391,7 +391,7 @@ TEST(Cli, BenchSavesRatesThatPlanUses) {
     EXPECT_NE(cut.find("is truncated"), std::string::npos) << cut;
 }
 
-// A DSpark or EAGLE-3 drafter's weights and context caches come out of --memory before the target's plan: --stats
+// A DSpark or EAGLE-3 drafter's weights, context caches and taps come out of --memory before the target's plan: --stats
 // says how much, the target's plan gets the rest, and a budget too small for both says the drafter took its part.
 TEST(Cli, HiddenStateDrafterIsInTheBudget) {
     const std::string dir = test::temp_dir("cli_drafter_budget");
