@@ -32,6 +32,10 @@ CardPlan plan_card(const ModelShape& m, const ResidencyPlan& host, uint64_t gpu_
     if (c.streamed_bytes > 0 && one_pass <= double(room)) {
         c.streamed_kept_bytes = c.streamed_bytes;
         room -= c.streamed_bytes;
+    } else {
+        // not kept, the layers' copies still pass through the LRU at every pass and push experts out: measured on
+        // an H200 (docs/plan.md), a 6 GiB card whose room was the streamed layers' size kept 9% of weight uses
+        room = room > c.streamed_bytes ? room - c.streamed_bytes : 0;
     }
     const uint64_t all = uint64_t(m.n_moe_layers * m.n_experts);
     c.expert_slots = m.expert_bytes ? std::min(all, room / m.expert_bytes) : 0;

@@ -6,7 +6,8 @@
 //    and never evicted for new copies, so the part that fits stays and the rest crosses the link at every pass;
 //  - the rest is one least-recently-used set of content-keyed copies: the streamed spine layers (each used once a
 //    pass) and the experts. The layers stay when the room holds them and a decode pass's experts beside them;
-//    otherwise LRU drops each before its next use and they cross the link at every pass;
+//    otherwise LRU drops each before its next use and they cross the link at every pass, their copies still
+//    taking their bytes of the room as they pass through;
 //  - experts: LRU over every use (the host cache's hits and misses alike) in the slots left.
 // What the drives read does not change with the card: a host miss reads the expert from the drive even when the
 // card holds it, and a streamed spine layer is read at every pass (docs/cuda.md, "Left"). The embedding table is
