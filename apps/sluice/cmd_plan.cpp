@@ -75,12 +75,8 @@ void run_plan(const PlanArgs& a) {
             fail("--gpu-memory: ", e.what());
         }
         SLUICE_CHECK(mc.gpu_memory_bytes > 0, "--gpu-memory: the budget must be > 0");
-        SLUICE_CHECK(!a.link.empty(), "--gpu-memory needs --link: the host-to-device copy rate (e.g. 25GB/s)");
     }
-    if (!a.link.empty()) {
-        SLUICE_CHECK(mc.gpu_memory_bytes > 0, "--link needs --gpu-memory");
-        mc.link_gbps = parse_drive_rate(a.link, "--link");
-    }
+    if (!a.link.empty()) mc.link_gbps = parse_drive_rate(a.link, "--link");  // the pairing: project() checks it
     if (!a.rates.empty()) mc.rates = load_rates(a.rates);
     PlanSettings s{.ctx = a.ctx, .parallel = a.parallel, .prefill_chunk = a.prefill_chunk, .pass_rows = a.pass_rows,
                    .batch_sizes = {}, .timing = a.overlap ? "overlap" : a.timing, .cache_policy = a.cache_policy,

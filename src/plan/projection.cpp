@@ -146,9 +146,9 @@ Projection project(const ModelShape& m, const PlanMachine& machine, const PlanSe
     for (double g : machine.drives_gbps) p.drive_gbps += g;
     SLUICE_CHECK(machine.gpu_memory_bytes == 0 || machine.device == "cuda", "--gpu-memory needs --device cuda");
     SLUICE_CHECK(machine.gpu_memory_bytes > 0 || machine.link_gbps == 0, "--link needs --gpu-memory");
-    if (machine.gpu_memory_bytes > 0) {
-        p.card = plan_card(m, p.plan, machine.gpu_memory_bytes, machine.link_gbps);
-    }
+    SLUICE_CHECK(machine.gpu_memory_bytes == 0 || machine.link_gbps != 0,
+                 "--gpu-memory needs --link: the host-to-device copy rate (e.g. 25GB/s)");
+    if (machine.gpu_memory_bytes > 0) p.card = plan_card(m, p.plan, machine.gpu_memory_bytes, machine.link_gbps);
     MachineRates rates;
     if (!machine.rates) {
         p.untimed_reason = machine.device == "cuda"

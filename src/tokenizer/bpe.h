@@ -14,6 +14,12 @@
 
 namespace sluice::tok {
 
+// Hashes std::string keys and looks them up by std::string_view without a copy (with std::equal_to<>).
+struct TransparentStringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 class BpeModel {
 public:
     // Registers a vocabulary entry (raw bytes) with its id. Ids need not be dense.
@@ -42,11 +48,7 @@ private:
     void merge_short(std::string_view bytes, std::vector<int32_t>& out) const;
     void merge_long(std::string_view bytes, std::vector<int32_t>& out) const;
 
-    struct StringHash {
-        using is_transparent = void;
-        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-    };
-    std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab_;
+    std::unordered_map<std::string, int32_t, TransparentStringHash, std::equal_to<>> vocab_;
     int32_t byte_ids_[256];
     std::vector<MergeSlot> slots_;
     size_t merge_count_ = 0;

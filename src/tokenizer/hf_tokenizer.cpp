@@ -66,8 +66,8 @@ std::string type_of(const json& j, const std::string& where) {
 
 class HfTokenizer final : public Tokenizer {
 public:
-    // split_vocab: model.vocab's entries when the parse kept them out of the DOM (tokenizer_json.h), else null
-    HfTokenizer(const json& root, const VocabEntries* split_vocab, const json& config, const std::string& origin);
+    // vocab: model.vocab's entries, which the parse keeps out of the DOM (tokenizer_json.h)
+    HfTokenizer(const json& root, const VocabEntries& vocab, const json& config, const std::string& origin);
 
     std::vector<int32_t> encode(std::string_view text, bool add_special) const override;
     std::string decode_bytes(const std::vector<int32_t>& ids, bool skip_special) const override;
@@ -88,7 +88,7 @@ private:
     };
     void load_normalizer(const json& j);
     void load_pre_tokenizer(const json& j, const std::string& where);
-    void load_model(const json& model, const VocabEntries* split_vocab);
+    void load_model(const json& model, const VocabEntries& vocab);
     void add_vocab_entry(const std::string& token, const json& idj);
     void load_added(const json& added);
     void load_post_processor(const json& j, const std::string& where);
@@ -105,20 +105,16 @@ private:
     AddedTokenMatcher raw_added_, normalized_added_;
     std::vector<std::string> id_token_, id_bytes_;
     std::vector<uint8_t> present_, special_;
-    struct StringHash {
-        using is_transparent = void;
-        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-    };
-    std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_ids_;
+    std::unordered_map<std::string, int32_t, TransparentStringHash, std::equal_to<>> token_ids_;
     std::vector<int32_t> prefix_ids_, suffix_ids_;
 };
 
-HfTokenizer::HfTokenizer(const json& root, const VocabEntries* split_vocab, const json& config,
+HfTokenizer::HfTokenizer(const json& root, const VocabEntries& vocab, const json& config,
                          const std::string& origin)
     : origin_(origin) {
     load_normalizer(root.value("normalizer", json()));
     load_pre_tokenizer(root.value("pre_tokenizer", json()), "pre_tokenizer");
-    load_model(field(root, "model", "the file"), split_vocab);
+    load_model(field(root, "model", "the file"), vocab);
     load_added(root.value("added_tokens", json::array()));
     load_decoder(root.value("decoder", json()), "decoder");
     load_post_processor(root.value("post_processor", json()), "post_processor");
@@ -218,7 +214,7 @@ void HfTokenizer::add_vocab_entry(const std::string& token, const json& idj) {
     if (set_token(id, token, false, false)) bpe_.add_token(id_bytes_[id], id);
 }
 
-void HfTokenizer::load_model(const json& model, const VocabEntries* split_vocab) {
+void HfTokenizer::load_model(const json& model, const VocabEntries& vocab) {
     const std::string type = type_of(model, "model");
     SLUICE_CHECK(type == "BPE", "tokenizer.json: model type ", type, " is not supported (only BPE)");
     SLUICE_CHECK(model.value("dropout", json()).is_null(), "tokenizer.json: model.dropout is not supported");
@@ -227,15 +223,11 @@ void HfTokenizer::load_model(const json& model, const VocabEntries* split_vocab)
         const json v = model.value(key, json());
         SLUICE_CHECK(v.is_null() || v == "", "tokenizer.json: model.", key, " is not supported");
     }
-    const json& vocab = field(model, "vocab", "model");
-    SLUICE_CHECK(vocab.is_object(), "tokenizer.json: model.vocab is not an object");
-    const size_t n_vocab = split_vocab ? split_vocab->size() : vocab.size();
-    token_ids_.reserve(n_vocab);
-    bpe_.reserve(n_vocab);
-    if (split_vocab)
-        for (const auto& [token, idj] : *split_vocab) add_vocab_entry(token, idj);
-    else
-        for (const auto& [token, idj] : vocab.items()) add_vocab_entry(token, idj);
+    // an object there is always split out of the DOM (which keeps {} in its place): anything else is refused here
+    SLUICE_CHECK(field(model, "vocab", "model").is_object(), "tokenizer.json: model.vocab is not an object");
+    token_ids_.reserve(vocab.size());
+    bpe_.reserve(vocab.size());
+    for (const auto& [token, idj] : vocab) add_vocab_entry(token, idj);
     const json& merges = field(model, "merges", "model");
     SLUICE_CHECK(merges.is_array(), "tokenizer.json: model.merges is not an array");
     uint32_t rank = 0;
@@ -382,7 +374,7 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(std::string_view tokenizer_json, st
     const TokenizerJson parsed = parse_tokenizer_json(tokenizer_json, origin);
     const json config = parse_json(config_json, "tokenizer_config.json");
     try {
-        return std::make_unique<HfTokenizer>(parsed.root, parsed.vocab_split ? &parsed.vocab : nullptr, config, origin);
+        return std::make_unique<HfTokenizer>(parsed.root, parsed.vocab, config, origin);
     } catch (const json::exception& e) {
         fail("tokenizer: ", origin, " has an unexpected structure: ", e.what());
     }
