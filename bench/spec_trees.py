@@ -135,8 +135,8 @@ def independent_union(rows, experts, top_k):
 def simulate(shape, seq, start, ranks, target, draft, tf_routes, torch):
     """Verify passes over seq from position `start` (the last prompt token) with a static tree `shape`.
 
-    Returns (tokens, verifies, experts read summed over the MoE layers, rows)."""
-    tokens = verifies = experts_read = rows_total = 0
+    Returns (tokens, verifies, experts read summed over the MoE layers)."""
+    tokens = verifies = experts_read = 0
     i = start
     end = len(seq) - 1  # the last position whose next token is known
     by_parent = {}
@@ -169,11 +169,10 @@ def simulate(shape, seq, start, ranks, target, draft, tf_routes, torch):
                     layer.update(e)
                 frontier.append((child, child_ctx))
         experts_read += sum(len(u) for u in union)
-        rows_total += 1 + len(shape)
         tokens += produced
         verifies += 1
         i += produced
-    return tokens, verifies, experts_read, rows_total
+    return tokens, verifies, experts_read
 
 
 def main():
@@ -196,7 +195,7 @@ def main():
     target = Routed(args.target, torch, transformers)
     draft = Routed(args.draft, torch, transformers)
 
-    totals = {name: [0, 0, 0, 0] for name, _ in SHAPES}
+    totals = {name: [0, 0, 0] for name, _ in SHAPES}
     plain_experts = 0
     for text in PROMPTS[: args.prompts]:
         prompt = tok.encode(text).ids
@@ -211,12 +210,8 @@ def main():
             ranks[p] = int((dlogits[p] > dlogits[p][seq[p + 1]]).sum())
         plain_experts += (len(seq) - 1 - start) * target.top_k * target.moe_layers
         for name, shape in SHAPES:
-            t, v, e, r = simulate(shape, seq, start, ranks, target, draft, tf_routes, torch)
-            agg = totals[name]
-            agg[0] += t
-            agg[1] += v
-            agg[2] += e
-            agg[3] += r
+            t, v, e = simulate(shape, seq, start, ranks, target, draft, tf_routes, torch)
+            totals[name] = [a + b for a, b in zip(totals[name], (t, v, e))]
 
     print(f"target {args.target}: {target.moe_layers} MoE layers, {target.experts} experts, top {target.top_k}; "
           f"draft {args.draft}; {args.prompts} prompts x {args.tokens} greedy tokens")
@@ -229,7 +224,7 @@ def main():
     rows = []
     plain_per_token = target.top_k * target.moe_layers
     for name, shape in SHAPES:
-        t, v, e, r = totals[name]
+        t, v, e = totals[name]
         per_verify = t / v
         measured = (e / t) / plain_per_token
         modeled = independent_union(1 + len(shape), args.experts, args.top_k) / per_verify / args.top_k
