@@ -233,20 +233,10 @@ __device__ __forceinline__ void mma_row_nibble(const WDesc& w, const __nv_bfloat
     const int64_t x_row = xr * C + 32 * t;
 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#ifndef SLUICE_NIB_AHEAD
-#define SLUICE_NIB_AHEAD 1
-#endif
-    constexpr int kAhead = SLUICE_NIB_AHEAD;  // chunks of codes and scales in flight ahead of the one decoded
-    auto codes_at = [](const uint8_t* p) -> uint4 {
-#if SLUICE_NIB_NOALLOC
-        uint4 v;
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-        return v;
-#else
-        return __ldg(reinterpret_cast<const uint4*>(p));
-#endif
-    };
+    // codes and scales in flight ahead of the chunk decoded (2, or loads that skip L1, or staging through shared
+    // memory, measured no faster: docs/cuda.md)
+    constexpr int kAhead = 1;
+    auto codes_at = [](const uint8_t* p) -> uint4 { return __ldg(reinterpret_cast<const uint4*>(p)); };
     uint4 qa[kAhead], qb[kAhead];
     uint32_t sa[kAhead], sb[kAhead];
 #pragma unroll
@@ -349,11 +339,7 @@ __device__ __forceinline__ void mma_tile(const WDesc& w, const __nv_bfloat16* __
             for (int nt = 0; nt < NT; ++nt) {
                 const int64_t xr = n0 + nt * 8 + g;
                 uint32_t xb[3][8];
-                if (kFull) {
-                    // a lane past the last row reads the last one instead of zeroing its fragment: an mma's columns
-                    // never mix, and that column's sums are not stored
-                    load_x16<F, kSelfSplit, kRepair>(xs, x, plane, (xr < n ? xr : n - 1) * C + col0, xb);
-                } else if (vc && xr < n) {
+                if ((kFull || vc) && xr < n) {
                     load_x16<F, kSelfSplit, kRepair>(xs, x, plane, xr * C + col0, xb);
                 } else {
 #pragma unroll
