@@ -39,11 +39,12 @@ void run_matmul(Backend& b, const kernels::WDesc& w, const float* x_dev, int64_t
     if (!uses_mma(WeightFormat(w.format), w.cols)) {
         kernels::ffma_matmul(w, x_dev, n, y_dev, s);
     } else {
+        const bool nibble = kernels::nibble_pairs(w.format);
         kernels::MmaArgs a{nullptr, x_dev, n, y_dev, k_splits(w.rows, w.cols), nullptr};
         if (!kernels::mma_splits_itself(n)) {
             const int64_t count = n * w.cols;
             auto* xs = static_cast<__nv_bfloat16*>(b.grow(b.xs_, uint64_t(count) * 3 * 2, "the split activations"));
-            kernels::split_x(x_dev, count, xs, s);
+            kernels::split_x(x_dev, count, xs, nibble, s);
             a.xs = xs;
         }
         if (a.splits > 1)

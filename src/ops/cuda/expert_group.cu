@@ -132,11 +132,23 @@ StagePlan plan_stage(kernels::GroupJob* js, int64_t n) {
     return p;
 }
 
+// Whether every tensor-core product of the stage reads nibble pairs: its rows are split in that order then (else in
+// natural order, which a nibble format's kernel re-pairs as it loads them: the same bits, a few more instructions).
+bool stage_nibble(const StagePlan& p) {
+    bool any = false;
+    for (const Run& r : p.runs) {
+        if (!kernels::nibble_pairs(r.format)) return false;
+        any = true;
+    }
+    return any;
+}
+
 void launch_runs(const StagePlan& p, const kernels::GroupJob* jobs_dev, int64_t plane, int64_t part_stride,
                  int splits, int64_t per_split, int split_index, cudaStream_t s) {
+    const bool nibble = stage_nibble(p);
     for (const Run& r : p.runs)
-        kernels::grouped_mma(r.format, r.kind, {jobs_dev + r.start, int(r.count), r.blocks, plane, part_stride, splits,
-                                                per_split, split_index}, s);
+        kernels::grouped_mma(r.format, r.kind, {jobs_dev + r.start, int(r.count), r.blocks, plane, nibble, part_stride,
+                                                splits, per_split, split_index}, s);
 }
 
 }  // namespace
@@ -289,11 +301,11 @@ void expert_group(const GroupActivation& act, const GroupMember* experts, int64_
         const StagePlan p1 = plan_stage(j1, 2 * k), p2 = plan_stage(j2, k);
         CK(cudaMemcpyAsync(jobs_dev + 3 * w0, j1, uint64_t(3 * k) * sizeof(kernels::GroupJob), cudaMemcpyHostToDevice, s));
         gather_rows_kernel<<<grid_of(R * hidden, 256), 256, 0, s>>>(xin, row_of_dev + r0, R, hidden, xg);
-        if (split) kernels::split_x_planes(xg, R * hidden, xs, R * hidden, s);
+        if (split) kernels::split_x_planes(xg, R * hidden, xs, R * hidden, stage_nibble(p1), s);
         stage_products(p1, jobs_dev + 3 * w0, R * hidden, 2 * R * inter, s1, per1, gu);
         for (int64_t a : p1.ffma) kernels::ffma_matmul(j1[a].w, j1[a].x, j1[a].n, j1[a].y, s);
         glu_kernel<<<grid_of(R * inter, 256), 256, 0, s>>>(act, gu, gu + R * inter, R * inter, h);
-        if (split) kernels::split_x_planes(h, R * inter, xs, R * inter, s);
+        if (split) kernels::split_x_planes(h, R * inter, xs, R * inter, stage_nibble(p2), s);
         stage_products(p2, jobs_dev + 3 * w0 + 2 * k, R * inter, R * hidden, s2, per2, yo);
         for (int64_t a : p2.ffma) kernels::ffma_matmul(j2[a].w, j2[a].x, j2[a].n, j2[a].y, s);
         CK(cudaGetLastError());

@@ -21,13 +21,66 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-__device__ __forceinline__ float e8m0_value(uint32_t s) {
-    if (s == 255u) return __int_as_float(0x7fc00000);  // NaN scale: the whole block is NaN
-    if (s == 0u) return __int_as_float(0x00400000);    // 2^-127 (subnormal)
-    return __int_as_float(int(s << 23));
+__device__ __forceinline__ float bf16_bits_value(uint32_t bits) { return __uint_as_float(bits << 16); }
+
+// Products and differences of bf16 pairs, rounded once (no contraction into an fma); bf16 keeps subnormals.
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t sub_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
 }
 
-__device__ __forceinline__ float bf16_bits_value(uint32_t bits) { return __uint_as_float(bits << 16); }
+// The nibble formats pair column j of each group of 8 with column j + 4 in a bf16x2 (nibble_pairs): the two codes
+// sit 16 bits apart in the word, so one mask, one multiply and one mask place both. 8 e2m1 codes (element j in bits
+// 4j..4j+3) as 4 pairs of bf16 equal to the code's value times 2^-126: sign to bit 15, exponent and mantissa bits to
+// 8..6, which for the two subnormal codes (0, 0.5) is a bf16 subnormal with the same 2^-126 factor.
+__device__ __forceinline__ void e2m1_x2(uint32_t q, uint32_t& p0, uint32_t& p1, uint32_t& p2, uint32_t& p3) {
+    const uint32_t q8 = q >> 8;
+    p0 = ((q & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;   // << 6 and << 12
+    p1 = ((q & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;   // << 2 and << 8
+    p2 = ((q8 & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    p3 = ((q8 & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+}
+
+// 16 codes of a nibble format (q0: columns 0-7, q1: 8-15, element j in bits 4j..4j+3) and their block's scale
+// (E8M0 byte, or bf16 bits) as 8 bf16x2 words in nibble_pairs order, the scale applied: exactly the bf16 of code
+// value x scale that the reference computes in float and rounds (MXFP4: all exact; INT4: one rounding either way).
+// MXFP4: `small` says that every active lane's scale is at most 2^1 (E8M0 <= 128: trained weights have |w| < 12);
+// the caller votes once for several blocks (small_scales).
+__device__ __forceinline__ bool small_scales(uint32_t e) { return __all_sync(__activemask(), e <= 128u); }
+
+template <int F>
+__device__ __forceinline__ void decode_nib16(uint32_t q0, uint32_t q1, uint32_t scale, bool small, uint32_t (&o)[8]) {
+    if constexpr (F == int(WeightFormat::MXFP4)) {
+        // each code's bits straight into a bf16 (e2m1_x2: value x 2^-126), then one multiply by a power of two
+        e2m1_x2(q0, o[0], o[1], o[2], o[3]);
+        e2m1_x2(q1, o[4], o[5], o[6], o[7]);
+        const uint32_t e = scale;
+        if (small) [[likely]] {  // 2^-126 * 2^(e - 1) = the scale 2^(e - 127)
+            const uint32_t s2 = e * 0x00800080u + 0x3F003F00u;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) o[k] = mul_bf16x2(o[k], s2);
+        } else {  // a lane's scale is past 2^1 (trained weights: never): 2^(e - 1) is not a bf16, so two steps
+            const uint32_t s2 = e == 255u ? 0x7FC07FC0u : e * 0x00800080u;  // 255: NaN
+            const uint32_t n2 = 0x7E807E80u;                                    // 2^126
+#pragma unroll
+            for (int k = 0; k < 8; ++k) o[k] = mul_bf16x2(mul_bf16x2(o[k], n2), s2);
+        }
+    } else {
+        // q + 128 as a bf16 by its mantissa bits, minus 136: q - 8 exactly; times the scale, rounded once
+        const uint32_t s2 = scale * 0x00010001u;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const uint32_t v = (k < 4 ? q0 : q1) >> (4 * (k & 3));
+            o[k] = mul_bf16x2(sub_bf16x2((v & 0x000F000Fu) | 0x43004300u, 0x43084308u), s2);
+        }
+    }
+}
 
 // 16 weights of row r from column col0 (a multiple of 16) as 8 bf16x2 words, scale applied (FP8's is not: its
 // per-tile scale multiplies the chunk's partial sum).
@@ -38,38 +91,13 @@ __device__ __forceinline__ void load16(const WDesc& w, int64_t r, int64_t col0, 
         const uint4 a = __ldg(p), b = __ldg(p + 1);
         o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
     } else if constexpr (F == int(WeightFormat::MXFP4)) {
-        // The block's 8 magnitudes times its scale, as bf16 bytes in four registers (low bytes, high bytes), then
-        // each value by byte permutes of its 3 magnitude bits, and its sign bit ORed in: about 3 instructions a value.
         const uint2 q = __ldg(reinterpret_cast<const uint2*>(w.data + r * (w.cols / 2) + col0 / 2));
-        const float sc = e8m0_value(__ldg(w.scales + r * (w.cols / 32) + col0 / 32));
-        const uint32_t t01 = pack_bf16(0.0f * sc, 0.5f * sc), t23 = pack_bf16(sc, 1.5f * sc);  // 0 * NaN scale: NaN
-        const uint32_t t45 = pack_bf16(2.0f * sc, 3.0f * sc), t67 = pack_bf16(4.0f * sc, 6.0f * sc);
-        const uint32_t lo0 = __byte_perm(t01, t23, 0x6420), lo1 = __byte_perm(t45, t67, 0x6420);
-        const uint32_t hi0 = __byte_perm(t01, t23, 0x7531), hi1 = __byte_perm(t45, t67, 0x7531);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const uint32_t v = half ? q.y : q.x;  // 8 codes: byte i holds elements 2i (low nibble), 2i + 1
-            const uint32_t sg = v & 0x88888888u;
-#pragma unroll
-            for (int quad = 0; quad < 2; ++quad) {
-                const uint32_t sel = (v >> (16 * quad)) & 0x7777u;
-                const uint32_t lo = __byte_perm(lo0, lo1, sel), hi = __byte_perm(hi0, hi1, sel);
-                const uint32_t s16 = sg >> (16 * quad);  // signs of elements 4quad .. 4quad+3 at bits 3, 7, 11, 15
-                const uint32_t w0 = __byte_perm(lo, hi, 0x5140) | ((s16 << 12) & 0x8000u) | ((s16 << 24) & 0x80000000u);
-                const uint32_t w1 = __byte_perm(lo, hi, 0x7362) | ((s16 << 4) & 0x8000u) | ((s16 << 16) & 0x80000000u);
-                o[4 * half + 2 * quad] = w0;
-                o[4 * half + 2 * quad + 1] = w1;
-            }
-        }
+        const uint32_t e = __ldg(w.scales + r * (w.cols / 32) + col0 / 32);
+        decode_nib16<F>(q.x, q.y, e, small_scales(e), o);
     } else if constexpr (F == int(WeightFormat::INT4_G32)) {
         const uint2 q = __ldg(reinterpret_cast<const uint2*>(w.data + r * (w.cols / 2) + col0 / 2));
-        const uint16_t sbits = __ldg(reinterpret_cast<const uint16_t*>(w.scales) + r * (w.cols / 32) + col0 / 32);
-        const float sc = bf16_bits_value(sbits);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const uint32_t word = (k < 4 ? q.x : q.y) >> (8 * (k & 3));
-            o[k] = pack_bf16(float(int(word & 15u) - 8) * sc, float(int((word >> 4) & 15u) - 8) * sc);
-        }
+        decode_nib16<F>(q.x, q.y, __ldg(reinterpret_cast<const uint16_t*>(w.scales) + r * (w.cols / 32) + col0 / 32),
+                        false, o);
     } else if constexpr (F == int(WeightFormat::FP8_E4M3_B128)) {
         const uint4 q = __ldg(reinterpret_cast<const uint4*>(w.data + r * w.cols + col0));
         const uint32_t words[4] = {q.x, q.y, q.z, q.w};
@@ -105,31 +133,46 @@ __device__ __forceinline__ void split3(float v, __nv_bfloat16& hi, __nv_bfloat16
     lo = __float2bfloat16_rn(r1 - __bfloat162float(mid));
 }
 
-__global__ void split_x_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ parts) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-        split3(x[i], parts[i], parts[count + i], parts[2 * count + i]);
+// Where element j of each group of 8 goes in a row of split parts: natural order, or for the nibble formats' pairs
+// (j, j + 4) next to each other (0 4 1 5 2 6 3 7), so that one 16-byte load gives the pairs their weights are in.
+__device__ __forceinline__ int64_t part_slot(int64_t i, bool nibble) {
+    return nibble ? (i & ~int64_t(7)) | ((i & 3) << 1) | ((i >> 2) & 1) : i;
 }
 
-// 16 activations of row xr from col0 as three sets of 8 bf16x2 words: from the split parts, or split here.
-template <bool kSelfSplit>
+__global__ void split_x_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ parts,
+                               int64_t plane, bool nibble) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t o = part_slot(i, nibble);
+        split3(x[i], parts[o], parts[plane + o], parts[2 * plane + o]);
+    }
+}
+
+__device__ __forceinline__ uint32_t pack_bf16_bits(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+    return __byte_perm(__bfloat16_as_ushort(lo), __bfloat16_as_ushort(hi), 0x5410);
+}
+
+// 16 activations of row xr from col0 as three sets of 8 bf16x2 words, paired as F's weights are (nibble_pairs):
+// from the split parts (laid out for nibble pairs, or in natural order with kRepair), or split here.
+template <int F, bool kSelfSplit, bool kRepair>
 __device__ __forceinline__ void load_x16(const __nv_bfloat16* __restrict__ xs, const float* __restrict__ x,
                                          int64_t plane, int64_t row_off, uint32_t (&xb)[3][8]) {
+    constexpr bool kNib = nibble_pairs(F);
     if constexpr (kSelfSplit) {
         const float4* src = reinterpret_cast<const float4*>(x + row_off);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const float4 v = __ldg(src + q);
-            __nv_bfloat16 h[4], m[4], l[4];
-            split3(v.x, h[0], m[0], l[0]);
-            split3(v.y, h[1], m[1], l[1]);
-            split3(v.z, h[2], m[2], l[2]);
-            split3(v.w, h[3], m[3], l[3]);
-            xb[0][2 * q] = __byte_perm(__bfloat16_as_ushort(h[0]), __bfloat16_as_ushort(h[1]), 0x5410);
-            xb[0][2 * q + 1] = __byte_perm(__bfloat16_as_ushort(h[2]), __bfloat16_as_ushort(h[3]), 0x5410);
-            xb[1][2 * q] = __byte_perm(__bfloat16_as_ushort(m[0]), __bfloat16_as_ushort(m[1]), 0x5410);
-            xb[1][2 * q + 1] = __byte_perm(__bfloat16_as_ushort(m[2]), __bfloat16_as_ushort(m[3]), 0x5410);
-            xb[2][2 * q] = __byte_perm(__bfloat16_as_ushort(l[0]), __bfloat16_as_ushort(l[1]), 0x5410);
-            xb[2][2 * q + 1] = __byte_perm(__bfloat16_as_ushort(l[2]), __bfloat16_as_ushort(l[3]), 0x5410);
+        for (int q = 0; q < 4; q += 2) {
+            const float4 u = __ldg(src + q), v = __ldg(src + q + 1);
+            const float e[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+            __nv_bfloat16 h[8], m[8], l[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) split3(e[k], h[k], m[k], l[k]);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int i = kNib ? k : 2 * k, j = kNib ? k + 4 : 2 * k + 1;  // the pair of register 2q + k
+                xb[0][2 * q + k] = pack_bf16_bits(h[i], h[j]);
+                xb[1][2 * q + k] = pack_bf16_bits(m[i], m[j]);
+                xb[2][2 * q + k] = pack_bf16_bits(l[i], l[j]);
+            }
         }
     } else {
 #pragma unroll
@@ -138,6 +181,14 @@ __device__ __forceinline__ void load_x16(const __nv_bfloat16* __restrict__ xs, c
             const uint4 a = __ldg(src), b = __ldg(src + 1);
             xb[p][0] = a.x, xb[p][1] = a.y, xb[p][2] = a.z, xb[p][3] = a.w;
             xb[p][4] = b.x, xb[p][5] = b.y, xb[p][6] = b.z, xb[p][7] = b.w;
+            if constexpr (kNib && kRepair) {  // natural order given (a stage mixing formats): pair (j, j + 4) here
+#pragma unroll
+                for (int g = 0; g < 8; g += 4) {
+                    const uint32_t r0 = xb[p][g], r1 = xb[p][g + 1], r2 = xb[p][g + 2], r3 = xb[p][g + 3];
+                    xb[p][g] = __byte_perm(r0, r2, 0x5410), xb[p][g + 1] = __byte_perm(r0, r2, 0x7632);
+                    xb[p][g + 2] = __byte_perm(r1, r3, 0x5410), xb[p][g + 3] = __byte_perm(r1, r3, 0x7632);
+                }
+            }
         }
     }
 }
@@ -150,11 +201,93 @@ __device__ __forceinline__ void load_x16(const __nv_bfloat16* __restrict__ xs, c
 // tiles; grouped_mma_kernel the tiles of many (an expert group), each with the bits it would have alone.
 // kFull: every weight row of the warp's tile exists and k is whole chunks, so no fragment needs a bounds test or
 // zeroing (a warp-uniform choice made by tile_is_full; the same arithmetic either way).
-template <int F, int MT, int NT, bool kSelfSplit, bool kFull>
+// mma_tile's one-row (MT = NT = 1), full tile for the nibble formats, software-pipelined: a warp's 16 weight rows take
+// the next chunk's codes and scales (16 bytes and one scale per row and lane) before the current chunk's decode and
+// mmas, and all of the chunk's activation loads go out before its first mma. The same products, the same order and so
+// the same bits as mma_tile's loop, which it replaces for these tiles only: they are bound by loads in flight and
+// the decode's instructions, the wide tiles by registers.
+template <int F, bool kSelfSplit, bool kRepair>
+__device__ __forceinline__ void mma_row_nibble(const WDesc& w, const __nv_bfloat16* __restrict__ xs,
+                                               const float* __restrict__ x, int64_t n, int64_t plane,
+                                               float* __restrict__ y, float* __restrict__ part, int64_t part_stride,
+                                               int splits, int64_t chunks_per_split, int64_t bx, int64_t by,
+                                               int64_t bz) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t R = w.rows, C = w.cols;
+    const int64_t ra = (bx * kBlockWarps + warp) * kWarpRows + g, rb = ra + 8;
+    const int64_t n0 = by * 8;
+    const int64_t n_chunks = C / kChunkCols;
+    const int64_t c_begin = bz * chunks_per_split;
+    const int64_t c_end = c_begin + chunks_per_split < n_chunks ? c_begin + chunks_per_split : n_chunks;
+    constexpr int kScaleBytes = F == int(WeightFormat::MXFP4) ? 1 : 2;
+    // lane t's 32 columns of chunk c: 16 code bytes at c * 64 + 16 t of its rows, one scale (block 4c + t)
+    const uint8_t* code_a = w.data + ra * (C / 2) + 16 * t;
+    const uint8_t* code_b = w.data + rb * (C / 2) + 16 * t;
+    const uint8_t* scale_a = w.scales + (ra * (C / 32) + t) * kScaleBytes;
+    const uint8_t* scale_b = w.scales + (rb * (C / 32) + t) * kScaleBytes;
+    auto scale_at = [](const uint8_t* p) -> uint32_t {
+        if constexpr (kScaleBytes == 1) return __ldg(p);
+        else return __ldg(reinterpret_cast<const uint16_t*>(p));
+    };
+    const int64_t xr = n0 + g < n ? n0 + g : n - 1;  // past the last row: read the last (its column is not stored)
+    const int64_t x_row = xr * C + 32 * t;
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // codes and scales in flight ahead of the chunk decoded (2, or loads that skip L1, or staging through shared
+    // memory, measured no faster: docs/cuda.md)
+    constexpr int kAhead = 1;
+    auto codes_at = [](const uint8_t* p) -> uint4 { return __ldg(reinterpret_cast<const uint4*>(p)); };
+    uint4 qa[kAhead], qb[kAhead];
+    uint32_t sa[kAhead], sb[kAhead];
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+        const int64_t ci = c_begin + i < c_end ? c_begin + i : c_end - 1;
+        qa[i] = codes_at(code_a + ci * 64), qb[i] = codes_at(code_b + ci * 64);
+        sa[i] = scale_at(scale_a + ci * 4 * kScaleBytes), sb[i] = scale_at(scale_b + ci * 4 * kScaleBytes);
+    }
+    for (int64_t c = c_begin; c < c_end; ++c) {
+        uint32_t xb[2][3][8];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) load_x16<F, kSelfSplit, kRepair>(xs, x, plane, x_row + c * kChunkCols + 16 * h, xb[h]);
+        // the chunk kAhead on (past the end: the last again, rather than a branch)
+        const int64_t cn = c + kAhead < c_end ? c + kAhead : c_end - 1;
+        const uint4 na = codes_at(code_a + cn * 64), nb = codes_at(code_b + cn * 64);
+        const uint32_t nsa = scale_at(scale_a + cn * 4 * kScaleBytes), nsb = scale_at(scale_b + cn * 4 * kScaleBytes);
+        const bool small = F == int(WeightFormat::MXFP4) && small_scales(sa[0] > sb[0] ? sa[0] : sb[0]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            uint32_t wa[8], wb[8];
+            decode_nib16<F>(h ? qa[0].z : qa[0].x, h ? qa[0].w : qa[0].y, sa[0], small, wa);
+            decode_nib16<F>(h ? qb[0].z : qb[0].x, h ? qb[0].w : qb[0].y, sb[0], small, wb);
+#pragma unroll
+            for (int s = 0; s < 4; ++s)
+#pragma unroll
+                for (int p = 2; p >= 0; --p)  // smallest part first, as mma_tile
+                    mma_bf16(acc, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xb[h][p][2 * s],
+                             xb[h][p][2 * s + 1]);
+        }
+#pragma unroll
+        for (int i = 0; i + 1 < kAhead; ++i) qa[i] = qa[i + 1], qb[i] = qb[i + 1], sa[i] = sa[i + 1], sb[i] = sb[i + 1];
+        qa[kAhead - 1] = na, qb[kAhead - 1] = nb, sa[kAhead - 1] = nsa, sb[kAhead - 1] = nsb;
+    }
+    const bool add = splits > 1 && part == nullptr && bz > 0;
+    float* o = splits == 1 || part == nullptr ? y : part + bz * part_stride;
+    auto put = [&](int64_t i, float v) { o[i] = add ? o[i] + v : v; };
+    const int64_t x0 = n0 + 2 * t;
+    if (x0 < n) put(x0 * R + ra, acc[0]), put(x0 * R + rb, acc[2]);
+    if (x0 + 1 < n) put((x0 + 1) * R + ra, acc[1]), put((x0 + 1) * R + rb, acc[3]);
+}
+
+template <int F, int MT, int NT, bool kSelfSplit, bool kFull, bool kRepair = false>
 __device__ __forceinline__ void mma_tile(const WDesc& w, const __nv_bfloat16* __restrict__ xs,
-                                         const float* __restrict__ x, int64_t n, int64_t plane, float* __restrict__ y,
-                                         float* __restrict__ part, int64_t part_stride, int splits,
-                                         int64_t chunks_per_split, int64_t bx, int64_t by, int64_t bz) {
+                                         const float* __restrict__ x, int64_t n, int64_t plane,
+                                         float* __restrict__ y, float* __restrict__ part, int64_t part_stride,
+                                         int splits, int64_t chunks_per_split, int64_t bx, int64_t by, int64_t bz) {
+    if constexpr (kFull && MT == 1 && NT == 1 && nibble_pairs(F)) {
+        mma_row_nibble<F, kSelfSplit, kRepair>(w, xs, x, n, plane, y, part, part_stride, splits, chunks_per_split, bx,
+                                               by, bz);
+        return;
+    }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t R = w.rows, C = w.cols;
     const int64_t r0 = (bx * kBlockWarps + warp) * kWarpRows * MT;
@@ -207,7 +340,7 @@ __device__ __forceinline__ void mma_tile(const WDesc& w, const __nv_bfloat16* __
                 const int64_t xr = n0 + nt * 8 + g;
                 uint32_t xb[3][8];
                 if ((kFull || vc) && xr < n) {
-                    load_x16<kSelfSplit>(xs, x, plane, xr * C + col0, xb);
+                    load_x16<F, kSelfSplit, kRepair>(xs, x, plane, xr * C + col0, xb);
                 } else {
 #pragma unroll
                     for (int p = 0; p < 3; ++p)
@@ -267,6 +400,7 @@ __device__ __forceinline__ bool tile_is_full(const WDesc& w, int64_t bx) {
     return r_end <= w.rows && w.cols % kChunkCols == 0;
 }
 
+// The split parts mma_kernel reads are in F's order (split_x with nibble_pairs(F)).
 template <int F, int MT, int NT, bool kSelfSplit>
 __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __nv_bfloat16* __restrict__ xs,
                                                                 const float* __restrict__ x, int64_t n,
@@ -274,7 +408,7 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
                                                                 int64_t chunks_per_split) {
     if (MT * NT == 1 && tile_is_full<MT>(w, blockIdx.x))
         mma_tile<F, MT, NT, kSelfSplit, MT * NT == 1>(w, xs, x, n, n * w.cols, y, part, n * w.rows, int(gridDim.z),
-                                              chunks_per_split, blockIdx.x, blockIdx.y, blockIdx.z);
+                                                      chunks_per_split, blockIdx.x, blockIdx.y, blockIdx.z);
     else
         mma_tile<F, MT, NT, kSelfSplit, false>(w, xs, x, n, n * w.cols, y, part, n * w.rows, int(gridDim.z),
                                                chunks_per_split, blockIdx.x, blockIdx.y, blockIdx.z);
@@ -284,7 +418,8 @@ __global__ void __launch_bounds__(kBlockWarps * 32) mma_kernel(WDesc w, const __
 // the flat grid belongs to the last job whose first_block <= b.
 template <int F, int MT, int NT, bool kSelfSplit>
 __global__ void __launch_bounds__(kBlockWarps * 32) grouped_mma_kernel(const GroupJob* __restrict__ jobs, int count,
-                                                                        int64_t plane, int64_t part_stride, int splits,
+                                                                        int64_t plane, bool xs_nibble,
+                                                                        int64_t part_stride, int splits,
                                                                         int64_t chunks_per_split, int split_index) {
     const int64_t b = blockIdx.x;
     int lo = 0, hi = count - 1;
@@ -298,12 +433,22 @@ __global__ void __launch_bounds__(kBlockWarps * 32) grouped_mma_kernel(const Gro
     const int64_t bx = local % j.row_blocks, by = local / j.row_blocks;
     const int64_t bz = split_index < 0 ? int64_t(blockIdx.z) : int64_t(split_index);
     float* part = split_index < 0 ? j.part : nullptr;
-    if (MT * NT == 1 && tile_is_full<MT>(j.w, bx))
+    const bool full = MT * NT == 1 && tile_is_full<MT>(j.w, bx);
+    if (nibble_pairs(F) && !xs_nibble) {  // a stage mixing formats split its rows in natural order
+        if (full)
+            mma_tile<F, MT, NT, kSelfSplit, MT * NT == 1, nibble_pairs(F)>(j.w, j.xs, j.x, j.n, plane, j.y, part,
+                                                                           part_stride, splits, chunks_per_split, bx,
+                                                                           by, bz);
+        else
+            mma_tile<F, MT, NT, kSelfSplit, false, nibble_pairs(F)>(j.w, j.xs, j.x, j.n, plane, j.y, part,
+                                                                    part_stride, splits, chunks_per_split, bx, by, bz);
+    } else if (full) {
         mma_tile<F, MT, NT, kSelfSplit, MT * NT == 1>(j.w, j.xs, j.x, j.n, plane, j.y, part, part_stride, splits,
-                                              chunks_per_split, bx, by, bz);
-    else
+                                                      chunks_per_split, bx, by, bz);
+    } else {
         mma_tile<F, MT, NT, kSelfSplit, false>(j.w, j.xs, j.x, j.n, plane, j.y, part, part_stride, splits,
                                                chunks_per_split, bx, by, bz);
+    }
 }
 
 __global__ void reduce_kernel(const float* __restrict__ part, int splits, int64_t count, float* __restrict__ y) {
@@ -393,7 +538,7 @@ void launch_grouped(const GroupLaunch& g, cudaStream_t s) {
     using T = TileOf<F, Kind>;
     const dim3 grid(unsigned(g.blocks), 1u, g.split_index < 0 ? unsigned(g.splits) : 1u);
     grouped_mma_kernel<F, T::MT, T::NT, T::kSelf><<<grid, kBlockWarps * 32, 0, s>>>(
-        g.jobs, g.count, g.plane, g.part_stride, g.splits, g.chunks_per_split, g.split_index);
+        g.jobs, g.count, g.plane, g.xs_nibble, g.part_stride, g.splits, g.chunks_per_split, g.split_index);
 }
 
 template <int F>
@@ -415,16 +560,10 @@ __global__ void reduce_strided_kernel(const float* __restrict__ part, int splits
     }
 }
 
-__global__ void split_planes_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ parts,
-                                    int64_t plane) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
-        split3(x[i], parts[i], parts[plane + i], parts[2 * plane + i]);
-}
-
 }  // namespace
 
-void split_x(const float* x, int64_t count, __nv_bfloat16* parts, cudaStream_t s) {
-    split_x_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts);
+void split_x(const float* x, int64_t count, __nv_bfloat16* parts, bool nibble, cudaStream_t s) {
+    split_x_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts, count, nibble);
 }
 
 bool mma_splits_itself(int64_t n) { return tile_for(int(WeightFormat::BF16), n).self_split; }
@@ -450,8 +589,8 @@ void reduce_splits(const float* part, int splits, int64_t split_stride, float* y
     reduce_strided_kernel<<<grid_for(count, 256), 256, 0, s>>>(part, splits, split_stride, count, y);
 }
 
-void split_x_planes(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, cudaStream_t s) {
-    split_planes_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts, plane);
+void split_x_planes(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, bool nibble, cudaStream_t s) {
+    split_x_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts, plane, nibble);
 }
 
 void mma_matmul(const WDesc& w, const MmaArgs& a, cudaStream_t s) {

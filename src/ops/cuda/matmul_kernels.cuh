@@ -22,10 +22,18 @@ constexpr int kChunkCols = 128;  // k chunk: each of a quad's 4 threads owns 32 
 constexpr int kWarpRows = 16;    // weight rows per warp (the mma's M)
 constexpr int kBlockWarps = 4;
 
-// x [count] -> hi, mid, lo bf16 with hi + mid + lo == x (exactly, for finite x; a non-finite x goes in hi alone).
-void split_x(const float* x, int64_t count, __nv_bfloat16* parts, cudaStream_t s);
+// The nibble formats (MXFP4, INT4) feed column j of each group of 8 with column j + 4 to an mma register (their
+// decode places two codes 16 bits apart in one step), so their split activations are laid out in that order.
+__host__ __device__ constexpr bool nibble_pairs(int format) {
+    return format == int(WeightFormat::MXFP4) || format == int(WeightFormat::INT4_G32);
+}
+
+// x [count] -> hi, mid, lo bf16 with hi + mid + lo == x (exactly, for finite x; a non-finite x goes in hi alone),
+// in the order nibble_pairs formats read (nibble) or in natural order.
+void split_x(const float* x, int64_t count, __nv_bfloat16* parts, bool nibble, cudaStream_t s);
 struct MmaArgs {
-    const __nv_bfloat16* xs;  // x split into parts [3][n][cols] (split_x), unless mma_splits_itself(n)
+    const __nv_bfloat16* xs;  // x split into parts [3][n][cols] (split_x, nibble_pairs(format) order), unless
+                              // mma_splits_itself(n)
     const float* x;           // x [n][cols]: read directly when mma_splits_itself(n)
     int64_t n;
     float* y;                 // [n][rows]
@@ -60,7 +68,9 @@ struct GroupLaunch {
     const GroupJob* jobs;
     int count;
     int64_t blocks;  // the flat grid: the sum of the jobs' blocks
-    int64_t plane, part_stride;
+    int64_t plane;
+    bool xs_nibble;  // the parts laid out for nibble_pairs (else natural order: a nibble format's kernel pairs them)
+    int64_t part_stride;
     int splits;
     int64_t chunks_per_split;
     // -1: every split in one launch (grid z), each to its jobs' part, added up by reduce_splits afterwards; s >= 0:
@@ -73,7 +83,7 @@ void grouped_mma(int format, int kind, const GroupLaunch& g, cudaStream_t s);
 // y[i] = part[i] + part[split_stride + i] + ... (splits terms, in order) for i < count.
 void reduce_splits(const float* part, int splits, int64_t split_stride, float* y, int64_t count, cudaStream_t s);
 // split_x with the three parts `plane` elements apart (count <= plane).
-void split_x_planes(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, cudaStream_t s);
+void split_x_planes(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, bool nibble, cudaStream_t s);
 void mma_matmul(const WDesc& w, const MmaArgs& a, cudaStream_t s);
 // F32 / F16 weights, and BF16 / FP8 ones whose width is not a multiple of 32: one warp per output, lanes stride the columns, a fixed shuffle tree adds them.
 void ffma_matmul(const WDesc& w, const float* x, int64_t n, float* y, cudaStream_t s);
