@@ -204,8 +204,9 @@ __device__ __forceinline__ void load_x16(const __nv_bfloat16* __restrict__ xs, c
 // mma_tile's one-row (MT = NT = 1), full tile for the nibble formats, software-pipelined: a warp's 16 weight rows take
 // the next chunk's codes and scales (16 bytes and one scale per row and lane) before the current chunk's decode and
 // mmas, and all of the chunk's activation loads go out before its first mma. The same products, the same order and so
-// the same bits as mma_tile's loop, which it replaces for these tiles only: they are bound by loads in flight and
-// the decode's instructions, the wide tiles by registers.
+// the same bits as mma_tile's loop, which it replaces for these tiles only (the wide ones have no registers to spare).
+// Measured in docs/cuda.md ("decode by bit placement"): 5-14% faster than the table decode, so neither the decode's
+// instructions nor its loads in flight are what bounds these tiles.
 template <int F, bool kSelfSplit, bool kRepair>
 __device__ __forceinline__ void mma_row_nibble(const WDesc& w, const __nv_bfloat16* __restrict__ xs,
                                                const float* __restrict__ x, int64_t n, int64_t plane,
