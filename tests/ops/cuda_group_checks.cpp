@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -78,11 +79,19 @@ void check_cuda_expert_group(std::mt19937& rng) {
         int64_t hidden, inter;
     };
     ExecContext gpu(1, ops::Backend::Cuda);
-    const WeightFormat formats[] = {WeightFormat::BF16, WeightFormat::MXFP4, WeightFormat::INT4_G32,
-                                    WeightFormat::FP8_E4M3_B128, WeightFormat::F32};
+    struct Formats {
+        WeightFormat f;
+        std::optional<WeightFormat> odd;  // the odd-numbered experts' format: a group that mixes formats, whose
+                                          // nibble-format experts then read activations split in natural order
+    };
+    const Formats formats_list[] = {{WeightFormat::BF16, {}},          {WeightFormat::MXFP4, {}},
+                                    {WeightFormat::INT4_G32, {}},      {WeightFormat::FP8_E4M3_B128, {}},
+                                    {WeightFormat::F32, {}},           {WeightFormat::MXFP4, WeightFormat::BF16},
+                                    {WeightFormat::INT4_G32, WeightFormat::FP8_E4M3_B128}};
     const uint64_t waves_before = cuda::stats().group_waves, calls_before = cuda::stats().group_calls;
     int64_t case_no = 0;
-    for (auto f : formats)
+    for (const Formats& fs : formats_list) {
+        const WeightFormat f = fs.f;
         // (80, 48): widths that are not whole 32-column blocks (the FMA kernel); (1024, 256) and (256, 1024): k split
         // into parts for gate/up and for down
         for (const G& s : {G{64, 32}, G{80, 48}, G{512, 320}, G{1024, 256}, G{256, 1024}})
@@ -94,7 +103,7 @@ void check_cuda_expert_group(std::mt19937& rng) {
                     ++case_no;
                     // a row takes an expert with probability 1/2 (9/10 at 150 rows, so that some expert has more
                     // than 64: the widest tile)
-                    const RandomExpertGroup eg(count, s.hidden, s.inter, f, n, n == 150 ? 0.9 : 0.5, rng);
+                    const RandomExpertGroup eg(count, s.hidden, s.inter, f, n, n == 150 ? 0.9 : 0.5, rng, fs.odd);
                     const auto& w = eg.w;
                     const auto& slots = eg.slots;
                     const auto& order = eg.order;
@@ -111,7 +120,9 @@ void check_cuda_expert_group(std::mt19937& rng) {
                         return y;
                     };
                     const auto y = run(group_of(order));
-                    const std::string what = cat("cuda expert_group ", weight_format_name(f), " hidden ", s.hidden,
+                    const std::string what = cat("cuda expert_group ", weight_format_name(f),
+                                                 fs.odd ? cat(" and ", weight_format_name(*fs.odd)) : std::string(),
+                                                 " hidden ", s.hidden,
                                                  " inter ", s.inter, " experts ", count, " n=", n, " act ",
                                                  int(act.kind));
                     std::vector<float> ref(out_size, std::nanf(""));
@@ -148,6 +159,7 @@ void check_cuda_expert_group(std::mt19937& rng) {
                     }
                     report(same, what + ": an expert's bits depend on the rest of the group");
                 }
+    }
     // the 16-expert groups of the larger shapes do not fit the per-call copy area at once (the test's weights are
     // not in a stable range, so none is kept): some group must have run in more than one wave
     const auto st = cuda::stats();

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,15 +50,17 @@ struct RandomExpertGroup {
     std::vector<sluice::Weight> w;
     std::vector<std::vector<int64_t>> slots;
     std::vector<int64_t> order;
+    // odd_f: the format of the odd-numbered experts (default: f; a group that mixes formats)
     RandomExpertGroup(int64_t count, int64_t hidden, int64_t inter, sluice::WeightFormat f, int64_t n, double take,
-                      std::mt19937& rng)
+                      std::mt19937& rng, std::optional<sluice::WeightFormat> odd_f = std::nullopt)
         : slots(static_cast<size_t>(count)), order(static_cast<size_t>(count)) {
         for (int64_t e = 0; e < count; ++e) {
             const auto g = random_vec(inter * hidden, rng, 0.1f), u = random_vec(inter * hidden, rng, 0.1f),
                        d = random_vec(hidden * inter, rng, 0.1f);
-            q.push_back(sluice::quantize(g.data(), inter, hidden, f));
-            q.push_back(sluice::quantize(u.data(), inter, hidden, f));
-            q.push_back(sluice::quantize(d.data(), hidden, inter, f));
+            const sluice::WeightFormat fe = e % 2 == 1 && odd_f ? *odd_f : f;
+            q.push_back(sluice::quantize(g.data(), inter, hidden, fe));
+            q.push_back(sluice::quantize(u.data(), inter, hidden, fe));
+            q.push_back(sluice::quantize(d.data(), hidden, inter, fe));
         }
         for (const auto& m : q) w.push_back(m.view());
         std::bernoulli_distribution takes(take);

@@ -44,7 +44,7 @@ void run_matmul(Backend& b, const kernels::WDesc& w, const float* x_dev, int64_t
         if (!kernels::mma_splits_itself(n)) {
             const int64_t count = n * w.cols;
             auto* xs = static_cast<__nv_bfloat16*>(b.grow(b.xs_, uint64_t(count) * 3 * 2, "the split activations"));
-            kernels::split_x(x_dev, count, xs, nibble, s);
+            kernels::split_x(x_dev, count, xs, count, nibble, s);
             a.xs = xs;
         }
         if (a.splits > 1)

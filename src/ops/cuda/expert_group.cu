@@ -301,11 +301,11 @@ void expert_group(const GroupActivation& act, const GroupMember* experts, int64_
         const StagePlan p1 = plan_stage(j1, 2 * k), p2 = plan_stage(j2, k);
         CK(cudaMemcpyAsync(jobs_dev + 3 * w0, j1, uint64_t(3 * k) * sizeof(kernels::GroupJob), cudaMemcpyHostToDevice, s));
         gather_rows_kernel<<<grid_of(R * hidden, 256), 256, 0, s>>>(xin, row_of_dev + r0, R, hidden, xg);
-        if (split) kernels::split_x_planes(xg, R * hidden, xs, R * hidden, stage_nibble(p1), s);
+        if (split) kernels::split_x(xg, R * hidden, xs, R * hidden, stage_nibble(p1), s);
         stage_products(p1, jobs_dev + 3 * w0, R * hidden, 2 * R * inter, s1, per1, gu);
         for (int64_t a : p1.ffma) kernels::ffma_matmul(j1[a].w, j1[a].x, j1[a].n, j1[a].y, s);
         glu_kernel<<<grid_of(R * inter, 256), 256, 0, s>>>(act, gu, gu + R * inter, R * inter, h);
-        if (split) kernels::split_x_planes(h, R * inter, xs, R * inter, stage_nibble(p2), s);
+        if (split) kernels::split_x(h, R * inter, xs, R * inter, stage_nibble(p2), s);
         stage_products(p2, jobs_dev + 3 * w0 + 2 * k, R * inter, R * hidden, s2, per2, yo);
         for (int64_t a : p2.ffma) kernels::ffma_matmul(j2[a].w, j2[a].x, j2[a].n, j2[a].y, s);
         CK(cudaGetLastError());

@@ -234,32 +234,24 @@ __device__ __forceinline__ void mma_row_nibble(const WDesc& w, const __nv_bfloat
     const int64_t x_row = xr * C + 32 * t;
 
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // codes and scales in flight ahead of the chunk decoded (2, or loads that skip L1, or staging through shared
-    // memory, measured no faster: docs/cuda.md)
-    constexpr int kAhead = 1;
+    // codes and scales one chunk ahead of the chunk decoded (two ahead, loads that skip L1, or staging through shared
+    // memory measured no faster: docs/cuda.md)
     auto codes_at = [](const uint8_t* p) -> uint4 { return __ldg(reinterpret_cast<const uint4*>(p)); };
-    uint4 qa[kAhead], qb[kAhead];
-    uint32_t sa[kAhead], sb[kAhead];
-#pragma unroll
-    for (int i = 0; i < kAhead; ++i) {
-        const int64_t ci = c_begin + i < c_end ? c_begin + i : c_end - 1;
-        qa[i] = codes_at(code_a + ci * 64), qb[i] = codes_at(code_b + ci * 64);
-        sa[i] = scale_at(scale_a + ci * 4 * kScaleBytes), sb[i] = scale_at(scale_b + ci * 4 * kScaleBytes);
-    }
+    uint4 qa = codes_at(code_a + c_begin * 64), qb = codes_at(code_b + c_begin * 64);
+    uint32_t sa = scale_at(scale_a + c_begin * 4 * kScaleBytes), sb = scale_at(scale_b + c_begin * 4 * kScaleBytes);
     for (int64_t c = c_begin; c < c_end; ++c) {
         uint32_t xb[2][3][8];
 #pragma unroll
         for (int h = 0; h < 2; ++h) load_x16<F, kSelfSplit, kRepair>(xs, x, plane, x_row + c * kChunkCols + 16 * h, xb[h]);
-        // the chunk kAhead on (past the end: the last again, rather than a branch)
-        const int64_t cn = c + kAhead < c_end ? c + kAhead : c_end - 1;
+        const int64_t cn = c + 1 < c_end ? c + 1 : c;  // the last chunk loads itself again rather than branch
         const uint4 na = codes_at(code_a + cn * 64), nb = codes_at(code_b + cn * 64);
         const uint32_t nsa = scale_at(scale_a + cn * 4 * kScaleBytes), nsb = scale_at(scale_b + cn * 4 * kScaleBytes);
-        const bool small = F == int(WeightFormat::MXFP4) && small_scales(sa[0] > sb[0] ? sa[0] : sb[0]);
+        const bool small = F == int(WeightFormat::MXFP4) && small_scales(sa > sb ? sa : sb);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             uint32_t wa[8], wb[8];
-            decode_nib16<F>(h ? qa[0].z : qa[0].x, h ? qa[0].w : qa[0].y, sa[0], small, wa);
-            decode_nib16<F>(h ? qb[0].z : qb[0].x, h ? qb[0].w : qb[0].y, sb[0], small, wb);
+            decode_nib16<F>(h ? qa.z : qa.x, h ? qa.w : qa.y, sa, small, wa);
+            decode_nib16<F>(h ? qb.z : qb.x, h ? qb.w : qb.y, sb, small, wb);
 #pragma unroll
             for (int s = 0; s < 4; ++s)
 #pragma unroll
@@ -267,9 +259,7 @@ __device__ __forceinline__ void mma_row_nibble(const WDesc& w, const __nv_bfloat
                     mma_bf16(acc, wa[2 * s], wb[2 * s], wa[2 * s + 1], wb[2 * s + 1], xb[h][p][2 * s],
                              xb[h][p][2 * s + 1]);
         }
-#pragma unroll
-        for (int i = 0; i + 1 < kAhead; ++i) qa[i] = qa[i + 1], qb[i] = qb[i + 1], sa[i] = sa[i + 1], sb[i] = sb[i + 1];
-        qa[kAhead - 1] = na, qb[kAhead - 1] = nb, sa[kAhead - 1] = nsa, sb[kAhead - 1] = nsb;
+        qa = na, qb = nb, sa = nsa, sb = nsb;
     }
     const bool add = splits > 1 && part == nullptr && bz > 0;
     float* o = splits == 1 || part == nullptr ? y : part + bz * part_stride;
@@ -563,10 +553,6 @@ __global__ void reduce_strided_kernel(const float* __restrict__ part, int splits
 
 }  // namespace
 
-void split_x(const float* x, int64_t count, __nv_bfloat16* parts, bool nibble, cudaStream_t s) {
-    split_x_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts, count, nibble);
-}
-
 bool mma_splits_itself(int64_t n) { return tile_for(int(WeightFormat::BF16), n).self_split; }
 
 Tile tile_for(int format, int64_t n) {
@@ -590,7 +576,7 @@ void reduce_splits(const float* part, int splits, int64_t split_stride, float* y
     reduce_strided_kernel<<<grid_for(count, 256), 256, 0, s>>>(part, splits, split_stride, count, y);
 }
 
-void split_x_planes(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, bool nibble, cudaStream_t s) {
+void split_x(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, bool nibble, cudaStream_t s) {
     split_x_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, parts, plane, nibble);
 }
 

@@ -29,8 +29,9 @@ __host__ __device__ constexpr bool nibble_pairs(int format) {
 }
 
 // x [count] -> hi, mid, lo bf16 with hi + mid + lo == x (exactly, for finite x; a non-finite x goes in hi alone),
-// in the order nibble_pairs formats read (nibble) or in natural order.
-void split_x(const float* x, int64_t count, __nv_bfloat16* parts, bool nibble, cudaStream_t s);
+// the three parts `plane` elements apart (count <= plane), in the order nibble_pairs formats read (nibble) or in
+// natural order.
+void split_x(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, bool nibble, cudaStream_t s);
 struct MmaArgs {
     const __nv_bfloat16* xs;  // x split into parts [3][n][cols] (split_x, nibble_pairs(format) order), unless
                               // mma_splits_itself(n)
@@ -82,8 +83,6 @@ struct GroupLaunch {
 void grouped_mma(int format, int kind, const GroupLaunch& g, cudaStream_t s);
 // y[i] = part[i] + part[split_stride + i] + ... (splits terms, in order) for i < count.
 void reduce_splits(const float* part, int splits, int64_t split_stride, float* y, int64_t count, cudaStream_t s);
-// split_x with the three parts `plane` elements apart (count <= plane).
-void split_x_planes(const float* x, int64_t count, __nv_bfloat16* parts, int64_t plane, bool nibble, cudaStream_t s);
 void mma_matmul(const WDesc& w, const MmaArgs& a, cudaStream_t s);
 // F32 / F16 weights, and BF16 / FP8 ones whose width is not a multiple of 32: one warp per output, lanes stride the columns, a fixed shuffle tree adds them.
 void ffma_matmul(const WDesc& w, const float* x, int64_t n, float* y, cudaStream_t s);
